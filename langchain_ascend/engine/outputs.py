@@ -1,0 +1,95 @@
+"""What the engine hands back to callers. Pure Python, no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass
+class RequestStats:
+    """Per-request accounting, filled in by the engine.
+
+    Attributes:
+        num_prompt_tokens: Tokens in the prompt.
+        num_cached_tokens: Prompt tokens served from the prefix cache (not recomputed) at the
+            request's first scheduling.
+        num_generated_tokens: Tokens generated (including a stop token that was not returned).
+        queue_time: Seconds from arrival to first scheduling.
+        time_to_first_token: Seconds from arrival to the first generated token.
+        decode_time: Seconds from the first generated token to the end.
+        num_preemptions: How often the request was preempted and recomputed.
+    """
+
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_generated_tokens: int = 0
+    queue_time: float = 0.0
+    time_to_first_token: float = 0.0
+    decode_time: float = 0.0
+    num_preemptions: int = 0
+
+
+@dataclass
+class TokenDelta:
+    """One streamed increment of a request's output.
+
+    ``text`` is the newly decoded text (may be empty while a multi-byte character or a
+    possible stop string is held back). On the last delta ``finished`` is True and
+    ``finish_reason``/``output`` are set.
+    """
+
+    request_id: str
+    token_ids: list[int]
+    text: str
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    output: RequestOutput | None = None
+
+
+@dataclass
+class RequestOutput:
+    """The finished result of one request."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    stop_reason: str | int | None = None
+    stats: RequestStats = field(default_factory=RequestStats)
+
+
+@dataclass
+class EngineStats:
+    """Engine-wide counters.
+
+    Attributes:
+        num_blocks_total: KV blocks in the pool.
+        num_blocks_used: Blocks referenced by live requests.
+        num_blocks_free: Blocks not referenced by any request (includes cached ones).
+        num_blocks_cached: Free-or-used blocks that hold a reusable prefix hash.
+        prefix_cache_queries: Prompt tokens looked up in the prefix cache.
+        prefix_cache_hits: Of those, tokens served from cache.
+        num_running: Requests in the running batch.
+        num_waiting: Requests queued.
+        num_preemptions: Preemptions since start.
+        num_steps: Engine steps since start.
+    """
+
+    num_blocks_total: int = 0
+    num_blocks_used: int = 0
+    num_blocks_free: int = 0
+    num_blocks_cached: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    num_running: int = 0
+    num_waiting: int = 0
+    num_preemptions: int = 0
+    num_steps: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
