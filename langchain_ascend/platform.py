@@ -23,8 +23,9 @@ import functools
 import importlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_ascend.errors import DeviceUnavailableError
 
@@ -107,7 +108,7 @@ def _parse(device: str) -> tuple[str, int | None]:
     return kind, None
 
 
-def resolve_device(device: "str | torch.device | None" = "auto") -> "torch.device":
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """Turn a user's device choice into a usable ``torch.device``.
 
     Args:
@@ -150,12 +151,12 @@ def resolve_device(device: "str | torch.device | None" = "auto") -> "torch.devic
     return torch.device(kind, index)
 
 
-def device_type(device: "torch.device | str") -> str:
+def device_type(device: torch.device | str) -> str:
     """``"npu"``, ``"cuda"`` or ``"cpu"`` for a device or device string."""
     return str(device).split(":")[0]
 
 
-def _backend_module(device: "torch.device") -> Any:
+def _backend_module(device: torch.device) -> Any:
     torch = _import_torch()
     kind = device_type(device)
     if kind == "npu":
@@ -165,7 +166,7 @@ def _backend_module(device: "torch.device") -> Any:
     return None
 
 
-def default_dtype(device: "torch.device") -> "torch.dtype":
+def default_dtype(device: torch.device) -> torch.dtype:
     """bf16 on accelerators that support it (910B / Ampere+), fp16 on older ones, fp32 on CPU."""
     torch = _import_torch()
     mod = _backend_module(device)
@@ -177,7 +178,7 @@ def default_dtype(device: "torch.device") -> "torch.dtype":
         return torch.float16
 
 
-def resolve_dtype(dtype: "str | torch.dtype | None", device: "torch.device") -> "torch.dtype":
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """Map ``"auto"`` / ``"bf16"`` / ``"float16"`` / a ``torch.dtype`` to a ``torch.dtype``."""
     torch = _import_torch()
     if dtype is None or dtype == "auto":
@@ -195,26 +196,26 @@ def resolve_dtype(dtype: "str | torch.dtype | None", device: "torch.device") -> 
     return names[key]
 
 
-def synchronize(device: "torch.device") -> None:
+def synchronize(device: torch.device) -> None:
     """Wait for all work queued on ``device``; a no-op on CPU."""
     mod = _backend_module(device)
     if mod is not None:
         mod.synchronize(device)
 
 
-def new_stream(device: "torch.device") -> Any:
+def new_stream(device: torch.device) -> Any:
     """A new side stream on ``device`` (``torch.npu.Stream`` / ``torch.cuda.Stream``); None on CPU."""
     mod = _backend_module(device)
     return None if mod is None else mod.Stream(device=device)
 
 
-def current_stream(device: "torch.device") -> Any:
+def current_stream(device: torch.device) -> Any:
     """The caller's current stream on ``device``; None on CPU."""
     mod = _backend_module(device)
     return None if mod is None else mod.current_stream(device)
 
 
-def new_event(device: "torch.device") -> Any:
+def new_event(device: torch.device) -> Any:
     """A new event on ``device``; None on CPU."""
     mod = _backend_module(device)
     return None if mod is None else mod.Event()
@@ -242,7 +243,7 @@ class MemoryInfo:
     allocated: int
 
 
-def memory_info(device: "torch.device") -> MemoryInfo:
+def memory_info(device: torch.device) -> MemoryInfo:
     """Free/total/allocated bytes on ``device`` (host RAM figures on CPU)."""
     mod = _backend_module(device)
     if mod is None:
@@ -262,7 +263,7 @@ def _host_memory() -> tuple[int, int]:
         return pages // 2, pages
 
 
-def compile_backend(device: "torch.device") -> str | None:
+def compile_backend(device: torch.device) -> str | None:
     """The ``torch.compile`` backend for a decode step on ``device``.
 
     NPU: ``"npugraph_ex"`` (ACLGraph capture + FX passes, recommended by torch_npu for LLM
@@ -290,7 +291,7 @@ class PlatformInfo:
     cuda_reason: str
 
 
-def describe(device: "str | torch.device" = "auto") -> PlatformInfo:
+def describe(device: str | torch.device = "auto") -> PlatformInfo:
     """What ``device`` resolves to and why the other accelerators were not picked."""
     resolved = resolve_device(device)
     return PlatformInfo(
