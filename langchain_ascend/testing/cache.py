@@ -1,0 +1,133 @@
+"""Cache folder, build fingerprints and race-safe atomic builds for the test artefacts.
+
+A build writes into a fresh temporary folder next to its final place and then renames it
+into place, so a reader never sees a half-written folder. An advisory ``fcntl`` lock per
+artefact keeps two processes from doing the same work twice; where ``fcntl`` is missing the
+rename race is still safe: the loser discards its copy and uses the winner's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from importlib import metadata, resources
+from pathlib import Path
+
+CACHE_ENV_VAR = "LANGCHAIN_ASCEND_CACHE"
+DEFAULT_CACHE_DIR = Path("~/.cache/langchain_ascend/models")
+
+# Bump when the on-disk layout changes in a way the source fingerprint would not notice.
+BUILDER_VERSION = 1
+
+# Package files that decide what a tokenizer build writes; a model build adds its own module.
+TOKENIZER_SOURCES = (
+    "cache.py",
+    "corpus.py",
+    "tokenizer_builder.py",
+    "data/prose_en.txt",
+    "data/chat_template.jinja",
+)
+_FINGERPRINTED_DISTRIBUTIONS = ("transformers", "tokenizers", "torch", "safetensors")
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Return the cache folder: the argument, else ``$LANGCHAIN_ASCEND_CACHE``, else the default.
+
+    Args:
+        cache_dir: Explicit folder; ``None`` falls back to the environment, then to
+            ``~/.cache/langchain_ascend/models``.
+
+    Returns:
+        The absolute cache folder (created if missing).
+    """
+    chosen = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV_VAR)
+    path = Path(chosen) if chosen else DEFAULT_CACHE_DIR
+    path = path.expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def builder_fingerprint(sources: tuple[str, ...], *parts: object) -> str:
+    """Hash builder sources, library versions and ``parts`` into a short hex digest.
+
+    Args:
+        sources: Files of this package (relative paths) whose content decides the build.
+        *parts: Build parameters (their ``repr`` is hashed).
+
+    Any change to the builder code, its bundled data, the libraries that write the files or
+    the build parameters yields a different digest, hence a different cache folder.
+    """
+    digest = hashlib.sha256(f"builder-v{BUILDER_VERSION}".encode())
+    package = resources.files("langchain_ascend.testing")
+    for relative in sources:
+        digest.update(relative.encode())
+        digest.update(package.joinpath(relative).read_bytes())
+    for name in _FINGERPRINTED_DISTRIBUTIONS:
+        digest.update(f"{name}={_distribution_version(name)}".encode())
+    for part in parts:
+        digest.update(repr(part).encode())
+    return digest.hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def _build_lock(lock_path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: rely on the atomic rename alone
+        yield
+        return
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _make_shareable(folder: Path) -> None:
+    """Make the built folder world-readable like a normal cache (mkdtemp makes it private)."""
+    os.chmod(folder, 0o755)
+    for path in folder.rglob("*"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+def build_once(final_dir: Path, build: Callable[[Path], None]) -> Path:
+    """Return ``final_dir``, calling ``build(tmp_dir)`` and renaming it into place if missing.
+
+    Args:
+        final_dir: Where the finished artefact lives; its existence means "complete".
+        build: Writes the artefact's files into the (empty, existing) folder it is given.
+
+    Returns:
+        ``final_dir``.
+    """
+    if final_dir.is_dir():
+        return final_dir
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(final_dir.parent / f".{final_dir.name}.lock"):
+        if final_dir.is_dir():
+            return final_dir
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", dir=final_dir.parent))
+        try:
+            build(tmp_dir)
+            _make_shareable(tmp_dir)
+            try:
+                os.rename(tmp_dir, final_dir)
+            except OSError:
+                if not final_dir.is_dir():
+                    raise
+        finally:
+            if tmp_dir.exists():
+                shutil.rmtree(tmp_dir, ignore_errors=True)
+    return final_dir

@@ -1,0 +1,25 @@
+"""Shared pytest fixtures: tiny offline models built once per cache (see langchain_ascend.testing).
+
+Models are cached in ``$LANGCHAIN_ASCEND_CACHE`` when set, else in the default
+``~/.cache/langchain_ascend/models``, so only the first session pays for the build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from langchain_ascend.testing import ARCHITECTURES, build_model
+
+
+@pytest.fixture(scope="session")
+def tiny_model_paths() -> dict[str, Path]:
+    """Folder of the ``tiny`` model (with tokenizer) for each architecture: qwen2, llama, qwen3."""
+    return {arch: build_model("tiny", arch) for arch in ARCHITECTURES}
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_path() -> Path:
+    """Folder of the ``tiny`` qwen2 model with its tokenizer."""
+    return build_model("tiny", "qwen2")
