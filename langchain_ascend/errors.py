@@ -34,3 +34,73 @@ class EngineClosedError(LangChainAscendError, RuntimeError):
 
 class RequestAbortedError(LangChainAscendError, RuntimeError):
     """A request was aborted (cancelled by its caller) before it finished."""
+
+
+class EngineStepError(LangChainAscendError, RuntimeError):
+    """A model step failed: the requests in that step were failed (the cause is chained as
+    ``__cause__``); the engine keeps serving the others and new requests."""
+
+
+class ToolCallError(LangChainAscendError, ValueError):
+    """A tool call cannot be run as given: unknown tool name, arguments that are not a JSON
+    object or fail the tool's schema, a missing name, or a ``tool_call_id`` used twice."""
+
+
+class ToolTimeoutError(LangChainAscendError, TimeoutError):
+    """A tool call ran past its ``timeout_ms``; the caller got its answer on time, and a sync
+    tool's thread was left to finish on its own (threads cannot be killed)."""
+
+
+class ToolWorkersExhaustedError(LangChainAscendError, RuntimeError):
+    """Too many tool threads are stuck in calls that timed out earlier, so the executor refuses
+    to start more until some of them return (see ``max_abandoned_threads``)."""
+
+
+class UnsupportedContentError(InvalidRequestError):
+    """A message carries content this model cannot read (an image, audio or file block...).
+
+    The message names the block type and the position of the message in the conversation.
+    """
+
+
+class ChatTemplateError(LangChainAscendError, ValueError):
+    """The tokenizer has no chat template, or its template rejected the conversation."""
+
+
+class VectorStoreInputError(LangChainAscendError, ValueError):
+    """Bad input to a vector store or an embedding model: mismatched lengths of texts, metadatas
+    and ids, an id given twice in one call, no texts where at least one is needed, an unknown
+    option. Nothing was changed: the store keeps its previous contents."""
+
+
+class EmbeddingDimensionError(VectorStoreInputError):
+    """A vector's width differs from the index's dimension; the message gives both."""
+
+
+class InvalidVectorError(VectorStoreInputError):
+    """A vector holds NaN or infinity, or is not a flat sequence of numbers; the message names
+    the first offending row."""
+
+
+class InvalidFilterError(VectorStoreInputError):
+    """A metadata filter is malformed: an unknown ``$`` operator, ``$and``/``$or`` without a
+    list, ``$in``/``$nin`` without a list, or a filter that is neither a dict nor a callable."""
+
+
+class IndexFormatError(LangChainAscendError, ValueError):
+    """A saved index folder cannot be read: files missing, truncated or corrupted, or written
+    by a newer format version. The message names the file."""
+
+
+class ChecksumMismatchError(IndexFormatError):
+    """A file in a saved index folder does not match the checksum recorded when it was saved."""
+
+
+class UnsafeDeserializationError(LangChainAscendError, ValueError):
+    """Loading would unpickle a file (a ``langchain_community`` FAISS folder) and the caller did
+    not pass ``allow_dangerous_deserialization=True``."""
+
+
+class EmbeddingModelError(LangChainAscendError, ValueError):
+    """The embedding model cannot be loaded (no such local folder and no cached hub copy) or
+    returned something unusable; the message names the model."""

@@ -1,0 +1,1 @@
+"""Paged attention plugged into transformers models (see ``registry``) and its backends."""

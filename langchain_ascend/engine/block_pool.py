@@ -1,0 +1,201 @@
+"""The pool of KV-cache blocks: reference counts, free lists, and the prefix-hash map.
+
+Pure Python, no torch: a block here is only an id into the device cache that
+``engine/kv_cache.py`` allocates.
+
+Invariants:
+    * A block with ``ref_cnt > 0`` is owned by at least one live request and is on no free list.
+    * A block with ``ref_cnt == 0`` is on exactly one free list: the *uncached* queue when it
+      holds no reusable prefix (never written, or a partial block), else the *cached* LRU list.
+    * Allocation takes uncached blocks first (they hold nothing worth keeping), then evicts
+      cached ones least-recently-freed first; eviction removes the hash mapping before reuse.
+    * ``hash -> block`` maps only blocks whose ``block_hash`` is set, one block per hash.
+    * A prefix hit is verified against the stored ``(parent_hash, token_ids)`` of the block, so
+      a hash collision is a miss, never silently wrong K/V.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+
+BlockHash = bytes
+HashFn = Callable[[BlockHash | None, Sequence[int]], BlockHash]
+
+_ROOT_HASH = b"langchain-ascend-kv-root"
+
+
+def hash_block_tokens(parent_hash: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
+    """SHA-256 over the parent block's hash and this block's token ids.
+
+    Chaining makes a block's hash depend on every token before it, so equal hashes mean equal
+    prefixes (and a hit is still checked against the stored tokens).
+    """
+    digest = hashlib.sha256(parent_hash if parent_hash is not None else _ROOT_HASH)
+    digest.update(array("q", token_ids).tobytes())
+    return digest.digest()
+
+
+class KVBlock:
+    """Bookkeeping for one block of ``block_size`` token slots in the device cache.
+
+    Attributes:
+        block_id: Index into the device K/V cache.
+        ref_cnt: Live requests whose block table holds this block.
+        block_hash: Hash of the full prefix this block completes, when it is cached.
+        parent_hash: Hash of the previous block of that prefix (None for the first block).
+        token_ids: The block's tokens, stored for hit verification.
+    """
+
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "parent_hash", "token_ids")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: BlockHash | None = None
+        self.parent_hash: BlockHash | None = None
+        self.token_ids: tuple[int, ...] = ()
+
+    def __repr__(self) -> str:
+        cached = "cached" if self.block_hash is not None else "plain"
+        return f"KVBlock({self.block_id}, ref={self.ref_cnt}, {cached})"
+
+    def _clear_hash(self) -> None:
+        self.block_hash = None
+        self.parent_hash = None
+        self.token_ids = ()
+
+
+class OutOfBlocksError(RuntimeError):
+    """Internal: more blocks were requested than are free. Callers check first."""
+
+
+class BlockPool:
+    """All KV blocks, the two free lists and the prefix-hash map.
+
+    Args:
+        num_blocks: Blocks in the device cache.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self._free_uncached: deque[KVBlock] = deque(self.blocks)
+        # block_id -> block, oldest-freed first (the eviction order).
+        self._free_cached: OrderedDict[int, KVBlock] = OrderedDict()
+        self._hash_to_block: dict[BlockHash, KVBlock] = {}
+        self.num_evictions = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks no request holds (allocatable, cached ones included)."""
+        return len(self._free_uncached) + len(self._free_cached)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks (free or in use) that hold a reusable prefix."""
+        return len(self._hash_to_block)
+
+    def eviction_order(self) -> list[int]:
+        """Ids of the free blocks in the order :meth:`allocate` hands them out."""
+        return [b.block_id for b in self._free_uncached] + list(self._free_cached)
+
+    def lookup(
+        self, block_hash: BlockHash, parent_hash: BlockHash | None, token_ids: Sequence[int]
+    ) -> KVBlock | None:
+        """The cached block for this prefix block, or None (also on a hash collision)."""
+        block = self._hash_to_block.get(block_hash)
+        if block is None:
+            return None
+        if block.parent_hash != parent_hash or block.token_ids != tuple(token_ids):
+            return None
+        return block
+
+    def allocate(self, num_blocks: int) -> list[KVBlock]:
+        """Take ``num_blocks`` free blocks (ref count 1 each), evicting cached ones if needed.
+
+        Raises:
+            OutOfBlocksError: Fewer than ``num_blocks`` are free.
+        """
+        if num_blocks > self.num_free_blocks:
+            raise OutOfBlocksError(f"asked for {num_blocks} blocks, {self.num_free_blocks} free")
+        taken: list[KVBlock] = []
+        for _ in range(num_blocks):
+            if self._free_uncached:
+                block = self._free_uncached.popleft()
+            else:
+                _, block = self._free_cached.popitem(last=False)
+                self._evict(block)
+            block.ref_cnt = 1
+            taken.append(block)
+        return taken
+
+    def touch(self, blocks: Iterable[KVBlock]) -> None:
+        """Add a reference to cached blocks a request reuses; free ones leave the free list."""
+        for block in blocks:
+            if block.ref_cnt == 0:
+                del self._free_cached[block.block_id]
+            block.ref_cnt += 1
+
+    def free(self, blocks: Iterable[KVBlock]) -> None:
+        """Drop one reference from each block, in order.
+
+        Blocks reaching zero join the tail of their free list, so the first block given here
+        is evicted before the later ones.
+        """
+        for block in blocks:
+            if block.ref_cnt <= 0:
+                raise RuntimeError(f"double free of block {block.block_id}")
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                if block.block_hash is not None:
+                    self._free_cached[block.block_id] = block
+                else:
+                    self._free_uncached.append(block)
+
+    def cache_block(
+        self,
+        block: KVBlock,
+        block_hash: BlockHash,
+        parent_hash: BlockHash | None,
+        token_ids: Sequence[int],
+    ) -> bool:
+        """Register a full, in-use block under its prefix hash.
+
+        Returns:
+            True when registered; False when the block is already cached or another block
+            holds that hash (the duplicate stays a plain block and is freed as such).
+        """
+        if block.ref_cnt <= 0:
+            raise RuntimeError(f"cannot cache free block {block.block_id}")
+        if block.block_hash is not None or block_hash in self._hash_to_block:
+            return False
+        block.block_hash = block_hash
+        block.parent_hash = parent_hash
+        block.token_ids = tuple(token_ids)
+        self._hash_to_block[block_hash] = block
+        return True
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix; only possible when no request holds a block."""
+        if self.num_used_blocks:
+            return False
+        for block in list(self._free_cached.values()):
+            self._evict(block)
+            self._free_uncached.append(block)
+        self._free_cached.clear()
+        return True
+
+    def _evict(self, block: KVBlock) -> None:
+        if block.block_hash is not None:
+            del self._hash_to_block[block.block_hash]
+            block._clear_hash()
+            self.num_evictions += 1

@@ -1,0 +1,108 @@
+"""Optional compiled decode step, with an eager fallback that never fails a request.
+
+``compile="auto"`` turns compilation on for accelerators and OFF on CPU: measured on the
+2-core CPU with the ~40M bench model, a decode step is bound by reading the weights
+(``benchmarks/bench_decode.py``), and inductor's compile time (tens of seconds per shape)
+buys nothing back there. ``compile=True`` forces it anywhere.
+
+When enabled, steps made only of decodes go through ``torch.compile(forward,
+backend=platform.compile_backend(device), dynamic=True)``, one compiled callable per batch-size
+bucket (1, 2, 4, ... ``max_batch_size``). Any exception while compiling or running a compiled
+step logs a warning, disables compilation for good and reruns the step eagerly — the cache
+writes of a failed attempt are repeated with the same values, so a retry is harmless.
+
+TODO(issue-4): full graph capture (CUDA graphs / ACLGraph via ``npugraph_ex``) needs
+shape-stable step metadata (batch padded to the bucket on the scratch block, block tables
+padded to a fixed width, sequence lengths as device tensors); ``ModelRunner`` already keeps a
+scratch block for that padding.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend import platform
+
+if TYPE_CHECKING:
+    import torch
+
+    from langchain_ascend.attention.backends.base import BatchLayout
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_compile(mode: bool | str, device: torch.device) -> bool:
+    """Whether to compile the decode step for ``mode`` (``"auto"``, True, False) on ``device``.
+
+    Raises:
+        ValueError: ``mode`` is none of those.
+    """
+    if mode == "auto":
+        return platform.device_type(device) != "cpu" and platform.compile_backend(device) is not None
+    if isinstance(mode, bool):
+        return mode and platform.compile_backend(device) is not None
+    raise ValueError(f"compile must be 'auto', True or False, got {mode!r}")
+
+
+def batch_bucket(batch_size: int) -> int:
+    """The power-of-two bucket a decode batch of ``batch_size`` is compiled for."""
+    bucket = 1
+    while bucket < batch_size:
+        bucket *= 2
+    return bucket
+
+
+class StepCompiler:
+    """Runs the model forward eagerly, or compiled for pure-decode steps when enabled.
+
+    Args:
+        forward: ``forward(input_ids, position_ids, sample_rows, step) -> logits``.
+        device: Where the model runs (picks the compile backend).
+        mode: ``"auto"``, True or False (see :func:`resolve_compile`).
+        backend: Override of the ``torch.compile`` backend (tests use a failing one).
+    """
+
+    def __init__(self, forward: Callable[..., Any], *, device: torch.device,
+                 mode: bool | str = "auto", backend: Any = None) -> None:
+        self.forward = forward
+        self.device = device
+        self.enabled = resolve_compile(mode, device)
+        self.backend = backend if backend is not None else platform.compile_backend(device)
+        self.bucket_to_fn: dict[int, Callable[..., Any]] = {}
+        self.failure: str | None = None
+
+    def run(self, input_ids: torch.Tensor, position_ids: torch.Tensor, sample_rows: torch.Tensor,
+            step: Any, layout: BatchLayout) -> torch.Tensor:
+        """Logits of ``sample_rows`` for the packed step (compiled when possible)."""
+        if not self.enabled or layout.num_decodes != layout.num_segments:
+            return self.forward(input_ids, position_ids, sample_rows, step)
+        try:
+            return self._compiled(layout.num_segments)(input_ids, position_ids, sample_rows, step)
+        except Exception as exc:  # noqa: BLE001 - any compile problem means: run eagerly
+            self.enabled = False
+            self.failure = f"{type(exc).__name__}: {exc}"
+            logger.warning("compiled decode step failed, running eagerly from now on: %s",
+                           self.failure)
+            return self.forward(input_ids, position_ids, sample_rows, step)
+
+    def _compiled(self, batch_size: int) -> Callable[..., Any]:
+        import torch
+
+        bucket = batch_bucket(batch_size)
+        fn = self.bucket_to_fn.get(bucket)
+        if fn is None:
+            fn = torch.compile(self.forward, backend=self.backend, dynamic=True)
+            self.bucket_to_fn[bucket] = fn
+        return fn
+
+    def warmup(self, runner: Any, block_ids: list[int]) -> None:
+        """Compile the smallest decode bucket ahead of the first request (when enabled)."""
+        if not self.enabled:
+            return
+        from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
+        from langchain_ascend.engine.sampling_params import SamplingParams
+
+        segment = ScheduledSegment("__warmup__", [0], 1, block_ids, True, SamplingParams())
+        runner.execute(ScheduledBatch(segments=[segment]))

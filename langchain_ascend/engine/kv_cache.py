@@ -1,0 +1,99 @@
+"""The device K/V tensors of the paged cache, shaped by the attention backend.
+
+One tensor per decoder layer, allocated once and updated in place. Block ids handed out by the
+host-side block pool index dimension 1 of every layer's tensor. The cache is zero-filled so
+that padding gathered by batched attention is finite (masked scores times a NaN value would
+still be NaN); on CPU ``torch.zeros`` maps pages lazily, so untouched blocks cost no RAM.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from langchain_ascend import platform
+
+if TYPE_CHECKING:
+    import torch
+
+    from langchain_ascend.attention.backends.base import AttentionBackend
+
+logger = logging.getLogger(__name__)
+
+CPU_KV_CACHE_CAP_BYTES = 2 * 1024**3
+"""Most memory a CPU KV cache takes when sized from a fraction of free RAM (the model and the
+activations need the rest of the host)."""
+
+MIN_NUM_BLOCKS = 2
+
+
+def plan_num_blocks(*, device: torch.device, bytes_per_block: int,
+                    memory_fraction: float, num_blocks: int | None = None,
+                    cpu_cap_bytes: int = CPU_KV_CACHE_CAP_BYTES) -> int:
+    """How many KV blocks to allocate.
+
+    Args:
+        device: Where the cache lives.
+        bytes_per_block: One block across all layers (``AttentionBackend.bytes_per_block``).
+        memory_fraction: Share of the currently free device memory (host RAM on CPU) to use,
+            in (0, 1].
+        num_blocks: Explicit count; wins over the fraction when given.
+        cpu_cap_bytes: Upper bound for a fraction-sized cache on CPU.
+
+    Returns:
+        The number of blocks (at least :data:`MIN_NUM_BLOCKS`).
+
+    Raises:
+        ValueError: Bad ``num_blocks`` / ``memory_fraction``, or too little memory.
+    """
+    if num_blocks is not None:
+        if not isinstance(num_blocks, int) or num_blocks < MIN_NUM_BLOCKS:
+            raise ValueError(f"num_blocks must be an integer >= {MIN_NUM_BLOCKS}, got {num_blocks!r}")
+        return num_blocks
+    if not 0 < memory_fraction <= 1:
+        raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {memory_fraction!r}")
+    budget = int(platform.memory_info(device).free * memory_fraction)
+    if platform.device_type(device) == "cpu":
+        budget = min(budget, cpu_cap_bytes)
+    planned = budget // bytes_per_block
+    if planned < MIN_NUM_BLOCKS:
+        raise ValueError(
+            f"not enough free memory on {device} for a KV cache: {budget} bytes allowed by "
+            f"kv_cache_memory_fraction={memory_fraction}, one block needs {bytes_per_block}")
+    return planned
+
+
+class KVCache:
+    """Per-layer paged K/V tensors.
+
+    Args:
+        backend: Decides each layer's tensor shape (``backend.kv_cache_shape``).
+        num_layers: Decoder layers of the model.
+        num_blocks: Blocks in the pool.
+        block_size: Tokens per block.
+
+    Attributes:
+        tensors: One cache tensor per layer, on ``backend.device`` with ``backend.dtype``.
+    """
+
+    def __init__(self, backend: AttentionBackend, *, num_layers: int, num_blocks: int,
+                 block_size: int) -> None:
+        import torch
+
+        backend.check_block_size(block_size)
+        self.num_layers = num_layers
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        shape = backend.kv_cache_shape(num_blocks, block_size)
+        self.tensors: list[torch.Tensor] = [
+            torch.zeros(shape, dtype=backend.dtype, device=backend.device)
+            for _ in range(num_layers)
+        ]
+        self.num_bytes = sum(t.numel() * t.element_size() for t in self.tensors)
+        logger.info("KV cache: %d blocks x %d tokens, %d layers, %.1f MiB on %s", num_blocks,
+                    block_size, num_layers, self.num_bytes / 2**20, backend.device)
+
+    @property
+    def num_slots(self) -> int:
+        """Token slots in the pool."""
+        return self.num_blocks * self.block_size

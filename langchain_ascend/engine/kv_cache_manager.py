@@ -1,0 +1,193 @@
+"""The front door to the block pool: per-request block tables and prefix caching.
+
+Pure Python, no torch. The scheduler asks three questions of this class:
+
+* :meth:`KVCacheManager.get_computed_blocks` - how much of a new request's prefix is cached?
+* :meth:`KVCacheManager.allocate_slots` - can the request get slots for ``n`` more tokens?
+  (all or nothing: on ``None`` nothing changed)
+* :meth:`KVCacheManager.free` - the request finished, was aborted or preempted.
+
+and after each step it calls :meth:`KVCacheManager.cache_blocks` so newly *computed* full
+blocks (prompt or generated tokens) become reusable by later requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_ascend.engine.block_pool import BlockPool, HashFn, KVBlock, hash_block_tokens
+from langchain_ascend.engine.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    """Block tables of live requests over one :class:`BlockPool`.
+
+    Args:
+        num_blocks: Blocks in the device cache.
+        block_size: Token slots per block.
+        enable_prefix_caching: Reuse full blocks across requests; False makes every request
+            compute its whole prompt.
+        hash_fn: Chained block hash (tests pass a weak one to force collisions).
+
+    Invariants:
+        * ``req_to_blocks[id]`` covers at least the request's allocated tokens, in order.
+        * The first ``req_to_num_cached_blocks[id]`` blocks of a request are registered in the
+          pool's hash map (or were already cached when it hit them).
+        * A prefix hit never covers a request's last token: its logits must be computed.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_prefix_caching: bool = True,
+        hash_fn: HashFn = hash_block_tokens,
+    ) -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks)
+        self._hash_fn = hash_fn
+        self.req_to_blocks: dict[str, list[KVBlock]] = {}
+        self.req_to_num_cached_blocks: dict[str, int] = {}
+        self.num_queried_tokens = 0
+        self.num_hit_tokens = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens the whole pool holds: no request can grow beyond this."""
+        return self.pool.num_blocks * self.block_size
+
+    def block_ids(self, request_id: str) -> list[int]:
+        """The request's block table (empty when it holds none)."""
+        return [b.block_id for b in self.req_to_blocks.get(request_id, ())]
+
+    def update_block_hashes(self, request: Request) -> None:
+        """Extend ``request.block_hashes`` over every full block of its known tokens."""
+        size = self.block_size
+        hashes = request.block_hashes
+        tokens = request.all_token_ids
+        for index in range(len(hashes), len(tokens) // size):
+            parent = hashes[index - 1] if index else None
+            hashes.append(self._hash_fn(parent, tokens[index * size:(index + 1) * size]))
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVBlock], int]:
+        """The longest cached prefix of a request not yet holding blocks.
+
+        The hit stops at the first missing or mismatching block and is capped so at least the
+        last token is computed again (its logits give the next token).
+
+        Returns:
+            The hit blocks (not yet referenced: pass them to :meth:`allocate_slots`) and the
+            number of tokens they cover.
+        """
+        if not self.enable_prefix_caching:
+            return [], 0
+        self.update_block_hashes(request)
+        size = self.block_size
+        tokens = request.all_token_ids
+        max_blocks = (request.num_tokens - 1) // size
+        hits: list[KVBlock] = []
+        for index in range(max_blocks):
+            parent = request.block_hashes[index - 1] if index else None
+            block = self.pool.lookup(
+                request.block_hashes[index], parent, tokens[index * size:(index + 1) * size]
+            )
+            if block is None:
+                break
+            hits.append(block)
+        return hits, len(hits) * size
+
+    def record_prefix_lookup(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
+        """Count one admitted request's lookup in the hit-rate statistics."""
+        if self.enable_prefix_caching:
+            self.num_queried_tokens += num_queried_tokens
+            self.num_hit_tokens += num_hit_tokens
+
+    def num_blocks_needed(
+        self, request: Request, num_new_tokens: int, new_computed_blocks: Sequence[KVBlock] = ()
+    ) -> int:
+        """Free blocks :meth:`allocate_slots` would consume (hit blocks on a free list count)."""
+        held = self.req_to_blocks.get(request.request_id, ())
+        num_tokens = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
+                      + num_new_tokens)
+        num_new_blocks = max(cdiv(num_tokens, self.block_size) - len(held)
+                             - len(new_computed_blocks), 0)
+        num_revived = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
+        return num_new_blocks + num_revived
+
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, new_computed_blocks: Sequence[KVBlock] = ()
+    ) -> list[KVBlock] | None:
+        """Give the request slots for ``num_new_tokens`` more tokens.
+
+        Args:
+            request: Its ``num_computed_tokens`` must not yet include ``new_computed_blocks``.
+            num_new_tokens: Tokens to compute this step.
+            new_computed_blocks: Prefix-cache hits from :meth:`get_computed_blocks` (only at a
+                request's (re)admission).
+
+        Returns:
+            The newly allocated blocks (possibly empty), or None - with nothing changed - when
+            the pool cannot supply them.
+        """
+        if self.num_blocks_needed(request, num_new_tokens, new_computed_blocks) > (
+            self.pool.num_free_blocks
+        ):
+            return None
+        rid = request.request_id
+        blocks = self.req_to_blocks.setdefault(rid, [])
+        if new_computed_blocks:
+            if blocks:
+                raise RuntimeError(f"request {rid} already holds blocks; hits only at admission")
+            self.pool.touch(new_computed_blocks)
+            blocks.extend(new_computed_blocks)
+            self.req_to_num_cached_blocks[rid] = len(new_computed_blocks)
+        num_tokens = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
+                      + num_new_tokens)
+        num_new_blocks = max(cdiv(num_tokens, self.block_size) - len(blocks), 0)
+        new_blocks = self.pool.allocate(num_new_blocks)
+        blocks.extend(new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: Request) -> None:
+        """Register the request's full, computed blocks in the prefix cache."""
+        if not self.enable_prefix_caching:
+            return
+        rid = request.request_id
+        blocks = self.req_to_blocks.get(rid)
+        if not blocks:
+            return
+        num_full = min(request.num_computed_tokens // self.block_size, len(blocks))
+        start = self.req_to_num_cached_blocks.get(rid, 0)
+        if num_full <= start:
+            return
+        self.update_block_hashes(request)
+        size = self.block_size
+        tokens = request.all_token_ids
+        for index in range(start, num_full):
+            parent = request.block_hashes[index - 1] if index else None
+            self.pool.cache_block(blocks[index], request.block_hashes[index], parent,
+                                  tokens[index * size:(index + 1) * size])
+        self.req_to_num_cached_blocks[rid] = num_full
+
+    def free(self, request: Request) -> None:
+        """Release the request's blocks; its tail blocks become the first to be evicted."""
+        rid = request.request_id
+        blocks = self.req_to_blocks.pop(rid, None)
+        self.req_to_num_cached_blocks.pop(rid, None)
+        if blocks:
+            self.pool.free(reversed(blocks))
+
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()

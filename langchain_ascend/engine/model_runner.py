@@ -1,0 +1,303 @@
+"""The only per-step device code: scheduled segments -> one packed forward -> sampled tokens.
+
+Every step runs the unchanged transformers model ONCE on a packed batch: ``input_ids (1, T)``
+holds the new tokens of all scheduled requests end to end (single-token decodes first, then
+prefill chunks), ``position_ids (1, T)`` their absolute positions. No HF cache object is passed
+(``use_cache=False``); our attention function (registered in transformers'
+``AttentionInterface``) writes each layer's K/V into the paged cache and attends over it,
+driven by the step metadata passed as a keyword argument. Only the hidden states of the
+positions that sample reach the LM head (``logits_to_keep``), so a long prefill never builds
+a ``(T, vocab)`` logits matrix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend import platform
+from langchain_ascend.attention import registry
+from langchain_ascend.attention.backends import backend_name_for, get_backend_class
+from langchain_ascend.attention.backends.base import BatchLayout
+from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
+from langchain_ascend.engine.compile import StepCompiler
+from langchain_ascend.engine.kv_cache import KVCache, plan_num_blocks
+from langchain_ascend.engine.sampler import Sampler
+from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+
+def _text_config(config: Any) -> Any:
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def attention_geometry(config: Any) -> tuple[int, int, int, int]:
+    """``(num_layers, num_heads, num_kv_heads, head_dim)`` of a decoder-only HF config."""
+    text = _text_config(config)
+    num_heads = text.num_attention_heads
+    num_kv_heads = getattr(text, "num_key_value_heads", None) or num_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // num_heads
+    return text.num_hidden_layers, num_heads, num_kv_heads, head_dim
+
+
+def build_layout(segments: Sequence[ScheduledSegment], block_size: int,
+                 order: Sequence[int]) -> tuple[BatchLayout, list[int], list[int]]:
+    """Pack ``segments`` (in ``order``) into one flat token batch (pure function).
+
+    Args:
+        segments: The step's segments.
+        block_size: Tokens per KV block.
+        order: Packing order of segment indices; single-token segments must come first.
+
+    Returns:
+        ``(layout, input_ids, positions)``; ``input_ids``/``positions`` are the ``T`` packed
+        tokens and their absolute positions.
+
+    Raises:
+        ValueError: A segment is empty or its block table does not cover its tokens.
+    """
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slot_mapping: list[int] = []
+    query_start_loc = [0]
+    seq_lens: list[int] = []
+    block_tables: list[list[int]] = []
+    num_decodes = 0
+    for index in order:
+        seg = segments[index]
+        num_new = len(seg.token_ids)
+        end = seg.start_pos + num_new
+        if num_new == 0:
+            raise ValueError(f"request {seg.request_id!r}: scheduled segment has no tokens")
+        if len(seg.block_ids) * block_size < end:
+            raise ValueError(
+                f"request {seg.request_id!r}: block table of {len(seg.block_ids)} blocks covers "
+                f"{len(seg.block_ids) * block_size} slots, the segment needs {end}")
+        if num_new == 1:
+            if num_decodes != len(seq_lens):
+                raise ValueError("single-token segments must be packed before longer ones")
+            num_decodes += 1
+        blocks = seg.block_ids
+        input_ids.extend(seg.token_ids)
+        positions.extend(range(seg.start_pos, end))
+        slot_mapping.extend(blocks[p // block_size] * block_size + p % block_size
+                            for p in range(seg.start_pos, end))
+        query_start_loc.append(query_start_loc[-1] + num_new)
+        seq_lens.append(end)
+        block_tables.append(blocks)
+    layout = BatchLayout(query_start_loc=query_start_loc, seq_lens=seq_lens,
+                         block_tables=block_tables, slot_mapping=slot_mapping,
+                         num_decodes=num_decodes, block_size=block_size)
+    return layout, input_ids, positions
+
+
+class ModelRunner:
+    """Owns the model, the paged KV cache, the attention backend and the sampler.
+
+    Build one with :meth:`load` (from a folder) or :meth:`from_model` (an in-memory model).
+
+    Attributes:
+        model: The transformers causal LM (unchanged, attention routed to our function).
+        config: ``model.config``.
+        device: Where everything runs.
+        dtype: Weights and KV cache dtype.
+        block_size: Tokens per KV block.
+        num_blocks: Usable KV blocks (block ids ``0 .. num_blocks - 1``).
+        max_model_len: ``config.max_position_embeddings``.
+        backend: The attention backend.
+        kv_cache: The paged K/V tensors.
+        sampler: Token selection with per-request generators.
+    """
+
+    def __init__(self, model: Any, *, backend: Any, kv_cache: KVCache,
+                 max_num_batched_tokens: int = 2048, max_batch_size: int = 64,
+                 compile: bool | str = "auto") -> None:
+        self.model = model
+        self.config = model.config
+        self.device = backend.device
+        self.dtype = backend.dtype
+        self.backend = backend
+        self.kv_cache = kv_cache
+        self.block_size = kv_cache.block_size
+        self.num_blocks = kv_cache.num_blocks - 1  # the last block is scratch (warmup, padding)
+        self.scratch_block_id = kv_cache.num_blocks - 1
+        text = _text_config(self.config)
+        self.max_model_len = int(getattr(text, "max_position_embeddings", 0) or 0) or 2**31 - 1
+        self.vocab_size = int(text.vocab_size)
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_batch_size = max_batch_size
+        self.sampler = Sampler(self.device)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.compiler = StepCompiler(self._forward, device=self.device, mode=compile)
+
+    @classmethod
+    def load(cls, model_path: str, *, device: Any = "auto", dtype: Any = "auto",
+             block_size: int | None = None, num_blocks: int | None = None,
+             kv_cache_memory_fraction: float = 0.5, max_num_batched_tokens: int = 2048,
+             max_batch_size: int = 64, attention_backend: str = "auto",
+             compile: bool | str = "auto") -> ModelRunner:
+        """Load a causal LM from ``model_path`` with our paged attention and allocate its cache.
+
+        Args:
+            model_path: A folder ``AutoModelForCausalLM.from_pretrained`` reads.
+            device: ``"auto"``, ``"npu"``, ``"cuda"``, ``"cpu"``... (see ``platform``).
+            dtype: ``"auto"`` (bf16/fp16 on accelerators, fp32 on CPU) or a dtype / name.
+            block_size: Tokens per KV block; default: the backend's preferred size.
+            num_blocks: KV blocks to allocate; default: from ``kv_cache_memory_fraction``.
+            kv_cache_memory_fraction: Share of free device memory (host RAM on CPU, capped at
+                ``kv_cache.CPU_KV_CACHE_CAP_BYTES``) given to the cache.
+            max_num_batched_tokens: Most tokens of one step (sizes warmup).
+            max_batch_size: Most requests of one step (sizes compiled buckets).
+            attention_backend: ``"auto"`` (npu on NPU, torch_ref elsewhere) or a backend name.
+            compile: ``"auto"`` (off on CPU), True or False: compile the decode step.
+        """
+        from transformers import AutoModelForCausalLM
+
+        resolved_device = platform.resolve_device(device)
+        resolved_dtype = platform.resolve_dtype(dtype, resolved_device)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=resolved_dtype, attn_implementation=registry.register())
+        model.to(resolved_device)
+        return cls.from_model(
+            model, block_size=block_size, num_blocks=num_blocks,
+            kv_cache_memory_fraction=kv_cache_memory_fraction,
+            max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
+            attention_backend=attention_backend, compile=compile)
+
+    @classmethod
+    def from_model(cls, model: Any, *, block_size: int | None = None,
+                   num_blocks: int | None = None, kv_cache_memory_fraction: float = 0.5,
+                   max_num_batched_tokens: int = 2048, max_batch_size: int = 64,
+                   attention_backend: str = "auto", compile: bool | str = "auto") -> ModelRunner:
+        """Wrap an already loaded causal LM; its attention is switched to ours.
+
+        The model's device and dtype decide the cache's. Other arguments as in :meth:`load`.
+        """
+        name = registry.register()
+        if model.config._attn_implementation != name:
+            model.set_attn_implementation(name)
+        model.eval()
+        first = next(model.parameters())
+        device, dtype = first.device, first.dtype
+        num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(model.config)
+        backend_cls = get_backend_class(
+            backend_name_for(platform.device_type(device), attention_backend))
+        backend = backend_cls(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                              dtype=dtype, device=device)
+        block_size = block_size or backend_cls.preferred_block_size()
+        backend_cls.check_block_size(block_size)
+        usable = plan_num_blocks(device=device, bytes_per_block=backend.bytes_per_block(
+            block_size, num_layers), memory_fraction=kv_cache_memory_fraction,
+            num_blocks=num_blocks)
+        kv_cache = KVCache(backend, num_layers=num_layers, num_blocks=usable + 1,
+                           block_size=block_size)
+        return cls(model, backend=backend, kv_cache=kv_cache,
+                   max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
+                   compile=compile)
+
+    def execute(self, batch: ScheduledBatch) -> list[int | None]:
+        """Run one step: one packed forward over all segments, then sample.
+
+        Args:
+            batch: The scheduler's step. ``finished_ids`` are released first.
+
+        Returns:
+            One entry per segment, in ``batch.segments`` order: the sampled token id, or None
+            where ``sample`` is False.
+
+        Raises:
+            InvalidRequestError: A token id is outside the vocabulary.
+            ValueError: The batch breaks the :class:`ScheduledSegment` invariants.
+        """
+        if batch.finished_ids:
+            self.release(batch.finished_ids)
+        segments = batch.segments
+        sample_indices, logits = self.forward_batch(segments)
+        results: list[int | None] = [None] * len(segments)
+        if sample_indices:
+            tokens = self.sampler.sample(
+                logits, [segments[i].sampling for i in sample_indices],
+                [segments[i].request_id for i in sample_indices])
+            for i, token in zip(sample_indices, tokens, strict=True):
+                results[i] = token
+        return results
+
+    def forward_batch(self, segments: Sequence[ScheduledSegment]) -> tuple[list[int], Any]:
+        """The packed forward of one step, without sampling.
+
+        Returns:
+            ``(sample_indices, logits)``: the indices into ``segments`` of the segments with
+            ``sample=True`` and their ``(len(sample_indices), vocab)`` next-token logits, row
+            ``k`` belonging to ``segments[sample_indices[k]]``.
+        """
+        if not segments:
+            return [], None
+        self._check_token_ids(segments)
+        order = sorted(range(len(segments)), key=lambda i: len(segments[i].token_ids) != 1)
+        layout, input_ids, positions = build_layout(segments, self.block_size, order)
+        sample_indices = [i for i in order if segments[i].sample]
+        sample_rows = [layout.query_start_loc[k + 1] - 1
+                       for k, i in enumerate(order) if segments[i].sample]
+        return sample_indices, self.compute_logits(layout, input_ids, positions, sample_rows)
+
+    def compute_logits(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
+                       sample_rows: list[int]) -> torch.Tensor:
+        """Packed forward; returns ``(len(sample_rows), vocab)`` logits of the given tokens."""
+        import torch
+
+        ints = torch.tensor([input_ids, positions], dtype=torch.long)  # (2, T)
+        rows = torch.tensor(sample_rows, dtype=torch.long)  # (S,)
+        if self.device.type != "cpu":
+            ints = ints.to(self.device, non_blocking=True)
+            rows = rows.to(self.device, non_blocking=True)
+        step = registry.PagedAttentionStep(self.backend, self.kv_cache.tensors,
+                                           self.backend.build_metadata(layout))
+        with torch.inference_mode():
+            return self.compiler.run(ints[0:1], ints[1:2], rows, step, layout)
+
+    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                 sample_rows: torch.Tensor, step: registry.PagedAttentionStep) -> torch.Tensor:
+        """The model call itself: ``(1, T)`` ids and positions -> ``(S, V)`` logits."""
+        kwargs = {registry.STEP_KWARG: step}
+        if self._keeps_logits:
+            out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                             logits_to_keep=sample_rows, **kwargs)
+            return out.logits[0]  # (S, V)
+        out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
+        return out.logits[0, sample_rows]  # (S, V)
+
+    def _check_token_ids(self, segments: Sequence[ScheduledSegment]) -> None:
+        for seg in segments:
+            ids = seg.token_ids
+            if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+                raise InvalidRequestError(
+                    f"request {seg.request_id!r}: token ids must be in [0, {self.vocab_size}), "
+                    f"got {min(ids)}..{max(ids)}")
+
+    def release(self, request_ids: Iterable[str]) -> None:
+        """Drop per-request state (sampling generators) of finished/aborted requests."""
+        self.sampler.release(request_ids)
+
+    def warmup(self) -> None:
+        """Run a small prefill and a decode step on the scratch block (touches no real block).
+
+        Brings kernels, allocator pools and (when enabled) compiled decode buckets up before
+        the first request.
+        """
+        block = [self.scratch_block_id]
+        length = min(self.block_size - 1, 8)
+        greedy = SamplingParams(max_tokens=1)
+        prefill = ScheduledSegment("__warmup__", [0] * length, 0, block, True, greedy)
+        decode = ScheduledSegment("__warmup__", [0], length, block, True, greedy)
+        self.execute(ScheduledBatch(segments=[prefill]))
+        self.execute(ScheduledBatch(segments=[decode]))
+        self.compiler.warmup(self, block)
+        self.release(["__warmup__"])

@@ -1,0 +1,269 @@
+"""Which tokens of which requests run in the next step. Pure Python, no torch.
+
+One loop covers prefill, chunked prefill, prefix hits and decode: every request has
+``num_computed_tokens`` catching up to ``num_tokens`` and each step grants some requests some
+tokens within a token budget.
+
+Policy of :meth:`Scheduler.schedule`:
+
+1. Running requests first, decodes before unfinished (chunked) prefills, oldest first. When the
+   pool cannot give one of them its slots, the newest running request not yet scheduled this
+   step is preempted (blocks freed, recomputed later with the tokens it generated) - possibly
+   the request itself.
+2. Then waiting requests, first come first served, while budget, batch size and blocks last.
+   A prompt longer than the remaining budget is prefilled in chunks over several steps. When
+   the head of the queue does not fit, nothing behind it is admitted; nothing is admitted in a
+   step that had to preempt.
+
+A request never grows past ``max_model_len`` (which the engine keeps within the pool), so a
+request alone in the pool always fits: the scheduler cannot run out of blocks for good.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
+from langchain_ascend.engine.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.request import Request, RequestStatus
+
+
+@dataclass
+class StepOutput:
+    """What one step did to one request that sampled a token.
+
+    Attributes:
+        request: The request (its status tells whether it finished).
+        new_token_id: The token sampled this step.
+        finished: The request finished this step (its blocks are already freed).
+    """
+
+    request: Request
+    new_token_id: int
+    finished: bool
+
+
+class Scheduler:
+    """Queues, token budget and preemption over a :class:`KVCacheManager`.
+
+    Args:
+        kv_cache_manager: Owns the blocks.
+        max_num_batched_tokens: Token budget of one step (all segments together).
+        max_batch_size: Most requests in the running batch.
+        max_model_len: Most tokens (prompt + generated) one request may reach; at most the
+            pool's capacity.
+        clock: Time source for the request timestamps.
+    """
+
+    def __init__(
+        self,
+        kv_cache_manager: KVCacheManager,
+        *,
+        max_num_batched_tokens: int,
+        max_batch_size: int,
+        max_model_len: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_num_batched_tokens <= 0:
+            raise ValueError(f"max_num_batched_tokens must be positive, got {max_num_batched_tokens}")
+        if max_batch_size <= 0:
+            raise ValueError(f"max_batch_size must be positive, got {max_batch_size}")
+        if not 0 < max_model_len <= kv_cache_manager.capacity_tokens:
+            raise ValueError(f"max_model_len {max_model_len} must be in 1..pool capacity "
+                             f"{kv_cache_manager.capacity_tokens}")
+        self.kv = kv_cache_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_batch_size = max_batch_size
+        self.max_model_len = max_model_len
+        self.clock = clock
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+        self.num_steps = 0
+        self._finished_ids: list[str] = []
+        self._scheduled: dict[str, Request] = {}
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already live")
+        request.status = RequestStatus.WAITING
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def abort_request(self, request_id: str) -> Request | None:
+        """Finish a live request as aborted and free its blocks now; None if not live."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return None
+        self.finish_request(request, RequestStatus.FINISHED_ABORTED)
+        return request
+
+    def finish_request(
+        self, request: Request, status: RequestStatus, stop_reason: str | int | None = None
+    ) -> None:
+        """End a live request (stop string, abort, failure): free blocks, leave the queues."""
+        if not status.is_finished:
+            raise ValueError(f"{status} is not a finished status")
+        if self.requests.get(request.request_id) is not request:
+            return
+        del self.requests[request.request_id]
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self.kv.free(request)
+        request.status = status
+        if stop_reason is not None:
+            request.stop_reason = stop_reason
+        request.finish_time = self.clock()
+        self._finished_ids.append(request.request_id)
+
+    def schedule(self) -> ScheduledBatch:
+        """Decide the next step (see the module docstring for the policy)."""
+        budget = self.max_num_batched_tokens
+        num_new: dict[str, int] = {}
+        order: list[Request] = []
+        preempted: list[Request] = []
+
+        decodes = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
+        prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens != 1]
+        for request in decodes + prefills:
+            if budget == 0:
+                break
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            count = min(request.num_tokens - request.num_computed_tokens, budget)
+            while self.kv.allocate_slots(request, count) is None:
+                victim = self._newest_unscheduled(num_new)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if request.status is RequestStatus.RUNNING:
+                num_new[request.request_id] = count
+                order.append(request)
+                budget -= count
+
+        while (not preempted and self.waiting and budget > 0
+               and len(self.running) < self.max_batch_size):
+            request = self.waiting[0]
+            hits, num_hit_tokens = self.kv.get_computed_blocks(request)
+            count = min(request.num_tokens - num_hit_tokens, budget)
+            if self.kv.allocate_slots(request, count, hits) is None:
+                break
+            self.waiting.popleft()
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_hit_tokens
+            self.kv.record_prefix_lookup(request.num_tokens, num_hit_tokens)
+            if request.first_scheduled_time is None:
+                request.first_scheduled_time = self.clock()
+                request.num_cached_tokens = num_hit_tokens
+            num_new[request.request_id] = count
+            order.append(request)
+            budget -= count
+
+        self._scheduled = {r.request_id: r for r in order}
+        return ScheduledBatch(
+            segments=[self._segment(r, num_new[r.request_id]) for r in order],
+            preempted_ids=[r.request_id for r in preempted],
+            finished_ids=self.take_finished_ids(),
+        )
+
+    def take_finished_ids(self) -> list[str]:
+        """Ids of requests finished since the last call (the model runner may drop their
+        per-request state)."""
+        finished_ids, self._finished_ids = self._finished_ids, []
+        return finished_ids
+
+    def discard_scheduled(self) -> dict[str, Request]:
+        """Forget the last schedule without applying it (its step failed; the engine fails
+        those requests). Returns the requests it had scheduled, by id."""
+        scheduled, self._scheduled = self._scheduled, {}
+        return scheduled
+
+    def update(self, batch: ScheduledBatch, sampled: Sequence[int | None]) -> list[StepOutput]:
+        """Apply a finished step: advance computed tokens, cache full blocks, append sampled
+        tokens and finish requests that hit a stop condition.
+
+        Segments of requests aborted while the step ran are ignored.
+        """
+        if len(sampled) != len(batch.segments):
+            raise ValueError(f"{len(sampled)} results for {len(batch.segments)} segments")
+        outputs: list[StepOutput] = []
+        now = self.clock()
+        for segment, token_id in zip(batch.segments, sampled, strict=True):
+            request = self._scheduled.get(segment.request_id)
+            if request is None or self.requests.get(segment.request_id) is not request:
+                continue
+            request.num_computed_tokens = segment.start_pos + segment.num_tokens
+            self.kv.cache_blocks(request)
+            if not segment.sample:
+                continue
+            if token_id is None:
+                raise ValueError(f"no token sampled for request {segment.request_id}")
+            request.append_output_token(token_id)
+            if request.first_token_time is None:
+                request.first_token_time = now
+            status = self._stop_status(request, token_id)
+            if status is not None:
+                self.finish_request(request, status)
+            outputs.append(StepOutput(request, token_id, status is not None))
+        self._scheduled = {}
+        self.num_steps += 1
+        return outputs
+
+    def _stop_status(self, request: Request, token_id: int) -> RequestStatus | None:
+        """The finished status the newly appended ``token_id`` causes, if any."""
+        params = request.sampling
+        if not params.ignore_eos and token_id in request.eos_token_ids:
+            request.last_token_hidden = True
+            return RequestStatus.FINISHED_STOPPED
+        if token_id in request.stop_token_ids:
+            request.last_token_hidden = True
+            request.stop_reason = token_id
+            return RequestStatus.FINISHED_STOPPED
+        if params.constraint is not None and params.constraint.is_terminated():
+            return RequestStatus.FINISHED_STOPPED
+        if (request.num_output_tokens >= params.max_tokens
+                or request.num_tokens >= self.max_model_len):
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    def _segment(self, request: Request, count: int) -> ScheduledSegment:
+        start = request.num_computed_tokens
+        return ScheduledSegment(
+            request_id=request.request_id,
+            token_ids=request.all_token_ids[start:start + count],
+            start_pos=start,
+            block_ids=self.kv.block_ids(request.request_id),
+            sample=start + count == request.num_tokens,
+            sampling=request.sampling,
+            output_token_ids=request.output_token_ids,
+        )
+
+    def _newest_unscheduled(self, scheduled: dict[str, int]) -> Request:
+        for request in reversed(self.running):
+            if request.request_id not in scheduled:
+                return request
+        raise RuntimeError("no running request left to preempt")
+
+    def _preempt(self, request: Request) -> None:
+        self.kv.free(request)
+        self.running.remove(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)

@@ -1,0 +1,89 @@
+"""Incremental detokenization: multi-byte characters, stop strings and hold-back."""
+
+from __future__ import annotations
+
+import pytest
+
+from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
+from langchain_ascend.testing import build_tokenizer, load_tokenizer
+
+TEXT = "héllo 你好世界 🙂 stop here, done"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(build_tokenizer())
+
+
+def feed(detok: IncrementalDetokenizer, ids: list[int]) -> list[str]:
+    deltas = []
+    for tok in ids:
+        detok.add_token(tok)
+        deltas.append(detok.take_delta())
+        if detok.stop_string is not None:
+            break
+    detok.finish()
+    deltas.append(detok.take_delta(final=True))
+    return deltas
+
+
+def test_multibyte_characters_never_stream_replacement_chars(tokenizer):
+    ids = tokenizer.encode(TEXT)
+    assert len(ids) > len(TEXT.split())  # characters really are split over tokens
+    deltas = feed(IncrementalDetokenizer(tokenizer), ids)
+    assert "".join(deltas) == TEXT
+    assert all("\ufffd" not in d for d in deltas)
+    assert "" in deltas  # some tokens produced no text: an unfinished character
+
+
+def test_matches_full_decode_of_special_and_plain_tokens(tokenizer):
+    ids = tokenizer.encode("a b") + [tokenizer.eos_token_id] + tokenizer.encode(" c")
+    detok = IncrementalDetokenizer(tokenizer)
+    text = "".join(feed(detok, ids))
+    assert text == tokenizer.decode(ids, skip_special_tokens=True) == "a b c"
+
+
+def test_stop_string_spanning_tokens_is_caught_and_removed(tokenizer):
+    ids = tokenizer.encode(TEXT)
+    detok = IncrementalDetokenizer(tokenizer, stop=["stop here"])
+    deltas = feed(detok, ids)
+    assert detok.stop_string == "stop here"
+    assert "".join(deltas) == "héllo 你好世界 🙂 "
+    assert detok.text == "héllo 你好世界 🙂 "
+    # tokens after the stop are not read
+    assert len(detok.token_ids) < len(ids)
+
+
+def test_text_that_may_start_a_stop_string_is_held_back(tokenizer):
+    detok = IncrementalDetokenizer(tokenizer, stop=["END!"])
+    out = []
+    for piece in ["ab", "E", "N", "x"]:
+        for tok in tokenizer.encode(piece):
+            detok.add_token(tok)
+        out.append(detok.take_delta())
+    assert out == ["ab", "", "", "ENx"]
+    assert detok.stop_string is None
+
+
+def test_earliest_of_several_stop_strings_wins(tokenizer):
+    detok = IncrementalDetokenizer(tokenizer, stop=["lo", "hé"])
+    feed(detok, tokenizer.encode("xhéllo"))
+    assert detok.stop_string == "hé"
+    assert detok.text == "x"
+
+
+def test_invalid_bytes_are_flushed_at_the_end(tokenizer):
+    ids = tokenizer.encode("你")[:1]  # first byte of a 3-byte character only
+    detok = IncrementalDetokenizer(tokenizer)
+    detok.add_token(ids[0])
+    assert detok.take_delta() == ""
+    detok.finish()
+    assert detok.take_delta(final=True) == "\ufffd"
+
+
+def test_long_run_of_invalid_bytes_is_not_held_forever(tokenizer):
+    lone = tokenizer.encode("你")[0]
+    detok = IncrementalDetokenizer(tokenizer)
+    for _ in range(6):
+        detok.add_token(lone)
+    assert "\ufffd" in detok.take_delta()

@@ -1,0 +1,520 @@
+"""LLMEngine over a pure-Python model runner: concurrency, streaming, stops, aborts, errors.
+
+The fake runner keeps a real paged "cache" of token ids: each step writes the segment's tokens
+into the slots its block table names, and the next token is a function of the context READ
+BACK through the block table. Wrong block tables, a bad prefix hit or a lost block after a
+preemption therefore change the output, and every output is checked against the same function
+applied to the true token list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+import zlib
+
+import pytest
+
+from langchain_ascend.engine.batch import ScheduledBatch
+from langchain_ascend.engine.engine import LLMEngine
+from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.errors import (
+    EngineClosedError,
+    EngineStepError,
+    InvalidRequestError,
+    PromptTooLongError,
+    RequestAbortedError,
+)
+from langchain_ascend.testing import build_tokenizer, load_tokenizer
+
+VOCAB = 4096
+TEXT_IDS = range(300, 3000)  # ordinary multi-character tokens of the test tokenizer
+
+
+def hash_next_token(context: list[int]) -> int:
+    """The fake model: a deterministic function of the whole context."""
+    digest = zlib.crc32(repr(context).encode())
+    return TEXT_IDS[digest % len(TEXT_IDS)]
+
+
+class FakeConfig:
+    vocab_size = VOCAB
+
+
+class FakeRunner:
+    """The ModelRunner interface over a token-id 'KV cache'."""
+
+    def __init__(self, num_blocks=64, block_size=4, max_model_len=512, next_token=hash_next_token,
+                 step_delay=0.0):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.config = FakeConfig()
+        self.device = "fake"
+        self.dtype = "fake"
+        self.next_token = next_token
+        self.step_delay = step_delay
+        self.slots: list[int | None] = [None] * (num_blocks * block_size)
+        self.fail_when = None  # callable(batch) -> bool: raise in that step
+        self.released: list[str] = []
+        self.batch_sizes: list[int] = []
+        self.warmed_up = False
+        self.executing = threading.Event()
+
+    def slot(self, block_ids, pos):
+        return block_ids[pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def execute(self, batch: ScheduledBatch):
+        self.executing.set()
+        if self.step_delay:
+            time.sleep(self.step_delay)
+        if self.fail_when is not None and self.fail_when(batch):
+            raise RuntimeError("simulated device failure")
+        self.batch_sizes.append(len(batch.segments))
+        results = []
+        for seg in batch.segments:
+            for offset, tok in enumerate(seg.token_ids):
+                self.slots[self.slot(seg.block_ids, seg.start_pos + offset)] = tok
+            if not seg.sample:
+                results.append(None)
+                continue
+            end = seg.start_pos + len(seg.token_ids)
+            context = [self.slots[self.slot(seg.block_ids, p)] for p in range(end)]
+            results.append(self.next_token(context))
+        return results
+
+    def release(self, request_ids):
+        self.released.extend(request_ids)
+
+    def warmup(self):
+        self.warmed_up = True
+
+
+def reference(prompt: list[int], max_tokens: int, next_token=hash_next_token) -> list[int]:
+    context = list(prompt)
+    for _ in range(max_tokens):
+        context.append(next_token(context))
+    return context[len(prompt):]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(build_tokenizer(VOCAB))
+
+
+@pytest.fixture
+def make_engine(tokenizer):
+    engines = []
+
+    def factory(runner=None, **kwargs):
+        engine = LLMEngine.from_runner(runner or FakeRunner(), tokenizer,
+                                       eos_token_ids=[tokenizer.eos_token_id], **kwargs)
+        engines.append(engine)
+        return engine
+
+    yield factory
+    for engine in engines:
+        engine.shutdown()
+
+
+def prompt_of(seed: int, length: int) -> list[int]:
+    return [TEXT_IDS[(seed * 131 + i * 17) % len(TEXT_IDS)] for i in range(length)]
+
+
+def test_single_request_matches_reference_and_reports_stats(make_engine):
+    engine = make_engine()
+    prompt = prompt_of(1, 10)
+    out = engine.generate(prompt, SamplingParams(max_tokens=9))
+    assert out.token_ids == reference(prompt, 9)
+    assert out.finish_reason == "length" and out.prompt_token_ids == prompt
+    assert out.text == engine.tokenizer.decode(out.token_ids)
+    s = out.stats
+    assert (s.num_prompt_tokens, s.num_generated_tokens, s.num_cached_tokens) == (10, 9, 0)
+    assert 0 <= s.queue_time <= s.time_to_first_token and s.decode_time >= 0
+    stats = engine.stats()
+    assert stats.num_blocks_used == 0 and stats.num_running == stats.num_waiting == 0
+    assert stats.num_steps == 9
+
+
+def test_concurrent_threads_are_batched_and_each_output_is_exact(make_engine):
+    runner = FakeRunner(num_blocks=128, step_delay=0.002)
+    engine = make_engine(runner)
+    prompts = [prompt_of(i, 3 + 5 * i) for i in range(12)]
+    results: dict[int, list[int]] = {}
+
+    def call(i):
+        results[i] = engine.generate(prompts[i], SamplingParams(max_tokens=6 + i)).token_ids
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(results[i] == reference(prompts[i], 6 + i) for i in range(12))
+    assert max(runner.batch_sizes) > 1
+    assert engine.stats().num_steps < sum(6 + i for i in range(12))
+
+
+async def test_concurrent_asyncio_tasks(make_engine):
+    engine = make_engine(FakeRunner(num_blocks=128))
+    prompts = [prompt_of(i, 4 + 3 * i) for i in range(8)]
+    outs = await asyncio.gather(*(engine.agenerate(p, SamplingParams(max_tokens=5))
+                                  for p in prompts))
+    assert [o.token_ids for o in outs] == [reference(p, 5) for p in prompts]
+
+
+def test_prefix_cache_hits_across_hops_and_requests(make_engine):
+    engine = make_engine()
+    system = prompt_of(7, 13)
+    history = list(system)
+    cached = []
+    for hop in range(4):
+        history += prompt_of(20 + hop, 3)
+        out = engine.generate(history, SamplingParams(max_tokens=5))
+        assert out.token_ids == reference(history, 5)
+        cached.append(out.stats.num_cached_tokens)
+        history += out.token_ids
+    assert cached[0] == 0 and all(c > 0 for c in cached[1:])
+    # hop n reuses hop n-1's prompt and generated tokens up to the last full block
+    assert cached[3] >= len(history) - 5 - 3 - 2 * 4
+    other = engine.generate(system + [5], SamplingParams(max_tokens=2))
+    assert other.stats.num_cached_tokens == 12
+    stats = engine.stats()
+    assert stats.prefix_cache_hits > 0 and 0 < stats.hit_rate < 1
+
+
+def test_prefix_caching_disabled(make_engine):
+    engine = make_engine(enable_prefix_caching=False)
+    prompt = prompt_of(3, 12)
+    engine.generate(prompt, SamplingParams(max_tokens=2))
+    out = engine.generate(prompt, SamplingParams(max_tokens=2))
+    assert out.stats.num_cached_tokens == 0
+    assert engine.stats().num_blocks_cached == 0
+
+
+def test_tiny_pool_preempts_and_outputs_stay_exact(make_engine):
+    runner = FakeRunner(num_blocks=12, block_size=4)
+    engine = make_engine(runner, max_num_batched_tokens=16)
+    shared = prompt_of(9, 6)
+    prompts = [shared + prompt_of(i, 2 + i % 4) for i in range(8)]
+    # submitted together (a stream submits at once; its deltas queue up until read)
+    streams = [engine.stream(p, SamplingParams(max_tokens=14)) for p in prompts]
+    results = [list(stream)[-1].output for stream in streams]
+    assert [r.token_ids for r in results] == [reference(p, 14) for p in prompts]
+    assert engine.stats().num_preemptions > 0
+    assert sum(r.stats.num_preemptions for r in results) > 0
+    assert engine.stats().num_blocks_used == 0
+
+
+def test_chunked_prefill_of_a_long_prompt(make_engine):
+    runner = FakeRunner(num_blocks=64)
+    engine = make_engine(runner, max_num_batched_tokens=8)
+    prompt = prompt_of(4, 45)
+    out = engine.generate(prompt, SamplingParams(max_tokens=3))
+    assert out.token_ids == reference(prompt, 3)
+    assert engine.stats().num_steps == 6 + 2  # ceil(45 / 8) prefill chunks, then 2 decodes
+
+
+def test_stream_deltas_add_up_to_the_output(make_engine):
+    engine = make_engine()
+    prompt = prompt_of(5, 6)
+    deltas = list(engine.stream(prompt, SamplingParams(max_tokens=7)))
+    assert [d.finished for d in deltas] == [False] * 6 + [True]
+    final = deltas[-1].output
+    assert [t for d in deltas for t in d.token_ids] == final.token_ids == reference(prompt, 7)
+    assert "".join(d.text for d in deltas) == final.text
+    assert deltas[-1].finish_reason == "length"
+
+
+def script_runner(tokenizer, text: str, **kwargs) -> FakeRunner:
+    """A fake model that, whatever the prompt, generates the tokens of ``text`` then EOS."""
+    script = tokenizer.encode(text) + [tokenizer.eos_token_id]
+    prompt_len = kwargs.pop("prompt_len")
+    return FakeRunner(next_token=lambda ctx: script[min(len(ctx) - prompt_len, len(script) - 1)],
+                      **kwargs)
+
+
+def test_stop_string_spanning_tokens(make_engine, tokenizer):
+    engine = make_engine(script_runner(tokenizer, "Hello world. END of text", prompt_len=3))
+    params = SamplingParams(max_tokens=50, stop=["END of"])
+    deltas = list(engine.stream([300, 301, 302], params))
+    final = deltas[-1].output
+    assert final.text == "Hello world. "
+    assert "".join(d.text for d in deltas) == "Hello world. "
+    assert final.finish_reason == "stop" and final.stop_reason == "END of"
+    assert engine.stats().num_blocks_used == 0
+    plain = engine.generate([300, 301, 302], params)
+    assert plain.text == "Hello world. " and plain.stop_reason == "END of"
+
+
+def test_eos_ends_and_is_not_returned(make_engine, tokenizer):
+    engine = make_engine(script_runner(tokenizer, "Hi there", prompt_len=2))
+    out = engine.generate([300, 301], SamplingParams(max_tokens=50))
+    assert out.text == "Hi there" and out.finish_reason == "stop" and out.stop_reason is None
+    assert out.token_ids == tokenizer.encode("Hi there")
+    assert out.stats.num_generated_tokens == len(out.token_ids) + 1
+    ignoring = engine.generate([300, 301], SamplingParams(max_tokens=6, ignore_eos=True))
+    assert ignoring.finish_reason == "length" and len(ignoring.token_ids) == 6
+
+
+def test_stop_token_ids(make_engine, tokenizer):
+    script = tokenizer.encode("a b c d")
+    engine = make_engine(script_runner(tokenizer, "a b c d", prompt_len=2))
+    out = engine.generate([300, 301], SamplingParams(max_tokens=50, stop_token_ids=[script[2]]))
+    assert out.token_ids == script[:2] and out.stop_reason == script[2]
+
+
+def test_max_context_length_caps_generation(make_engine):
+    engine = make_engine(max_context_length=20)
+    out = engine.generate(prompt_of(1, 15), SamplingParams(max_tokens=100))
+    assert out.finish_reason == "length" and len(out.token_ids) == 5
+
+
+def test_abort_from_another_thread_frees_blocks(make_engine):
+    runner = FakeRunner(step_delay=0.01)
+    engine = make_engine(runner)
+    errors = []
+
+    def call():
+        try:
+            engine.generate(prompt_of(2, 9), SamplingParams(max_tokens=10_000, ignore_eos=True),
+                            request_id="victim")
+        except RequestAbortedError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    runner.executing.wait(5)
+    assert engine.stats().num_blocks_used > 0
+    engine.abort("victim")
+    assert engine.stats().num_blocks_used == 0  # freed before abort() returned
+    thread.join(5)
+    assert len(errors) == 1 and "victim" in str(errors[0])
+    engine.abort("victim")  # unknown now: ignored
+    for _ in range(200):  # the loop lets the runner drop the request's state
+        if "victim" in runner.released:
+            break
+        time.sleep(0.01)
+    assert "victim" in runner.released
+    # the id is free again
+    assert engine.generate(prompt_of(2, 3), SamplingParams(max_tokens=2),
+                           request_id="victim").finish_reason == "length"
+
+
+def test_closing_a_stream_aborts_at_once(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    stream = engine.stream(prompt_of(1, 6), SamplingParams(max_tokens=10_000))
+    next(stream)
+    next(stream)
+    assert engine.stats().num_blocks_used > 0
+    stream.close()
+    assert engine.stats().num_blocks_used == 0
+    assert list(stream) == []
+
+
+def test_dropping_a_stream_aborts(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    stream = engine.stream(prompt_of(1, 6), SamplingParams(max_tokens=10_000))
+    next(stream)
+    del stream
+    gc.collect()
+    stats = engine.stats()
+    assert stats.num_blocks_used == 0 and stats.num_running + stats.num_waiting == 0
+
+
+async def test_cancelling_an_async_task_aborts(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    seen = asyncio.Event()
+
+    async def consume():
+        async for _ in engine.astream(prompt_of(1, 6), SamplingParams(max_tokens=10_000)):
+            seen.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(seen.wait(), 5)
+    assert engine.stats().num_blocks_used > 0
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.stats().num_blocks_used == 0
+
+    gen_task = asyncio.create_task(engine.agenerate(prompt_of(2, 6),
+                                                    SamplingParams(max_tokens=10_000)))
+    await asyncio.sleep(0.05)
+    gen_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gen_task
+    assert engine.stats().num_blocks_used == 0
+
+
+async def test_astream_deltas_match_generate(make_engine):
+    engine = make_engine()
+    prompt = prompt_of(8, 5)
+    deltas = [d async for d in engine.astream(prompt, SamplingParams(max_tokens=6))]
+    assert deltas[-1].finished
+    assert [t for d in deltas for t in d.token_ids] == reference(prompt, 6)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "params", "error", "match"),
+    [
+        ([], SamplingParams(), InvalidRequestError, "empty"),
+        ("hello", SamplingParams(), InvalidRequestError, "tokenize"),
+        ([1, None], SamplingParams(), InvalidRequestError, "list of ints"),
+        ([1, VOCAB], SamplingParams(), InvalidRequestError, "vocabulary"),
+        ([-1], SamplingParams(), InvalidRequestError, "vocabulary"),
+        ([300] * 100, SamplingParams(), PromptTooLongError, "max_context_length"),
+        ([300, 301], SamplingParams(max_tokens=0), InvalidRequestError, "max_tokens"),
+        ([300, 301], SamplingParams(temperature=-1), InvalidRequestError, "temperature"),
+        ([300, 301], {"max_tokens": 3}, InvalidRequestError, "SamplingParams"),
+        ([300, 301], SamplingParams(stop_token_ids=["x"]), InvalidRequestError, "stop_token"),
+        ([300, 301], SamplingParams(stop=[""]), InvalidRequestError, "stop strings"),
+    ],
+)
+def test_bad_input_raises_typed_errors_and_engine_keeps_serving(make_engine, prompt, params,
+                                                               error, match):
+    engine = make_engine(max_context_length=64)
+    with pytest.raises(error, match=match):
+        engine.generate(prompt, params)
+    with pytest.raises(error, match=match):
+        engine.stream(prompt, params)
+    good = engine.generate([300, 301], SamplingParams(max_tokens=2))
+    assert good.token_ids == reference([300, 301], 2)
+
+
+def test_prompt_larger_than_the_pool(make_engine):
+    engine = make_engine(FakeRunner(num_blocks=4, block_size=4))
+    with pytest.raises(PromptTooLongError, match="KV cache"):
+        engine.generate(prompt_of(1, 17), SamplingParams(max_tokens=1))
+    out = engine.generate(prompt_of(1, 16), SamplingParams(max_tokens=5))
+    assert out.finish_reason == "length" and len(out.token_ids) == 1  # the pool is full
+
+
+def test_duplicate_live_request_id(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    stream = engine.stream([300], SamplingParams(max_tokens=1000), request_id="x")
+    with pytest.raises(InvalidRequestError, match="in flight"):
+        engine.generate([300], SamplingParams(max_tokens=1), request_id="x")
+    stream.close()
+
+
+def test_constructor_arguments_are_checked(tokenizer):
+    with pytest.raises(InvalidRequestError, match="max_batch_size"):
+        LLMEngine.from_runner(FakeRunner(), tokenizer, max_batch_size=0)
+    with pytest.raises(InvalidRequestError, match="max_position_embeddings"):
+        LLMEngine.from_runner(FakeRunner(max_model_len=32), tokenizer, max_context_length=64)
+
+
+def test_failed_step_fails_its_requests_and_engine_keeps_serving(make_engine):
+    runner = FakeRunner()
+    engine = make_engine(runner)
+    runner.fail_when = lambda batch: any(s.request_id == "doomed" for s in batch.segments)
+    with pytest.raises(EngineStepError, match="doomed") as info:
+        engine.generate([300, 301], SamplingParams(max_tokens=3), request_id="doomed")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert engine.stats().num_blocks_used == 0
+    ok = engine.generate([300, 302], SamplingParams(max_tokens=3))
+    assert ok.token_ids == reference([300, 302], 3)
+
+
+def test_dead_loop_reports_engine_closed(make_engine, monkeypatch):
+    engine = make_engine()
+    engine.generate([300], SamplingParams(max_tokens=1))
+
+    def broken(*args, **kwargs):
+        raise KeyError("bookkeeping bug")
+
+    monkeypatch.setattr(engine._scheduler, "update", broken)
+    with pytest.raises(EngineClosedError, match="bookkeeping bug"):
+        engine.generate([300, 301], SamplingParams(max_tokens=2))
+    with pytest.raises(EngineClosedError):
+        engine.generate([300, 301], SamplingParams(max_tokens=2))
+
+
+def test_shutdown_fails_in_flight_and_later_requests(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    stream = engine.stream([300, 301], SamplingParams(max_tokens=10_000))
+    next(stream)
+    engine.shutdown()
+    with pytest.raises(EngineClosedError):
+        for _ in stream:
+            pass
+    with pytest.raises(EngineClosedError, match="shut down"):
+        engine.generate([300], SamplingParams(max_tokens=1))
+    engine.shutdown()  # idempotent
+
+
+def test_warmup_and_idle_release(make_engine):
+    runner = FakeRunner()
+    engine = make_engine(runner)
+    engine.warmup()
+    assert runner.warmed_up
+    engine.generate([300], SamplingParams(max_tokens=2), request_id="r1")
+    for _ in range(100):
+        if "r1" in runner.released:
+            break
+        time.sleep(0.01)
+    assert "r1" in runner.released
+
+
+async def test_breaking_out_of_astream_aborts(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    async for _ in engine.astream(prompt_of(3, 6), SamplingParams(max_tokens=10_000)):
+        break
+    for _ in range(100):  # the async generator is closed by the event loop's finalizer
+        if engine.stats().num_blocks_used == 0:
+            break
+        await asyncio.sleep(0.01)
+    stats = engine.stats()
+    assert stats.num_blocks_used == 0 and stats.num_running + stats.num_waiting == 0
+
+
+def test_breaking_out_of_a_sync_stream_aborts(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    for _ in engine.stream(prompt_of(3, 6), SamplingParams(max_tokens=10_000)):
+        break
+    gc.collect()
+    assert engine.stats().num_blocks_used == 0
+
+
+def test_step_failure_spares_a_new_request_reusing_an_aborted_id(make_engine):
+    runner = FakeRunner()
+    engine = make_engine(runner)
+    calls = []
+
+    def fail_first(batch):
+        calls.append(batch)
+        if len(calls) == 1:
+            engine.abort("same")  # the caller's request is gone while the step runs...
+            thread = threading.Thread(target=lambda: results.append(engine.generate(
+                [300, 305], SamplingParams(max_tokens=2), request_id="same")))
+            thread.start()  # ...and a new one takes its id
+            time.sleep(0.1)
+            return True
+        return False
+
+    results = []
+    runner.fail_when = fail_first
+    with pytest.raises(RequestAbortedError):
+        engine.generate([300, 301], SamplingParams(max_tokens=2), request_id="same")
+    for _ in range(200):
+        if results:
+            break
+        time.sleep(0.01)
+    assert results and results[0].token_ids == reference([300, 305], 2)
+
+
+def test_abort_from_a_finalizer_while_the_lock_is_held_is_deferred_not_deadlocked(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.005))
+    stream = engine.stream(prompt_of(3, 6), SamplingParams(max_tokens=10_000))
+    next(stream)
+    with engine._lock:  # as if a garbage collection ran the finalizer inside a locked section
+        stream.close()
+    for _ in range(200):
+        if engine.stats().num_blocks_used == 0:
+            break
+        time.sleep(0.005)
+    stats = engine.stats()
+    assert stats.num_blocks_used == 0 and stats.num_running + stats.num_waiting == 0
