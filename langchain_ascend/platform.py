@@ -148,6 +148,12 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     if index >= count:
         raise DeviceUnavailableError(
             f"device {device!r} requested but only {count} {kind} device(s) are visible")
+    return _make_device(kind, index)
+
+
+def _make_device(kind: str, index: int) -> torch.device:
+    """``torch.device(kind, index)``; "npu" is only a valid type once torch_npu is imported."""
+    torch = _import_torch()
     return torch.device(kind, index)
 
 

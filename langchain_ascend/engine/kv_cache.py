@@ -1,7 +1,8 @@
 """The device K/V tensors of the paged cache, shaped by the attention backend.
 
 One tensor per decoder layer, allocated once and updated in place. Block ids handed out by the
-host-side block pool index dimension 1 of every layer's tensor. The cache is zero-filled so
+host-side block pool index dimension ``backend.blocks_dim`` of every layer's tensor. The cache
+is zero-filled so
 that padding gathered by batched attention is finite (masked scores times a NaN value would
 still be NaN); on CPU ``torch.zeros`` maps pages lazily, so untouched blocks cost no RAM.
 """
@@ -89,6 +90,7 @@ class KVCache:
             torch.zeros(shape, dtype=backend.dtype, device=backend.device)
             for _ in range(num_layers)
         ]
+        self.blocks_dim = backend.blocks_dim
         self.num_bytes = sum(t.numel() * t.element_size() for t in self.tensors)
         logger.info("KV cache: %d blocks x %d tokens, %d layers, %.1f MiB on %s", num_blocks,
                     block_size, num_layers, self.num_bytes / 2**20, backend.device)
@@ -97,3 +99,7 @@ class KVCache:
     def num_slots(self) -> int:
         """Token slots in the pool."""
         return self.num_blocks * self.block_size
+
+    def block(self, layer: int, block_id: int) -> torch.Tensor:
+        """A view of one block of one layer (keys and values), whatever the backend's layout."""
+        return self.tensors[layer].select(self.blocks_dim, block_id)

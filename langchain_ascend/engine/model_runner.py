@@ -26,6 +26,7 @@ from langchain_ascend.engine.compile import StepCompiler
 from langchain_ascend.engine.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.sampler import Sampler
 from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.weight_layout import apply_layout, resolve_layout
 from langchain_ascend.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ class ModelRunner:
              block_size: int | None = None, num_blocks: int | None = None,
              kv_cache_memory_fraction: float = 0.5, max_num_batched_tokens: int = 2048,
              max_batch_size: int = 64, attention_backend: str = "auto",
-             compile: bool | str = "auto") -> ModelRunner:
+             compile: bool | str = "auto", weight_layout: str = "auto") -> ModelRunner:
         """Load a causal LM from ``model_path`` with our paged attention and allocate its cache.
 
         Args:
@@ -157,7 +158,10 @@ class ModelRunner:
             max_num_batched_tokens: Most tokens of one step (sizes warmup).
             max_batch_size: Most requests of one step (sizes compiled buckets).
             attention_backend: ``"auto"`` (npu on NPU, torch_ref elsewhere) or a backend name.
-            compile: ``"auto"`` (off on CPU), True or False: compile the decode step.
+            compile: ``"auto"`` (currently off everywhere, see ``engine.compile``), True or
+                False: compile the decode step.
+            weight_layout: ``"auto"`` (column-major float32 linear weights on CPU, see
+                ``weight_layout``), ``"row"`` or ``"column"``.
         """
         from transformers import AutoModelForCausalLM
 
@@ -170,13 +174,14 @@ class ModelRunner:
             model, block_size=block_size, num_blocks=num_blocks,
             kv_cache_memory_fraction=kv_cache_memory_fraction,
             max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
-            attention_backend=attention_backend, compile=compile)
+            attention_backend=attention_backend, compile=compile, weight_layout=weight_layout)
 
     @classmethod
     def from_model(cls, model: Any, *, block_size: int | None = None,
                    num_blocks: int | None = None, kv_cache_memory_fraction: float = 0.5,
                    max_num_batched_tokens: int = 2048, max_batch_size: int = 64,
-                   attention_backend: str = "auto", compile: bool | str = "auto") -> ModelRunner:
+                   attention_backend: str = "auto", compile: bool | str = "auto",
+                   weight_layout: str = "auto") -> ModelRunner:
         """Wrap an already loaded causal LM; its attention is switched to ours.
 
         The model's device and dtype decide the cache's. Other arguments as in :meth:`load`.
@@ -187,6 +192,7 @@ class ModelRunner:
         model.eval()
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
+        apply_layout(model, resolve_layout(weight_layout, device, dtype))
         num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))
@@ -217,17 +223,20 @@ class ModelRunner:
             InvalidRequestError: A token id is outside the vocabulary.
             ValueError: The batch breaks the :class:`ScheduledSegment` invariants.
         """
+        import torch
+
         if batch.finished_ids:
             self.release(batch.finished_ids)
         segments = batch.segments
-        sample_indices, logits = self.forward_batch(segments)
         results: list[int | None] = [None] * len(segments)
-        if sample_indices:
-            tokens = self.sampler.sample(
-                logits, [segments[i].sampling for i in sample_indices],
-                [segments[i].request_id for i in sample_indices])
-            for i, token in zip(sample_indices, tokens, strict=True):
-                results[i] = token
+        with torch.inference_mode():  # constraints edit the (inference-mode) logits in place
+            sample_indices, logits = self.forward_batch(segments)
+            if sample_indices:
+                tokens = self.sampler.sample(
+                    logits, [segments[i].sampling for i in sample_indices],
+                    [segments[i].request_id for i in sample_indices])
+                for i, token in zip(sample_indices, tokens, strict=True):
+                    results[i] = token
         return results
 
     def forward_batch(self, segments: Sequence[ScheduledSegment]) -> tuple[list[int], Any]:
@@ -293,11 +302,12 @@ class ModelRunner:
         the first request.
         """
         block = [self.scratch_block_id]
-        length = min(self.block_size - 1, 8)
+        length = max(1, min(self.block_size - 1, 8))
         greedy = SamplingParams(max_tokens=1)
         prefill = ScheduledSegment("__warmup__", [0] * length, 0, block, True, greedy)
-        decode = ScheduledSegment("__warmup__", [0], length, block, True, greedy)
         self.execute(ScheduledBatch(segments=[prefill]))
-        self.execute(ScheduledBatch(segments=[decode]))
-        self.compiler.warmup(self, block)
+        if length < self.block_size:
+            decode = ScheduledSegment("__warmup__", [0], length, block, True, greedy)
+            self.execute(ScheduledBatch(segments=[decode]))
+            self.compiler.warmup(self, block)
         self.release(["__warmup__"])

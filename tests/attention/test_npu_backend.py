@@ -14,7 +14,7 @@ import types
 
 import pytest
 import torch
-from _paged_attention_cases import run_case
+from _paged_attention_cases import make_case, read_slots
 
 from langchain_ascend.attention.backends.npu import NPUBackend
 from langchain_ascend.errors import DeviceUnavailableError
@@ -74,50 +74,45 @@ def test_block_size_must_be_a_multiple_of_128():
             NPUBackend.check_block_size(bad)
 
 
+def _replay(backend, case, device=torch.device("cpu"), dtype=torch.float32):
+    """Run ``case`` (built for torch_ref) through ``backend`` with a fresh cache of its layout."""
+    cache = torch.zeros(backend.kv_cache_shape(case.kv_cache.shape[2], 128), dtype=dtype,
+                        device=device)
+    for _, k, v, slots, context_len in case.sequences:
+        if context_len:
+            backend._writer(k[:context_len].to(device, dtype), v[:context_len].to(device, dtype),
+                            cache[0], cache[1],
+                            torch.tensor(slots[:context_len], dtype=torch.int32, device=device))
+    metadata = backend.build_metadata(case.layout)
+    out = backend.forward(case.query.to(device, dtype), case.key.to(device, dtype),
+                          case.value.to(device, dtype), cache, metadata,
+                          backend.head_dim ** -0.5)
+    return out, cache, metadata
+
+
 def test_kernel_wiring_matches_naive_attention(fake_torch_npu):
-    segments = [(200, 1), (5, 1), (0, 40), (130, 20)]
-    # Reuse the reference case's data and layout, then replay it through the NPU backend.
-    _, expected, _, full, layout = run_case(segments, block_size=128, head_dim=16)
+    case = make_case([(200, 1), (5, 1), (0, 40), (130, 20)], block_size=128)
     backend = NPUBackend(num_heads=4, num_kv_heads=2, head_dim=16, dtype=torch.float32,
                          device=torch.device("cpu"))
-    cache = torch.zeros(backend.kv_cache_shape(16, 128))
-    flat = cache.view(2, -1, 2, 16)
-    for (context_len, _), (_, k, v, slots) in zip(segments, full, strict=True):
-        flat[0, slots[:context_len]] = k[:context_len]
-        flat[1, slots[:context_len]] = v[:context_len]
-    query = torch.cat([q for q, _, _, _ in full])
-    key = torch.cat([k[c:] for (c, _), (_, k, _, _) in zip(segments, full, strict=True)])
-    value = torch.cat([v[c:] for (c, _), (_, _, v, _) in zip(segments, full, strict=True)])
-    metadata = backend.build_metadata(layout)
+    out, cache, metadata = _replay(backend, case)
     assert metadata.query_ends == [1, 2, 42, 62] and metadata.seq_lens == [201, 6, 40, 150]
-    out = backend.forward(query, key, value, cache, metadata, 16 ** -0.5)
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    for _q, k, _v, slots in full:
-        torch.testing.assert_close(flat[0, slots], k)
+    assert metadata.block_tables.dtype == torch.int32
+    torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+    for _, k, v, slots, _ in case.sequences:
+        keys, values = read_slots(cache, slots, 2, 16, NPUBackend.blocks_dim)
+        torch.testing.assert_close(keys, k)
+        torch.testing.assert_close(values, v)
 
 
 @pytest.mark.npu
-def test_real_npu_kernel_matches_torch_ref():
+def test_real_npu_kernel_matches_naive_attention():
     from langchain_ascend.platform import probe_npu
 
     probe = probe_npu()
     if not probe.available:
         pytest.skip(f"no NPU: {probe.reason}")
-    from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
-    segments = [(300, 1), (0, 64), (128, 30)]
-    _, _, _, full, layout = run_case(segments, block_size=128, head_dim=128)
-    device, dtype = torch.device("npu:0"), torch.float16
-    results = []
-    for cls in (NPUBackend, TorchRefBackend):
-        backend = cls(num_heads=4, num_kv_heads=2, head_dim=128, dtype=dtype, device=device)
-        cache = torch.zeros(backend.kv_cache_shape(16, 128), dtype=dtype, device=device)
-        flat = cache.view(2, -1, 2, 128)
-        for (c, _), (_, k, v, slots) in zip(segments, full, strict=True):
-            flat[0, slots[:c]] = k[:c].to(device, dtype)
-            flat[1, slots[:c]] = v[:c].to(device, dtype)
-        q = torch.cat([q for q, _, _, _ in full]).to(device, dtype)
-        k = torch.cat([k[c:] for (c, _), (_, k, _, _) in zip(segments, full, strict=True)])
-        v = torch.cat([v[c:] for (c, _), (_, _, v, _) in zip(segments, full, strict=True)])
-        results.append(backend.forward(q, k.to(device, dtype), v.to(device, dtype), cache,
-                                       backend.build_metadata(layout), 128 ** -0.5).float().cpu())
-    torch.testing.assert_close(results[0], results[1], atol=2e-2, rtol=2e-2)
+    case = make_case([(300, 1), (0, 64), (128, 30)], block_size=128, head_dim=128)
+    backend = NPUBackend(num_heads=4, num_kv_heads=2, head_dim=128, dtype=torch.float16,
+                         device=torch.device("npu:0"))
+    out, _, _ = _replay(backend, case, torch.device("npu:0"), torch.float16)
+    torch.testing.assert_close(out.float().cpu(), case.expected, atol=2e-2, rtol=2e-2)

@@ -53,12 +53,13 @@ class Reference:
 
 @pytest.fixture(scope="module")
 def setups(tiny_model_paths):
-    """One shared engine (via get_engine) and one reference model per architecture."""
+    """One engine of our own (not the process-wide shared one, which other test modules may
+    have created with other pool sizes) and one reference model per architecture."""
     built = {}
     for arch in ARCHS:
         path = tiny_model_paths[arch]
-        engine = get_engine(path, device="cpu", dtype="float32", block_size=BLOCK_SIZE,
-                            num_blocks=256, max_num_batched_tokens=256)
+        engine = LLMEngine(path, device="cpu", dtype="float32", block_size=BLOCK_SIZE,
+                           num_blocks=256, max_num_batched_tokens=256)
         built[arch] = (engine, Reference(path, engine.eos_token_ids))
     yield built
     for engine, _ in built.values():
@@ -233,7 +234,8 @@ def test_bad_inputs_raise_typed_errors_then_engine_still_serves(setups, tiny_mod
 
 
 def test_get_engine_shares_one_engine_per_model_device_dtype(setups, tiny_model_paths):
-    engine, _ = setups["qwen2"]
+    engine = get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32", num_blocks=64)
     assert get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32") is engine
+    assert get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32") is not setups["qwen2"][0]
     assert engine.eos_token_ids[0] == engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert len(engine.eos_token_ids) == 2  # generation_config's list, tokenizer EOS included

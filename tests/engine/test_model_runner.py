@@ -43,15 +43,21 @@ def qwen2_runner(tiny_model_paths):
 
 
 class Blocks:
-    """Hands out disjoint block tables (the test plays the block pool)."""
+    """Hands out disjoint block tables (the test plays the block pool).
 
-    def __init__(self) -> None:
-        self.next = 0
+    In order by default (decodes attend one zero-copy span); ``shuffled`` scatters them over
+    the pool (decodes gather their pages).
+    """
+
+    def __init__(self, shuffled: bool = False, pool: int = 120) -> None:
+        self.free = list(range(pool))
+        if shuffled:
+            self.free = torch.randperm(pool, generator=torch.Generator().manual_seed(0)).tolist()
 
     def take(self, num_tokens: int) -> list[int]:
         count = -(-num_tokens // BLOCK)
-        self.next += count
-        return list(range(self.next - count, self.next))
+        taken, self.free = self.free[:count], self.free[count:]
+        return taken
 
 
 def prompt(seed: int, length: int, vocab: int = 4000) -> list[int]:
@@ -88,9 +94,10 @@ def test_prefill_in_two_chunks_matches_full_forward(pair):
     torch.testing.assert_close(logits[0], hf_logits(reference, tokens)[-1], atol=1e-4, rtol=1e-4)
 
 
-def test_mixed_batch_of_prefills_and_decodes_matches_full_forward(pair):
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_mixed_batch_of_prefills_and_decodes_matches_full_forward(pair, shuffled):
     runner, reference = pair
-    pool = Blocks()
+    pool = Blocks(shuffled)
     seqs = {rid: prompt(10 + i, n) for i, (rid, n) in
             enumerate([("chunked", 14), ("fresh1", 7), ("fresh2", 5), ("dec1", 7), ("dec2", 12)])}
     tables = {rid: pool.take(len(t)) for rid, t in seqs.items()}
@@ -162,14 +169,17 @@ def test_bad_segments_raise_and_runner_keeps_working(qwen2_runner):
 
 
 def test_warmup_touches_only_the_scratch_block(qwen2_runner):
+    cache = qwen2_runner.kv_cache
     usable = qwen2_runner.num_blocks
-    assert qwen2_runner.scratch_block_id == usable
-    before = [t[:, :usable].clone() for t in qwen2_runner.kv_cache.tensors]
-    scratch_before = qwen2_runner.kv_cache.tensors[0][:, usable].clone()
+    assert qwen2_runner.scratch_block_id == usable == cache.num_blocks - 1
+    layers = range(cache.num_layers)
+    before = [[cache.block(layer, b).clone() for b in range(usable)] for layer in layers]
+    scratch_before = cache.block(0, usable).clone()
     qwen2_runner.warmup()
-    for tensor, old in zip(qwen2_runner.kv_cache.tensors, before, strict=True):
-        assert torch.equal(tensor[:, :usable], old)
-    assert not torch.equal(qwen2_runner.kv_cache.tensors[0][:, usable], scratch_before)
+    for layer in layers:
+        assert all(torch.equal(cache.block(layer, b), old)
+                   for b, old in enumerate(before[layer]))
+    assert not torch.equal(cache.block(0, usable), scratch_before)
     assert "__warmup__" not in qwen2_runner.sampler.req_to_generator
 
 
@@ -227,23 +237,88 @@ def test_compile_resolution_and_eager_fallback(qwen2_runner, caplog):
         resolve_compile("sometimes", cpu)
     assert [batch_bucket(n) for n in (1, 2, 3, 5, 16, 17)] == [1, 2, 4, 8, 16, 32]
 
-    def broken_backend(graph_module, example_inputs):
-        raise RuntimeError("backend exploded")
+    compiled_calls = []
+
+    def broken_compile(fn):
+        def compiled(*args):
+            compiled_calls.append(len(args))
+            raise RuntimeError("backend exploded")
+
+        return compiled
 
     pool = Blocks()
     tokens, table = prompt(60, 9), pool.take(10)
     qwen2_runner.execute(ScheduledBatch(segments=[seg("c", tokens, 0, table)]))
     eager_logits = qwen2_runner.forward_batch([seg("c", [11], 9, table)])[1]
     eager_compiler = qwen2_runner.compiler
-    qwen2_runner.compiler = StepCompiler(qwen2_runner._forward, device=cpu, mode=False,
-                                         backend=broken_backend)
-    qwen2_runner.compiler.enabled = True  # force the compiled path with the failing backend
+    qwen2_runner.compiler = StepCompiler(qwen2_runner._forward, device=cpu, mode=True,
+                                         compile_fn=broken_compile)
+    assert qwen2_runner.compiler.enabled
     try:
         with caplog.at_level(logging.WARNING, logger="langchain_ascend.engine.compile"):
             fallback_logits = qwen2_runner.forward_batch([seg("c", [11], 9, table)])[1]
+        assert compiled_calls == [4]  # the decode step went to the compiled callable first
         assert qwen2_runner.compiler.enabled is False
         assert "backend exploded" in qwen2_runner.compiler.failure
         assert "running eagerly" in caplog.text
         torch.testing.assert_close(fallback_logits, eager_logits)
     finally:
         qwen2_runner.compiler = eager_compiler
+
+
+def test_cpu_float32_linear_weights_are_stored_column_major(tiny_model_paths):
+    from langchain_ascend.engine.weight_layout import apply_layout, resolve_layout
+
+    cpu = torch.device("cpu")
+    assert resolve_layout("auto", cpu, torch.float32) == "column"
+    assert resolve_layout("auto", cpu, torch.bfloat16) == "row"
+    assert resolve_layout("row", cpu, torch.float32) == "row"
+    with pytest.raises(ValueError, match="weight_layout"):
+        resolve_layout("diagonal", cpu, torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.float32)
+    ids = torch.tensor([prompt(70, 12)])
+    with torch.inference_mode():
+        before = model(ids).logits
+        weights = {name: p.clone() for name, p in model.named_parameters()}
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert apply_layout(model, "column") == len(linears)
+        assert apply_layout(model, "column") == 0  # idempotent
+        for m in linears:
+            assert m.weight.stride() == (1, m.weight.shape[0])
+        for name, p in model.named_parameters():
+            assert torch.equal(p, weights[name]), name
+        torch.testing.assert_close(model(ids).logits, before, atol=1e-5, rtol=1e-5)
+        assert apply_layout(model, "row") == len(linears)
+        assert all(m.weight.is_contiguous() for m in linears)
+
+
+class OnlyToken:
+    """A constraint allowing a single token id."""
+
+    def __init__(self, token_id: int) -> None:
+        self.token_id = token_id
+        self.accepted: list[int] = []
+
+    def mask_logits(self, logits: torch.Tensor) -> None:
+        keep = logits[self.token_id].clone()
+        logits.fill_(float("-inf"))
+        logits[self.token_id] = keep
+
+    def accept_token(self, token_id: int) -> None:
+        self.accepted.append(token_id)
+
+    def is_terminated(self) -> bool:
+        return False
+
+
+def test_constraints_steer_sampling_through_execute(qwen2_runner):
+    pool = Blocks()
+    constraint = OnlyToken(1234)
+    sampled = SamplingParams(temperature=0.8, seed=3, constraint=OnlyToken(77))
+    out = qwen2_runner.execute(ScheduledBatch(segments=[
+        seg("g", prompt(80, 6), 0, pool.take(6), sampling=SamplingParams(constraint=constraint)),
+        seg("s", prompt(81, 5), 0, pool.take(5), sampling=sampled),
+    ]))
+    assert out == [1234, 77]
+    assert constraint.accepted == [1234] and sampled.constraint.accepted == [77]
+    qwen2_runner.release(["g", "s"])

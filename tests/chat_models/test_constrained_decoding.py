@@ -1,0 +1,253 @@
+"""Grammar specs and the xgrammar constraint, driven by random logits (no model).
+
+Random logits stand in for a random-weight model: whatever the "model" prefers, the constraint
+must make every sampled reply valid — and finished within ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import pytest
+import torch
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from pydantic import BaseModel, Field
+from transformers import AutoTokenizer
+
+from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.structured import (
+    GrammarSpec,
+    json_object_grammar,
+    json_schema_grammar,
+    tool_call_grammar,
+)
+from langchain_ascend.structured.xgrammar_backend import (
+    GrammarBackend,
+    get_grammar_backend,
+    pack_mask,
+    unpack_mask,
+)
+from langchain_ascend.tool_parsers import parse_tool_calls
+
+
+class Weather(BaseModel):
+    """Weather for a city."""
+
+    city: str = Field(description="City name")
+    unit: Literal["celsius", "fahrenheit"] = "celsius"
+    days: int = Field(ge=1, le=10)
+
+
+class Address(BaseModel):
+    street: str
+    zip_code: int
+
+
+class Person(BaseModel):
+    """A person."""
+
+    name: str
+    age: int
+    tags: list[str] = []
+    address: Address
+    nickname: str | None = None
+
+
+def no_args() -> str:
+    """Takes nothing."""
+    return ""
+
+
+TOOLS = [convert_to_openai_tool(Weather), convert_to_openai_tool(no_args)]
+PAD = 64  # model vocabulary padded past the tokenizer's, like many real checkpoints
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_qwen2_path):
+    return AutoTokenizer.from_pretrained(tiny_qwen2_path)
+
+
+@pytest.fixture(scope="module")
+def backend(tokenizer) -> GrammarBackend:
+    stops = [tokenizer.convert_tokens_to_ids("<|im_end|>"),
+             tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    return get_grammar_backend(tokenizer, vocab_size=len(tokenizer) + PAD, stop_token_ids=stops)
+
+
+def _generate(backend, spec, *, seed, max_tokens, temperature=1.0, scale=3.0):
+    """Sample token by token from random logits under the constraint; return (ids, stopped)."""
+    gen = torch.Generator().manual_seed(seed)
+    constraint = backend.new_constraint(spec, max_tokens=max_tokens)
+    ids = []
+    for _ in range(max_tokens):
+        logits = torch.randn(backend.vocab_size, generator=gen) * scale  # (V,)
+        constraint.mask_logits(logits)
+        if temperature == 0:
+            token = int(logits.argmax())
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            token = int(torch.multinomial(probs, 1, generator=gen))
+        constraint.accept_token(token)
+        assert constraint.rejected_token is None
+        if token in backend.stop_token_ids:
+            return ids, True
+        ids.append(token)
+    return ids, False
+
+
+# --- pure spec builders -------------------------------------------------------------------
+
+
+def test_specs_keep_property_order_and_are_cache_keys():
+    a = json_schema_grammar({"type": "object", "properties": {"b": {}, "a": {}}})
+    b = json_schema_grammar({"type": "object", "properties": {"b": {}, "a": {}}})
+    assert a == b and a.cache_key == b.cache_key
+    assert a.source.index('"b"') < a.source.index('"a"')  # declared order, not sorted
+    assert json_object_grammar().kind == "json_object"
+    with pytest.raises(InvalidRequestError):
+        json_schema_grammar("not a schema")  # type: ignore[arg-type]
+
+
+def test_properties_are_written_in_declared_order(backend, tokenizer):
+    ids, _ = _generate(backend, json_schema_grammar(convert_to_json_schema(Person)), seed=0,
+                       max_tokens=60)
+    assert list(json.loads(tokenizer.decode(ids)))[:2] == ["name", "age"]
+
+
+def test_tool_grammar_forces_the_format_and_only_the_named_tool():
+    spec = tool_call_grammar(TOOLS, fmt="hermes", tool_name="Weather")
+    tag = json.loads(spec.source)["format"]
+    assert tag["type"] == "tags_with_separator" and tag["stop_after_first"] is True
+    (only,) = tag["tags"]
+    assert only["begin"] == '<tool_call>\n{"name": "Weather", "arguments": '
+    assert only["end"] == "}\n</tool_call>"
+    assert only["content"]["excludes"] == ["<tool_call>", "</tool_call>"]
+    with pytest.raises(InvalidRequestError, match="not one of the tools"):
+        tool_call_grammar(TOOLS, fmt="hermes", tool_name="nope")
+    with pytest.raises(InvalidRequestError, match="no tools"):
+        tool_call_grammar([], fmt="hermes")
+
+
+def test_mistral_marker_is_a_single_token_when_the_vocab_has_it():
+    as_token = tool_call_grammar(TOOLS, fmt="mistral", special_tokens={"[TOOL_CALLS]"})
+    assert json.loads(as_token.source)["format"]["elements"][0] == {
+        "type": "token", "token": "[TOOL_CALLS]"}
+    assert as_token.required_special_tokens == ("[TOOL_CALLS]",)
+    as_text = tool_call_grammar(TOOLS, fmt="mistral")
+    assert json.loads(as_text.source)["format"]["elements"][0]["type"] == "const_string"
+
+
+def test_pack_and_unpack_are_inverse():
+    mask = torch.rand(1000, generator=torch.Generator().manual_seed(0)) > 0.5
+    packed = pack_mask(mask.numpy())
+    assert packed.shape == (32,)
+    assert (unpack_mask(packed, 1000) == mask.numpy()).all()
+
+
+# --- the constraint -----------------------------------------------------------------------
+
+
+def test_compiled_grammars_and_backends_are_shared(backend, tokenizer):
+    first = backend.compile(json_schema_grammar(convert_to_json_schema(Person)))
+    assert backend.compile(json_schema_grammar(convert_to_json_schema(Person))) is first
+    again = get_grammar_backend(tokenizer, vocab_size=backend.vocab_size,
+                                stop_token_ids=list(reversed(backend.stop_token_ids)))
+    assert again is backend
+
+
+def test_bad_schema_is_a_typed_error(backend):
+    with pytest.raises(InvalidRequestError, match="cannot build a grammar"):
+        backend.compile(GrammarSpec("json_schema", '{"type": "no-such-type"}'))
+
+
+def test_masks_special_tokens_padding_and_leaves_only_grammar_tokens(backend, tokenizer):
+    constraint = backend.new_constraint(json_object_grammar(), max_tokens=500)
+    logits = torch.zeros(backend.vocab_size)
+    with torch.inference_mode():  # the engine's rows are inference tensors
+        logits = logits.clone()
+    constraint.mask_logits(logits)
+    allowed = torch.isfinite(logits).nonzero().flatten().tolist()
+    assert allowed and all(tokenizer.decode([i]).startswith("{") for i in allowed)
+    assert torch.isinf(logits[len(tokenizer):]).all()  # lm_head padding rows
+    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert logits[im_start] == float("-inf")
+
+
+@pytest.mark.parametrize("max_tokens", [64, 100])
+def test_structured_output_schema_valid_for_20_seeds(backend, tokenizer, max_tokens):
+    spec = json_schema_grammar(convert_to_json_schema(Person))
+    for seed in range(20):
+        ids, stopped = _generate(backend, spec, seed=seed, max_tokens=max_tokens)
+        assert stopped, f"seed {seed} did not finish within {max_tokens} tokens"
+        Person.model_validate(json.loads(tokenizer.decode(ids)))
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3_json", "mistral"])
+def test_forced_tool_calls_parse_and_match_schemas_for_20_seeds(backend, tokenizer, fmt):
+    spec = tool_call_grammar(TOOLS, fmt=fmt, parallel=True)
+    for seed in range(20):
+        ids, stopped = _generate(backend, spec, seed=seed, max_tokens=100)
+        assert stopped
+        out = parse_tool_calls(tokenizer.decode(ids), fmt)
+        assert out.invalid_tool_calls == [] and out.content == ""
+        assert out.tool_calls
+        for call in out.tool_calls:
+            if call["name"] == "Weather":
+                Weather.model_validate(call["args"])
+            else:
+                assert call == {**call, "name": "no_args", "args": {}}
+
+
+def test_named_tool_gives_exactly_one_call_of_that_tool_even_greedy(backend, tokenizer):
+    spec = tool_call_grammar(TOOLS, fmt="hermes", tool_name="Weather")
+    for seed in range(5):
+        ids, stopped = _generate(backend, spec, seed=seed, max_tokens=60, temperature=0)
+        assert stopped
+        (call,) = parse_tool_calls(tokenizer.decode(ids), "hermes").tool_calls
+        assert call["name"] == "Weather"
+        Weather.model_validate(call["args"])
+
+
+def test_json_mode_gives_a_json_object(backend, tokenizer):
+    for seed in range(10):
+        ids, stopped = _generate(backend, json_object_grammar(), seed=seed, max_tokens=40)
+        assert stopped
+        assert isinstance(json.loads(tokenizer.decode(ids)), dict)
+
+
+def test_budget_guard_only_steps_in_near_the_end(backend):
+    spec = json_schema_grammar(convert_to_json_schema(Person))
+    constraint = backend.new_constraint(spec, max_tokens=2000)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        logits = torch.randn(backend.vocab_size, generator=gen)
+        constraint.mask_logits(logits)
+        constraint.accept_token(int(logits.argmax()))
+    assert not constraint.closing  # 1,980 tokens left: the model writes freely
+
+
+def test_a_token_outside_the_grammar_ends_the_request(backend, tokenizer):
+    constraint = backend.new_constraint(json_object_grammar(), max_tokens=50)
+    constraint.accept_token(tokenizer.encode("hello")[0])
+    assert constraint.rejected_token is not None
+    assert constraint.is_terminated()
+
+
+def test_no_tool_call_grammar_forbids_the_marker_and_allows_stopping(backend, tokenizer):
+    from langchain_ascend.structured import no_tool_call_grammar
+
+    spec = no_tool_call_grammar("hermes", set(tokenizer.all_special_tokens))
+    assert spec.free_text
+    constraint = backend.new_constraint(spec, max_tokens=50)
+    logits = torch.zeros(backend.vocab_size)
+    constraint.mask_logits(logits)
+    assert logits[tokenizer.convert_tokens_to_ids("<tool_call>")] == float("-inf")
+    assert logits[backend.stop_token_ids[0]] == 0  # the reply may end anywhere
+    assert logits[tokenizer.encode(" weather")[0]] == 0  # ordinary text is untouched
+    for token in tokenizer.encode("<tool_call"):  # spelled out piece by piece...
+        constraint.accept_token(token)
+    assert constraint.rejected_token is None
+    logits = torch.zeros(backend.vocab_size)
+    constraint.mask_logits(logits)
+    assert logits[tokenizer.convert_tokens_to_ids(">")] == float("-inf")  # ...still refused

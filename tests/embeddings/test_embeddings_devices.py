@@ -1,0 +1,31 @@
+"""AscendEmbeddings on a real accelerator matches the CPU vectors (skipped without one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from langchain_ascend import AscendEmbeddings, platform
+from langchain_ascend.testing import minilm_path
+
+REASONS = {"cuda": platform.cuda_reason(), "npu": platform.probe_npu().reason}
+DEVICES = [
+    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+        bool(REASONS["cuda"]), reason=REASONS["cuda"] or "CUDA available")]),
+    pytest.param("npu", marks=[pytest.mark.npu, pytest.mark.skipif(
+        bool(REASONS["npu"]), reason=REASONS["npu"] or "NPU available")]),
+]
+TEXTS = ["a short one", "北京今天天气晴朗。" * 5, "def f(x):\n    return x" * 10, "longer " * 300]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-4), ("float16", 5e-3)])
+def test_device_vectors_match_cpu(device, dtype, tolerance) -> None:
+    cpu = AscendEmbeddings(model=str(minilm_path()), device="cpu")
+    dev = AscendEmbeddings(model=str(minilm_path()), device=device, dtype=dtype)
+    tensor = dev.embed_documents_tensor(TEXTS)
+    assert tensor.device.type == device and tensor.dtype.is_floating_point
+    np.testing.assert_allclose(tensor.cpu().numpy(), np.array(cpu.embed_documents(TEXTS)),
+                               atol=tolerance)
+    np.testing.assert_allclose(dev.embed_query("hello"), cpu.embed_query("hello"),
+                               atol=tolerance)

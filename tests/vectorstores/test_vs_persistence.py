@@ -1,0 +1,206 @@
+"""save_local / load_local: round trips, atomicity, damage detection, lc FAISS folders."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from vectorstore_test_helpers import TableEmbeddings, lc_module
+
+from langchain_ascend import AscendFAISS
+from langchain_ascend.errors import (
+    ChecksumMismatchError,
+    IndexFormatError,
+    UnsafeDeserializationError,
+    VectorStoreInputError,
+)
+from langchain_ascend.index import persistence
+
+FAISS = lc_module("langchain_community.vectorstores").FAISS
+TEXTS = [f"doc {i}" for i in range(60)]
+QUERIES = ["q1", "q2", "q3"]
+
+
+@pytest.fixture
+def emb() -> TableEmbeddings:
+    return TableEmbeddings(dim=16, seed=5)
+
+
+def results(store: AscendFAISS, **kwargs) -> list:
+    return [[(d.id, d.page_content, d.metadata, round(s, 5))
+             for d, s in store.similarity_search_with_score(q, k=4, **kwargs)] for q in QUERIES]
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"distance_strategy": "COSINE", "dtype": "float16"},
+    {"index_type": "ivf", "nlist": 4, "nprobe": 2, "ivf_min_train_size": 10},
+    {"index_type": "faiss", "faiss_factory": "IVF4,Flat", "nprobe": 2},
+    {"distance_strategy": "MAX_INNER_PRODUCT", "normalize_L2": True},
+])
+@pytest.mark.filterwarnings("ignore:Normalizing L2 is not applicable")
+def test_round_trip_gives_identical_results(tmp_path, emb, options) -> None:
+    metas = [{"i": i, "when": dt.date(2024, 1, 1 + i % 28), "pair": (i, "x"), "raw": b"\x00\x01",
+              "nested": {"tags": {"a", "b"}, 3: "int key"}} for i in range(60)]
+    store = AscendFAISS.from_texts(TEXTS, emb, metadatas=metas, device="cpu", **options)
+    store.delete([store.index_to_docstore_id[7]])
+    before = results(store)
+    if options.get("index_type") == "ivf":
+        assert store.index.is_trained
+    store.save_local(tmp_path)
+    loaded = AscendFAISS.load_local(tmp_path, emb)
+    assert results(loaded) == before
+    assert results(loaded, filter={"when": {"$gte": dt.date(2024, 1, 20)}}) == results(
+        store, filter={"when": {"$gte": dt.date(2024, 1, 20)}})
+    assert loaded.get_by_ids([before[0][0][0]])[0].metadata["nested"] == {
+        "tags": {"a", "b"}, 3: "int key"}
+    assert not list(tmp_path.glob("*.pkl"))
+
+
+def test_saving_again_replaces_atomically_and_cleans_up(tmp_path, emb) -> None:
+    store = AscendFAISS.from_texts(TEXTS[:10], emb, device="cpu")
+    store.save_local(tmp_path, index_name="a")
+    store.save_local(tmp_path, index_name="b")  # two indexes share a folder
+    store.add_texts(["late"])
+    store.save_local(tmp_path, index_name="a")
+    assert len(AscendFAISS.load_local(tmp_path, emb, index_name="a")) == 11
+    assert len(AscendFAISS.load_local(tmp_path, emb, index_name="b")) == 10
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len([n for n in names if n.startswith("a.ascend-")]) == 1
+    assert not [n for n in names if n.startswith(".")]
+
+
+@pytest.mark.parametrize("crash_point", ["write", "rename", "pointer"])
+def test_crash_mid_save_leaves_old_copy_loadable(tmp_path, emb, monkeypatch, crash_point) -> None:
+    store = AscendFAISS.from_texts(TEXTS[:10], emb, device="cpu")
+    store.save_local(tmp_path)
+    store.add_texts(["unsaved"])
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    target = {"write": "_write_durably", "rename": "rename", "pointer": "replace"}[crash_point]
+    if crash_point == "write":
+        monkeypatch.setattr(persistence, target, boom)
+    else:
+        monkeypatch.setattr(persistence.os, target, boom)
+    with pytest.raises(OSError, match="disk full"):
+        store.save_local(tmp_path)
+    monkeypatch.undo()
+    assert len(AscendFAISS.load_local(tmp_path, emb)) == 10
+
+
+def current_generation(folder: Path) -> Path:
+    pointer = json.loads((folder / "index.ascend.json").read_text())
+    return folder / pointer["generation"]
+
+
+@pytest.fixture
+def saved(tmp_path, emb) -> Path:
+    AscendFAISS.from_texts(TEXTS, emb, device="cpu").save_local(tmp_path)
+    return tmp_path
+
+
+def test_flipped_byte_is_a_checksum_mismatch(saved, emb) -> None:
+    vectors = current_generation(saved) / "vectors.safetensors"
+    data = bytearray(vectors.read_bytes())
+    data[-5] ^= 0xFF
+    vectors.write_bytes(bytes(data))
+    with pytest.raises(ChecksumMismatchError, match="vectors.safetensors"):
+        AscendFAISS.load_local(saved, emb)
+
+
+def test_truncated_file_is_reported(saved, emb) -> None:
+    docs = current_generation(saved) / "docstore.json"
+    docs.write_bytes(docs.read_bytes()[:100])
+    with pytest.raises(IndexFormatError, match="truncated"):
+        AscendFAISS.load_local(saved, emb)
+
+
+@pytest.mark.parametrize("damage", ["manifest", "pointer-json", "newer-version", "no-folder",
+                                    "missing-file"])
+def test_damaged_folders_raise_index_format_error(saved, emb, damage) -> None:
+    gen = current_generation(saved)
+    pointer = saved / "index.ascend.json"
+    if damage == "manifest":
+        (gen / "manifest.json").write_text("{}")
+    elif damage == "pointer-json":
+        pointer.write_text('{"format": "langchain-ascend-faiss", "format_ver')
+    elif damage == "newer-version":
+        doc = json.loads(pointer.read_text())
+        doc["format_version"] = persistence.FORMAT_VERSION + 1
+        pointer.write_text(json.dumps(doc))
+    elif damage == "no-folder":
+        for path in gen.iterdir():
+            path.unlink()
+        gen.rmdir()
+    else:
+        (gen / "docstore.json").unlink()
+    with pytest.raises(IndexFormatError) as info:
+        AscendFAISS.load_local(saved, emb)
+    if damage == "newer-version":
+        assert "upgrade" in str(info.value)
+
+
+def test_missing_index_name_is_reported(tmp_path, emb) -> None:
+    with pytest.raises(IndexFormatError, match="no saved index named 'other'"):
+        AscendFAISS.load_local(tmp_path, emb, index_name="other")
+
+
+def test_unsaveable_metadata_fails_before_writing(tmp_path, emb) -> None:
+    store = AscendFAISS.from_texts(["a"], emb, metadatas=[{"obj": object()}], device="cpu")
+    with pytest.raises(VectorStoreInputError, match="obj"):
+        store.save_local(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("strategy", ["EUCLIDEAN_DISTANCE", "MAX_INNER_PRODUCT"])
+def test_lc_faiss_folder_needs_the_flag_and_imports_exactly(tmp_path, emb, strategy) -> None:
+    strategies = lc_module("langchain_community.vectorstores.utils").DistanceStrategy
+    metas = [{"i": i} for i in range(60)]
+    lc = FAISS.from_texts(TEXTS, emb, metadatas=metas, distance_strategy=strategies[strategy])
+    lc.delete([lc.index_to_docstore_id[3]])
+    lc.save_local(str(tmp_path))
+    with pytest.raises(UnsafeDeserializationError, match="allow_dangerous_deserialization"):
+        AscendFAISS.load_local(tmp_path, emb)
+    assert issubclass(UnsafeDeserializationError, ValueError)  # lc raises ValueError too
+    ours = AscendFAISS.load_local(tmp_path, emb, allow_dangerous_deserialization=True,
+                                  device="cpu")  # strategy inferred from the faiss metric
+    assert ours.distance_strategy.value == strategy
+    for q in QUERIES:
+        want = lc.similarity_search_with_score(q, k=5)
+        got = ours.similarity_search_with_score(q, k=5)
+        assert [d.id for d, _ in got] == [d.id for d, _ in want]
+        np.testing.assert_allclose([s for _, s in got], [float(s) for _, s in want], atol=1e-4)
+        assert [d.metadata for d, _ in got] == [d.metadata for d, _ in want]
+    ours.save_local(tmp_path / "converted")  # re-save without pickle
+    assert len(AscendFAISS.load_local(tmp_path / "converted", emb)) == 59
+
+
+def test_serialize_to_bytes_round_trip_and_pickle_guard(emb) -> None:
+    store = AscendFAISS.from_texts(TEXTS[:5], emb, device="cpu")
+    blob = store.serialize_to_bytes()
+    assert results(AscendFAISS.deserialize_from_bytes(blob, emb)) == results(store)
+    lc_blob = FAISS.from_texts(TEXTS[:5], emb).serialize_to_bytes()
+    with pytest.raises(UnsafeDeserializationError):
+        AscendFAISS.deserialize_from_bytes(lc_blob, emb)
+    loaded = AscendFAISS.deserialize_from_bytes(lc_blob, emb, allow_dangerous_deserialization=True)
+    assert len(loaded) == 5
+    with pytest.raises(IndexFormatError):
+        AscendFAISS.deserialize_from_bytes(b"not a store", emb)
+
+
+def test_saved_files_have_no_pickle(saved) -> None:
+    gen = current_generation(saved)
+    assert sorted(p.name for p in gen.iterdir()) == ["docstore.json", "manifest.json",
+                                                    "vectors.safetensors"]
+    manifest = json.loads((gen / "manifest.json").read_text())
+    assert manifest["format_version"] == persistence.FORMAT_VERSION
+    assert set(manifest["files"]) == {"docstore.json", "vectors.safetensors"}
+    assert all(len(v["sha256"]) == 64 for v in manifest["files"].values())
+    assert os.path.getsize(gen / "vectors.safetensors") == manifest["files"][
+        "vectors.safetensors"]["bytes"]

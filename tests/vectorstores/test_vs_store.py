@@ -1,0 +1,258 @@
+"""AscendFAISS behaviour: upsert, delete, bad input, batch search, retriever, merge, async."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+import torch
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from vectorstore_test_helpers import TableEmbeddings, lc_module
+
+from langchain_ascend import AscendFAISS
+from langchain_ascend.errors import (
+    EmbeddingDimensionError,
+    InvalidFilterError,
+    InvalidVectorError,
+    LangChainAscendError,
+    VectorStoreInputError,
+)
+from langchain_ascend.index.device_index import FlatIndex
+
+pytestmark = pytest.mark.filterwarnings("ignore:Relevance scores must be between")
+
+
+@pytest.fixture
+def emb() -> TableEmbeddings:
+    return TableEmbeddings(dim=12, seed=3)
+
+
+@pytest.fixture
+def store(emb) -> AscendFAISS:
+    texts = [f"t{i}" for i in range(30)]
+    metas = [{"i": i, "even": i % 2 == 0} for i in range(30)]
+    return AscendFAISS.from_texts(texts, emb, metadatas=metas, ids=[f"id{i}" for i in range(30)],
+                                  device="cpu")
+
+
+def test_upsert_replaces_document_and_vector(store, emb) -> None:
+    store.add_texts(["brand new"], metadatas=[{"i": 99}], ids=["id5"])
+    assert len(store) == 30 and store.index.ntotal == 30
+    doc, score = store.similarity_search_with_score("brand new", k=1)[0]
+    assert (doc.id, doc.page_content, doc.metadata) == ("id5", "brand new", {"i": 99})
+    assert score == pytest.approx(0.0, abs=1e-5)
+    assert store.similarity_search("t1", k=1, filter={"i": 99})[0].id == "id5"  # filter columns
+    assert store.get_by_ids(["id5", "nope", "id0"])[0].page_content == "brand new"
+
+
+def test_delete_is_idempotent_and_keeps_rows_aligned(store) -> None:
+    assert store.delete(["id3", "id4", "missing"]) is True
+    assert store.delete(["id3"]) is True
+    assert len(store) == 28 and store.index.ntotal == 28
+    assert store.get_by_ids(["id3", "id4"]) == []
+    for i in (0, 10, 29):  # every remaining row still maps to its own vector
+        assert store.similarity_search(f"t{i}", k=1)[0].id == f"id{i}"
+    mapping = store.index_to_docstore_id
+    assert len(mapping) == 28 and mapping[3] == "id5"
+    assert store.docstore.search("id5").page_content == "t5"
+    assert store.docstore.search("id3") == "ID id3 not found."
+    with pytest.raises(VectorStoreInputError, match="No ids"):
+        store.delete(None)
+
+
+def test_bad_input_raises_typed_errors_and_store_stays_usable(store) -> None:
+    before = store.similarity_search_with_score("t7", k=3)
+    cases = [
+        (EmbeddingDimensionError, lambda: store.add_embeddings([("x", [0.0] * 5)])),
+        (InvalidVectorError, lambda: store.add_embeddings([("x", [float("nan")] * 12)])),
+        (InvalidVectorError, lambda: store.add_embeddings([("x", [1.0] * 12), ("y", [1.0])])),
+        (VectorStoreInputError, lambda: store.add_texts(["a", "b"], metadatas=[{}])),
+        (VectorStoreInputError, lambda: store.add_texts(["a", "b"], ids=["same", "same"])),
+        (VectorStoreInputError, lambda: store.add_texts(["a"], ids=["1", "2"])),
+        (VectorStoreInputError, lambda: store.add_texts(["a"], metadatas=["not a dict"])),
+        (InvalidFilterError, lambda: store.similarity_search("t1", filter={"i": {"$like": 1}})),
+        (EmbeddingDimensionError, lambda: store.similarity_search_by_vector([0.0] * 3)),
+        (VectorStoreInputError, lambda: AscendFAISS.from_texts([], DeterministicFakeEmbedding(
+            size=4))),
+        (VectorStoreInputError, lambda: AscendFAISS(embedding=None, index_type="hnsw")),
+        (VectorStoreInputError, lambda: AscendFAISS(distance_strategy="JACCARD")),
+        (VectorStoreInputError, lambda: AscendFAISS(distance_strategy="MANHATTAN")),
+        (VectorStoreInputError, lambda: AscendFAISS().similarity_search("x")),
+    ]
+    for error, call in cases:
+        with pytest.raises(error):
+            call()
+        assert issubclass(error, (LangChainAscendError, ValueError))
+    assert store.similarity_search_with_score("t7", k=3) == before
+    assert len(store) == 30 and store.add_texts([]) == []
+
+
+def test_empty_store_and_empty_filter_results() -> None:
+    store = AscendFAISS(embedding=DeterministicFakeEmbedding(size=8), device="cpu")
+    assert store.similarity_search("x") == [] and store.index is None
+    assert store.max_marginal_relevance_search("x") == []
+    store.add_texts(["a", "b"], metadatas=[{"k": 1}, {"k": 2}])
+    assert store.similarity_search("a", k=5, filter={"k": 3}) == []
+    assert len(store.similarity_search("a", k=5)) == 2
+
+
+def test_batch_search_is_one_index_call(store, monkeypatch) -> None:
+    calls = []
+    original = FlatIndex.search
+
+    def counting(self, queries, k, mask=None):
+        calls.append(queries.shape[0])
+        return original(self, queries, k, mask)
+
+    monkeypatch.setattr(FlatIndex, "search", counting)
+    queries = ["t1", "t2", "t3", "t4"]
+    batched = store.similarity_search_with_score_batch(queries, k=3, filter={"even": True})
+    assert calls == [4]
+    singles = [store.similarity_search_with_score(q, k=3, filter={"even": True}) for q in queries]
+    assert batched == singles
+    vectors = np.array([store.embeddings.embed_query(q) for q in queries], dtype=np.float32)
+    by_vectors = store.similarity_search_with_score_by_vectors(torch.from_numpy(vectors), k=3,
+                                                               filter={"even": True})
+    assert [[d.id for d, _ in r] for r in by_vectors] == [[d.id for d, _ in r] for r in batched]
+
+
+class CountingHandler(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def on_retriever_end(self, documents, **kwargs) -> None:  # noqa: ANN001
+        self.ends += 1
+
+
+@pytest.mark.parametrize("search_type, kwargs", [
+    ("similarity", {"k": 2}),
+    ("mmr", {"k": 2, "fetch_k": 6}),
+    ("similarity_score_threshold", {"k": 3, "score_threshold": -1e9}),
+])
+def test_retriever_batch_uses_one_search(store, monkeypatch, search_type, kwargs) -> None:
+    retriever = store.as_retriever(search_type=search_type, search_kwargs=kwargs)
+    queries = ["t1", "t8", "t9"]
+    expected = [retriever.invoke(q) for q in queries]
+    calls = []
+    original = FlatIndex.search
+    monkeypatch.setattr(FlatIndex, "search", lambda self, q, k, mask=None: (
+        calls.append(q.shape[0]), original(self, q, k, mask))[1])
+    handler = CountingHandler()
+    assert retriever.batch(queries, config={"callbacks": [handler]}) == expected
+    assert calls == [3] and handler.ends == 3
+    calls.clear()
+    assert asyncio.run(retriever.abatch(queries)) == expected
+    assert calls == [3]
+
+
+def test_retriever_batch_reports_per_query_errors(store) -> None:
+    retriever = store.as_retriever(search_kwargs={"filter": {"i": {"$bad": 1}}})
+    results = retriever.batch(["t1", "t2"], return_exceptions=True)
+    assert all(isinstance(r, InvalidFilterError) for r in results)
+
+
+def test_merge_from_ours_and_lc(emb) -> None:
+    a = AscendFAISS.from_texts(["a1", "a2"], emb, ids=["a1", "a2"], device="cpu")
+    b = AscendFAISS.from_texts(["b1"], emb, ids=["b1"], device="cpu")
+    a.merge_from(b)
+    assert a.similarity_search("b1", k=1)[0].id == "b1" and len(a) == 3
+    lc = lc_module("langchain_community.vectorstores").FAISS.from_texts(["c1"], emb, ids=["c1"])
+    a.merge_from(lc)
+    assert a.similarity_search("c1", k=1)[0].id == "c1" and len(a) == 4
+    with pytest.raises(VectorStoreInputError, match="both stores"):
+        a.merge_from(b)
+    other = AscendFAISS.from_texts(["z"], TableEmbeddings(dim=5), ids=["z"], device="cpu")
+    with pytest.raises(EmbeddingDimensionError):
+        a.merge_from(other)
+    assert len(a) == 4
+
+
+def test_lc_style_construction_and_tensor_embeddings(emb) -> None:
+    faiss = lc_module("faiss")
+    docstore = lc_module("langchain_community.docstore.in_memory").InMemoryDocstore(
+        {"x": Document(page_content="t1", id="x"), "y": Document(page_content="t2", id="y")})
+    index = faiss.IndexFlatL2(12)
+    index.add(np.array([emb.vector("t1"), emb.vector("t2")], dtype=np.float32))
+    store = AscendFAISS(emb, index, docstore, {0: "x", 1: "y"}, device="cpu")
+    assert store.similarity_search("t2", k=1)[0].id == "y"
+
+    class TensorEmbeddings(TableEmbeddings):
+        def embed_documents_tensor(self, texts):  # noqa: ANN001, ANN202
+            return torch.tensor(super().embed_documents(texts))
+
+    tensor_emb = TensorEmbeddings(dim=12)
+    tensor_store = AscendFAISS(embedding=tensor_emb, device="cpu")
+    tensor_store.add_texts(["p", "q"])
+    assert tensor_emb.document_calls == 1  # through the tensor method only
+    assert tensor_store.similarity_search("q", k=1)[0].page_content == "q"
+
+
+def test_async_surface(emb) -> None:
+    async def run() -> None:
+        store = await AscendFAISS.afrom_texts(["a", "b", "c"], emb, ids=["1", "2", "3"],
+                                              device="cpu")
+        await store.aadd_texts(["d"], ids=["4"])
+        assert (await store.asimilarity_search("d", k=1))[0].id == "4"
+        assert (await store.asimilarity_search_with_score("a", k=1))[0][0].id == "1"
+        assert len(await store.amax_marginal_relevance_search("b", k=2, fetch_k=4)) == 2
+        assert [len(r) for r in await store.asimilarity_search_batch(["a", "b"], k=2)] == [2, 2]
+        assert await store.adelete(["4"]) and await store.aget_by_ids(["4"]) == []
+
+    asyncio.run(run())
+
+
+def test_concurrent_writes_and_reads_stay_consistent(emb) -> None:
+    store = AscendFAISS(embedding=emb, device="cpu")
+    errors = []
+
+    def writer(start: int) -> None:
+        try:
+            for i in range(start, start + 40):
+                store.add_texts([f"w{i}"], metadatas=[{"i": i}], ids=[f"w{i}"])
+                if i % 3 == 0:
+                    store.delete([f"w{i}"])
+                store.similarity_search(f"w{start}", k=3, filter={"i": {"$gte": start}})
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in (0, 100, 200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    deleted = sum(1 for s in (0, 100, 200) for i in range(s, s + 40) if i % 3 == 0)
+    assert len(store) == store.index.ntotal == 120 - deleted
+    for doc_id in ("w1", "w101", "w202"):
+        assert store.similarity_search(doc_id, k=1)[0].id == doc_id
+
+
+def test_ivf_store_trains_and_answers(emb) -> None:
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(8, 12)) * 5
+    vectors = (centers[rng.integers(0, 8, 800)] + rng.normal(size=(800, 12))).astype(np.float32)
+    pairs = [(f"v{i}", vectors[i]) for i in range(800)]
+    store = AscendFAISS.from_embeddings(pairs, emb, device="cpu", index_type="ivf", nlist=8,
+                                        nprobe=8, ivf_min_train_size=100)
+    exact = AscendFAISS.from_embeddings(pairs, emb, device="cpu")
+    got = store.similarity_search_with_score_by_vector(vectors[5] + 0.01, k=5)
+    assert store.index.is_trained and store.index.nprobe == 8
+    want = exact.similarity_search_with_score_by_vector(vectors[5] + 0.01, k=5)
+    assert [(d.page_content, s) for d, s in got] == [(d.page_content, s) for d, s in want]
+
+
+def test_failed_faiss_training_leaves_store_usable(emb) -> None:
+    store = AscendFAISS(embedding=emb, device="cpu", index_type="faiss",
+                        faiss_factory="IVF16,Flat", nprobe=16)
+    with pytest.raises(VectorStoreInputError, match="training faiss index"):
+        store.add_texts([f"few {i}" for i in range(5)])
+    assert len(store) == 0 and store.similarity_search("few 1") == []
+    store.add_texts([f"many {i}" for i in range(400)], ids=[f"m{i}" for i in range(400)])
+    assert store.similarity_search("many 7", k=1)[0].id == "m7"
+    store.add_texts(["replaced"], ids=["m7"])  # faiss upsert = remove + add
+    assert len(store) == 400 and store.get_by_ids(["m7"])[0].page_content == "replaced"
+    assert store.similarity_search("replaced", k=1)[0].id == "m7"
