@@ -223,7 +223,7 @@ class TorchRefBackend(AttentionBackend):
                 attn_mask=bias, scale=scale)  # (1, KVH, B*G, D)
             out = out.view(kv_heads, batch, size, self.head_dim).transpose(0, 1)  # (B,KVH,G,D)
             return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
-        pages = slots.view(2, kv_heads, -1, self.block_size_of(kv_cache) * self.head_dim)
+        pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
         gathered = pages.index_select(2, group.block_ids)  # (2, KVH, B*nb, bs*D)
         gathered = gathered.view(2, kv_heads, batch, -1, self.head_dim)  # (2, KVH, B, L, D)
         keys, values = gathered[0].transpose(0, 1), gathered[1].transpose(0, 1)  # (B, KVH, L, D)
@@ -233,10 +233,6 @@ class TorchRefBackend(AttentionBackend):
         q = query.reshape(batch, kv_heads, size, self.head_dim)  # (B, KVH, G, D)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, scale=scale)
         return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
-
-    @staticmethod
-    def block_size_of(kv_cache) -> int:
-        return kv_cache.shape[3]
 
     def _span_window_bias(self, group: DecodeGroup, window: int):
         import torch
@@ -274,10 +270,9 @@ class TorchRefBackend(AttentionBackend):
             k = key[seg.start: seg.end].transpose(0, 1)[None]  # (1, KVH, n, D)
             v = value[seg.start: seg.end].transpose(0, 1)[None]
         else:
-            kv_heads, block_size = self.num_kv_heads, self.block_size_of(kv_cache)
-            pages = kv_cache.view(2, kv_heads, -1, block_size * self.head_dim)
+            pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
             gathered = pages.index_select(2, seg.block_ids)  # (2, KVH, nb, bs*D)
-            gathered = gathered.view(2, kv_heads, -1, self.head_dim)[:, :, : seg.seq_len]
+            gathered = gathered.view(2, self.num_kv_heads, -1, self.head_dim)[:, :, : seg.seq_len]
             k, v = gathered[0][None], gathered[1][None]  # (1, KVH, L, D)
         if window is not None and seg.seq_len > window:
             device = q.device
