@@ -160,8 +160,9 @@ class ModelRunner:
             attention_backend: ``"auto"`` (npu on NPU, torch_ref elsewhere) or a backend name.
             compile: ``"auto"`` (currently off everywhere, see ``engine.compile``), True or
                 False: compile the decode step.
-            weight_layout: ``"auto"`` (column-major float32 linear weights on CPU, see
-                ``weight_layout``), ``"row"`` or ``"column"``.
+            weight_layout: ``"auto"`` (on CPU with float32: a column-major copy of the linear
+                weights for single-row products, see ``engine.weight_layout``), ``"row"``,
+                ``"column"`` or ``"dual"``.
         """
         from transformers import AutoModelForCausalLM
 
@@ -192,7 +193,7 @@ class ModelRunner:
         model.eval()
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
-        apply_layout(model, resolve_layout(weight_layout, device, dtype))
+        apply_layout(model, resolve_layout(weight_layout, model))
         num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))

@@ -1,34 +1,59 @@
 """Memory layout of the linear weights on CPU: a measured decode speed-up, same model.
 
-A decode step on CPU is bound by streaming the weights through matrix-vector products. With
-the float32 weights of ``nn.Linear`` stored as loaded (row-major ``(out, in)``), ``F.linear``
-for a single row runs MKL's transposed mat-vec; storing the same values column-major (the
-``(out, in)`` tensor is a transposed view of a contiguous ``(in, out)`` one) makes it a plain
-streaming product. Measured on the 2-core AMD EPYC CPU with the ~40M ``bench`` model
-(``benchmarks/bench_decode.py``, interleaved runs): single-request decode steps ~20% faster;
-4-request steps and prefill within noise. bfloat16 weights are left alone (oneDNN is much
-slower on column-major bf16 weights there).
+A decode step on CPU is bound by streaming the weights through matrix products. For a single
+input row (one request decoding, or the LM head of one sampled position), MKL's product with
+the weights as loaded (row-major ``(out, in)``) is much slower on the 2-core AMD EPYC test host
+than with the same values stored column-major (the ``(out, in)`` tensor a transposed view of a
+contiguous ``(in, out)`` one); for several rows it is the other way round. Measured with the
+~40M ``bench`` model, float32, 2 threads, interleaved runs, whole decode steps (ms):
 
-Shapes, values and the model code are unchanged; a tied output head / input embedding shares
-the new storage (embedding lookups read strided rows, a few ms per thousand tokens).
+======  =====  ======  ====
+batch   row    column  dual
+======  =====  ======  ====
+1       30.3   25.3    24.2
+4       59.5   68.8    ~row
+16      68.9   75.0    ~row
+======  =====  ======  ====
+
+Layouts:
+
+* ``"row"``: as loaded.
+* ``"column"``: every linear weight re-stored column-major (no extra memory).
+* ``"dual"``: weights stay row-major and each linear layer also keeps a column-major copy used
+  for single-row inputs (twice the linear-weight memory).
+* ``"auto"``: ``"dual"`` for float32 weights on CPU when the copies fit in a quarter of the
+  available RAM, else ``"row"``; ``"row"`` elsewhere (accelerators, bf16/fp16: oneDNN is far
+  slower on column-major bf16 weights).
+
+Values, shapes, parameters and the model code are unchanged; ``"dual"`` only swaps the
+``forward`` of each ``nn.Linear`` instance for one that picks the copy when ``x`` is one row.
 """
 
 from __future__ import annotations
 
 import logging
+import types
 from typing import Any
 
 from langchain_ascend import platform
 
 logger = logging.getLogger(__name__)
 
-LAYOUTS = ("auto", "row", "column")
+LAYOUTS = ("auto", "row", "column", "dual")
+DUAL_MAX_RAM_SHARE = 0.25
+"""``"auto"`` picks ``"dual"`` only while the copies take at most this share of free RAM."""
+SMALL_BATCH_ROWS = 128
+"""``"dual"`` computes products of 2 to this many rows as ``W @ x^T``."""
 
 
-def resolve_layout(layout: str, device: Any, dtype: Any) -> str:
-    """``"row"`` or ``"column"`` for ``layout`` on ``device`` with weights of ``dtype``.
+def _linears(model: Any) -> list[Any]:
+    import torch
 
-    ``"auto"`` means column-major for float32 weights on CPU, row-major (as loaded) otherwise.
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def resolve_layout(layout: str, model: Any) -> str:
+    """The concrete layout (``"row"``, ``"column"`` or ``"dual"``) for ``model``.
 
     Raises:
         ValueError: ``layout`` is not one of :data:`LAYOUTS`.
@@ -39,32 +64,69 @@ def resolve_layout(layout: str, device: Any, dtype: Any) -> str:
         raise ValueError(f"weight_layout must be one of {LAYOUTS}, got {layout!r}")
     if layout != "auto":
         return layout
-    if platform.device_type(device) == "cpu" and dtype == torch.float32:
-        return "column"
-    return "row"
+    first = next(model.parameters())
+    if platform.device_type(first.device) != "cpu" or first.dtype != torch.float32:
+        return "row"
+    copy_bytes = sum(m.weight.numel() * m.weight.element_size() for m in _linears(model))
+    free = platform.memory_info(first.device).free
+    return "dual" if copy_bytes <= DUAL_MAX_RAM_SHARE * free else "row"
+
+
+def _small_batch_forward(self: Any, x: Any) -> Any:
+    """``nn.Linear.forward`` with the fastest product for few input rows.
+
+    One row: the column-major copy. Up to :data:`SMALL_BATCH_ROWS` rows: ``W @ x^T`` on the
+    row-major weight (MKL's small-M path of ``x @ W^T`` is far slower here). More rows: as usual.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    num_rows = x.numel() // x.shape[-1]
+    if num_rows == 1:
+        return F.linear(x, self.weight_column_major, self.bias)
+    if num_rows > SMALL_BATCH_ROWS:
+        return F.linear(x, self.weight, self.bias)
+    rows = x.reshape(num_rows, x.shape[-1])  # (M, in)
+    if self.bias is None:
+        out_t = torch.mm(self.weight, rows.t())  # (out, M)
+    else:
+        out_t = torch.addmm(self.bias[:, None], self.weight, rows.t())  # (out, M)
+    return out_t.t().contiguous().view(*x.shape[:-1], out_t.shape[0])  # (..., out)
+
+
+def current_layout(module: Any) -> str:
+    """The layout one ``nn.Linear`` is in now."""
+    if "weight_column_major" in module.__dict__:
+        return "dual"
+    weight = module.weight
+    return "column" if weight.dim() == 2 and weight.stride() == (1, weight.shape[0]) else "row"
 
 
 def apply_layout(model: Any, layout: str) -> int:
-    """Store every ``nn.Linear`` weight of ``model`` in ``layout`` (``"row"``/``"column"``).
+    """Lay out every ``nn.Linear`` of ``model`` as ``"row"``, ``"column"`` or ``"dual"``.
 
     Returns:
-        How many weight tensors were re-laid out.
+        How many linear layers changed layout.
     """
     import torch
 
     changed = 0
     with torch.no_grad():
-        for module in model.modules():
-            if not isinstance(module, torch.nn.Linear):
+        for module in _linears(model):
+            before = current_layout(module)
+            if before == layout:
                 continue
-            weight = module.weight
-            is_column = weight.dim() == 2 and weight.stride() == (1, weight.shape[0])
-            if layout == "column" and not is_column:
-                weight.data = weight.data.t().contiguous().t()  # (out, in), column-major
-                changed += 1
-            elif layout == "row" and not weight.data.is_contiguous():
-                weight.data = weight.data.contiguous()  # (out, in), row-major
-                changed += 1
+            if before == "dual":
+                del module.weight_column_major
+                del module.forward  # back to nn.Linear.forward
+            elif before == "column":
+                module.weight.data = module.weight.data.contiguous()  # (out, in), row-major
+            if layout == "column":
+                module.weight.data = module.weight.data.t().contiguous().t()  # column-major
+            elif layout == "dual":
+                module.weight_column_major = module.weight.data.t().contiguous().t()
+                module.forward = types.MethodType(_small_batch_forward, module)
+            changed += 1
     if changed:
-        logger.info("stored %d linear weights %s-major", changed, layout)
+        logger.info("laid out %d linear layers as %r", changed, layout)
     return changed

@@ -266,30 +266,39 @@ def test_compile_resolution_and_eager_fallback(qwen2_runner, caplog):
         qwen2_runner.compiler = eager_compiler
 
 
-def test_cpu_float32_linear_weights_are_stored_column_major(tiny_model_paths):
-    from langchain_ascend.engine.weight_layout import apply_layout, resolve_layout
+def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
+    from langchain_ascend.engine.weight_layout import apply_layout, current_layout, resolve_layout
 
-    cpu = torch.device("cpu")
-    assert resolve_layout("auto", cpu, torch.float32) == "column"
-    assert resolve_layout("auto", cpu, torch.bfloat16) == "row"
-    assert resolve_layout("row", cpu, torch.float32) == "row"
-    with pytest.raises(ValueError, match="weight_layout"):
-        resolve_layout("diagonal", cpu, torch.float32)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.float32)
+    assert resolve_layout("auto", model) == "dual"  # CPU float32, copies fit easily
+    assert resolve_layout("column", model) == "column"
+    assert resolve_layout("auto", model.to(torch.bfloat16)) == "row"
+    model.float()
+    with pytest.raises(ValueError, match="weight_layout"):
+        resolve_layout("diagonal", model)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     ids = torch.tensor([prompt(70, 12)])
     with torch.inference_mode():
-        before = model(ids).logits
+        full_before = model(ids).logits
+        last_before = model(ids[:, :1]).logits  # single-row products
         weights = {name: p.clone() for name, p in model.named_parameters()}
-        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        assert apply_layout(model, "column") == len(linears)
-        assert apply_layout(model, "column") == 0  # idempotent
-        for m in linears:
-            assert m.weight.stride() == (1, m.weight.shape[0])
-        for name, p in model.named_parameters():
-            assert torch.equal(p, weights[name]), name
-        torch.testing.assert_close(model(ids).logits, before, atol=1e-5, rtol=1e-5)
-        assert apply_layout(model, "row") == len(linears)
-        assert all(m.weight.is_contiguous() for m in linears)
+        n = len(linears)
+        for layout, expected in (("column", n), ("dual", n), ("dual", 0), ("row", n),
+                                 ("dual", n), ("column", n)):
+            assert apply_layout(model, layout) == expected
+            assert all(current_layout(m) == layout for m in linears)
+            for name, p in model.named_parameters():
+                assert torch.equal(p, weights[name]), name
+            torch.testing.assert_close(model(ids).logits, full_before, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(model(ids[:, :1]).logits, last_before, atol=1e-5,
+                                       rtol=1e-5)
+        apply_layout(model, "row")
+        assert all(m.weight.is_contiguous() and "forward" not in m.__dict__ for m in linears)
+    dual = linears[0]
+    apply_layout(model, "dual")
+    assert dual.weight_column_major.stride() == (1, dual.weight.shape[0])
+    assert dual.weight.is_contiguous()
+    assert "weight_column_major" not in dict(model.named_parameters())
 
 
 class OnlyToken:
