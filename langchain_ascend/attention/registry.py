@@ -88,7 +88,7 @@ def paged_attention_forward(
         query[0].transpose(0, 1),  # (T, H, D)
         key[0].transpose(0, 1),  # (T, KVH, D)
         value[0].transpose(0, 1),  # (T, KVH, D)
-        step.kv_caches[module.layer_idx],
+        step.kv_caches[int(module.layer_idx)],  # type: ignore[arg-type]
         step.metadata,
         scale,
         kwargs.get("sliding_window"),

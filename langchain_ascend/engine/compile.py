@@ -83,7 +83,8 @@ class StepCompiler:
     def _torch_compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         import torch
 
-        return torch.compile(fn, backend=platform.compile_backend(self.device), dynamic=True)
+        backend = platform.compile_backend(self.device) or "inductor"
+        return torch.compile(fn, backend=backend, dynamic=True)
 
     def run(self, input_ids: torch.Tensor, position_ids: torch.Tensor, sample_rows: torch.Tensor,
             step: Any, layout: BatchLayout) -> torch.Tensor:

@@ -170,7 +170,7 @@ class ModelRunner:
         resolved_dtype = platform.resolve_dtype(dtype, resolved_device)
         model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=resolved_dtype, attn_implementation=registry.register())
-        model.to(resolved_device)
+        model.to(resolved_device)  # type: ignore[arg-type]  # transformers' typed wrapper
         return cls.from_model(
             model, block_size=block_size, num_blocks=num_blocks,
             kv_cache_memory_fraction=kv_cache_memory_fraction,

@@ -104,16 +104,16 @@ class Sampler:
         """
 
         logits = logits.float()  # (S, V); a copy for bf16/fp16, masks edit it in place
-        constrained = [i for i, p in enumerate(params) if p.constraint is not None]
-        for i in constrained:
-            params[i].constraint.mask_logits(logits[i])
+        constrained = [(i, p.constraint) for i, p in enumerate(params) if p.constraint is not None]
+        for i, constraint in constrained:
+            constraint.mask_logits(logits[i])
         chosen = logits.argmax(dim=-1)  # (S,)
         sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
         if sampled_rows:
             chosen[sampled_rows] = self._sample_rows(logits, params, request_ids, sampled_rows)
         token_ids = chosen.tolist()
-        for i in constrained:
-            params[i].constraint.accept_token(token_ids[i])
+        for i, constraint in constrained:
+            constraint.accept_token(token_ids[i])
         return token_ids
 
     def _sample_rows(self, logits, params, request_ids, rows: list[int]):

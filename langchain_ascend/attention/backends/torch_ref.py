@@ -238,9 +238,9 @@ class TorchRefBackend(AttentionBackend):
         import torch
 
         bias = group.window_bias.get(window)
-        if bias is None:
-            lens = torch.tensor(group.seq_lens, device=group.key_positions.device)[:, None]
-            pos = group.key_positions  # (B, S)
+        pos = group.key_positions  # (B, S)
+        if bias is None and pos is not None:
+            lens = torch.tensor(group.seq_lens, device=pos.device)[:, None]  # (B, 1)
             hidden = (pos < 0) | (pos >= lens) | (pos <= lens - 1 - window)
             bias = _additive(hidden, self.dtype).repeat_interleave(self.group, dim=0)
             group.window_bias[window] = bias  # (B*G, S)
@@ -251,7 +251,7 @@ class TorchRefBackend(AttentionBackend):
 
         bias = group.window_bias.get(window)
         if bias is None:
-            device = group.block_ids.device
+            device = self.device
             lens = torch.tensor(group.seq_lens, device=device)[:, None]  # (B, 1)
             key_pos = torch.arange(num_keys, device=device)[None, :]  # (1, L)
             hidden = (key_pos >= lens) | (key_pos <= lens - 1 - window)  # (B, L)
