@@ -79,9 +79,10 @@ def read_config(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str, An
 
 
 def _construct(cls: type, fields: dict[str, Any], section: str) -> Any:
-    known = set(getattr(cls, "model_fields", {})) or None
+    model_fields: dict[str, Any] = getattr(cls, "model_fields", {})
+    known = set(model_fields) or None
     if known is not None:
-        aliases = {f.alias for f in cls.model_fields.values() if f.alias}
+        aliases = {f.alias for f in model_fields.values() if f.alias}
         bad = sorted(set(fields) - known - aliases)
         if bad:
             raise ConfigError(f"unknown {section} field(s) {bad}")

@@ -20,6 +20,7 @@ import ast
 import json
 import operator
 import time
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -42,7 +43,7 @@ _WEATHER = {
     "shenzhen": "Shenzhen: 23°C, humid, light rain in the evening",
     "shanghai": "Shanghai: 12°C, overcast",
 }
-_OPS = {
+_OPS: dict[type, Callable[..., Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.Pow: operator.pow, ast.USub: operator.neg,
     ast.Mod: operator.mod, ast.FloorDiv: operator.floordiv,
@@ -137,8 +138,9 @@ def run_demo(model: str | None, *, device: str = "auto", hops: int = 4, max_toke
     )
     tools = build_tools(store.as_retriever(search_kwargs={"k": 2}))
     executor = NPUStreamToolExecutor(tools, timeout_ms=5000, device=device)
-    llm = AscendChatModel(model=model, device=device, max_tokens=max_tokens, temperature=0.7,
-                          seed=seed)
+    llm_fields: dict[str, Any] = {"model": model, "device": device, "max_tokens": max_tokens,
+                                  "temperature": 0.7, "seed": seed}
+    llm = AscendChatModel(**llm_fields)
     llm.warm_up()
     print(f"setup: {time.perf_counter() - t0:.1f} s (embedder, {len(docs)} docs indexed, engine warm)")
 
@@ -151,7 +153,7 @@ def run_demo(model: str | None, *, device: str = "auto", hops: int = 4, max_toke
         start = time.perf_counter()
         reply = bound.invoke(messages)
         seconds = time.perf_counter() - start
-        usage = reply.usage_metadata or {}
+        usage: dict[str, Any] = dict(reply.usage_metadata or {})
         cached = (usage.get("input_token_details") or {}).get("cache_read", 0)
         row = {
             "hop": hop, "seconds": round(seconds, 3), "input_tokens": usage.get("input_tokens", 0),
