@@ -22,7 +22,9 @@ def check(case, window=None, atol=1e-5):
 @pytest.mark.parametrize("block_size", [4, 16])
 def test_mixed_batch_matches_naive_gather_path(block_size):
     metadata = check(make_case(MIXED, block_size=block_size, pool_slack=200))
-    assert metadata.decodes.span is None  # scattered blocks: pages are gathered
+    decodes = metadata.decodes  # unrelated contexts: each request's pages are gathered
+    assert decodes.span is None and decodes.shared_block_ids is None
+    assert decodes.block_ids is not None
 
 
 @pytest.mark.parametrize("block_size", [4, 16])
@@ -31,6 +33,20 @@ def test_mixed_batch_matches_naive_span_path(block_size):
                      allocation="contiguous", shared_prefix=32)
     metadata = check(case)
     assert metadata.decodes.span is not None  # shared prefix: one zero-copy range
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_shared_prefix_over_scattered_blocks_gathers_the_union_once(block_size):
+    contexts = (100, 101, 110, 97)
+    case = make_case([(c, 1) for c in contexts] + [(0, 5), (96, 7)], block_size=block_size,
+                     shared_prefix=96, pool_slack=200)
+    decodes = check(case).decodes
+    assert decodes.span is None and decodes.block_ids is None
+    tables = [t[: -(-(c + 1) // block_size)] for t, c in zip(case.layout.block_tables, contexts)]
+    assert decodes.shared_block_ids.tolist() == sorted({b for t in tables for b in t})
+    # the 96-token prefix blocks are read once, not once per request
+    prefix = 96 // block_size
+    assert len(decodes.shared_block_ids) == prefix + sum(len(t) - prefix for t in tables)
 
 
 def test_single_decode_over_contiguous_blocks_uses_the_span():

@@ -294,11 +294,32 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
                                        rtol=1e-5)
         apply_layout(model, "row")
         assert all(m.weight.is_contiguous() and "forward" not in m.__dict__ for m in linears)
-    dual = linears[0]
     apply_layout(model, "dual")
-    assert dual.weight_column_major.stride() == (1, dual.weight.shape[0])
-    assert dual.weight.is_contiguous()
-    assert "weight_column_major" not in dict(model.named_parameters())
+    layer, head = linears[0], model.lm_head  # llama tiny: (128, 128) and (4096, 128)
+    assert layer.single_row_transposed is False
+    assert layer.single_row_weight.data_ptr() == layer.weight.data_ptr()  # a view, no copy
+    assert head.single_row_transposed is True
+    assert head.single_row_weight.shape == (2, 128, 2048)
+    assert head.single_row_weight.data_ptr() != head.weight.data_ptr()
+    assert layer.weight.is_contiguous() and head.weight.is_contiguous()
+    assert "single_row_weight" not in dict(model.named_parameters())
+
+
+def test_single_row_weight_halves_reproduce_the_product():
+    from langchain_ascend.engine.weight_layout import single_row_weight
+
+    torch.manual_seed(0)
+    row = torch.randn(1, 6)
+    for out_features in (4, 5, 48):  # even, odd (one part), output-heavy (transposed copy)
+        weight = torch.randn(out_features, 6)
+        halves, transposed = single_row_weight(weight)
+        assert transposed is (out_features == 48)
+        assert halves.shape[0] == (1 if out_features % 2 else 2)
+        if transposed:
+            product = torch.bmm(row.expand(2, 1, 6), halves).reshape(-1)
+        else:
+            product = torch.bmm(halves, row.t().expand(halves.shape[0], 6, 1)).reshape(-1)
+        torch.testing.assert_close(product, (row @ weight.t())[0])
 
 
 class OnlyToken:

@@ -7,13 +7,16 @@ is a zero-copy ``(kv_heads, slots, head_dim)`` view with contiguous rows.
 Decodes (one query token per request) are attended in ONE batched op, in one of two ways
 chosen per step from the block tables:
 
-* span (no copy): when the blocks the decodes use lie in a compact range of the pool (one
-  request, or requests sharing a cached prefix), every decode query attends the whole range
-  ``[lowest block, highest block]`` as one view, and an additive mask keeps for each request
-  exactly the slots of its own blocks up to its length. Keys can be visited in any order
-  because attention is a sum over keys; rotary positions are already inside the keys.
-* gather: otherwise each request's pages are gathered (``index_select``) into a padded
-  ``(B, kv_heads, L, head_dim)`` block and a length mask hides the padding.
+* shared: when the union of the blocks the decodes use is small (one request, or requests
+  sharing a cached prefix such as an agent's system prompt), every decode query attends the
+  whole union at once -- a zero-copy view when the union is a run of consecutive blocks, else
+  the union's pages gathered once (each shared block read once, not once per request) -- and
+  an additive mask keeps for each request exactly the slots of its own blocks up to its
+  length. Keys can be visited in any order because attention is a sum over keys; rotary
+  positions are already inside the keys.
+* gather: otherwise (unrelated long contexts) each request's pages are gathered
+  (``index_select``) into a padded ``(B, kv_heads, L, head_dim)`` block and a length mask hides
+  the padding.
 
 Prefill segments are attended one by one with ``scaled_dot_product_attention``: a fresh prompt
 straight from its new keys (causal), a chunk after a cached prefix over its gathered pages with
@@ -31,8 +34,9 @@ from langchain_ascend.attention.backends.base import AttentionBackend, BatchLayo
 if TYPE_CHECKING:
     import torch
 
-SPAN_MAX_RATIO = 2
-"""Use the span path while the span is at most this many times the longest decode context."""
+SHARED_MAX_RATIO = 2
+"""Use the shared path while the union of the decodes' blocks holds fewer than this many times
+the slots of the longest decode context."""
 
 
 @dataclass
@@ -66,11 +70,14 @@ class DecodeGroup:
     Attributes:
         num_decodes: ``B``.
         seq_lens: Host list of their context lengths (including the new token).
-        span: ``(first_slot, num_slots)`` of the pool range attended (span path) or None.
+        span: Shared path over consecutive blocks: ``(first_slot, num_slots)`` of the pool
+            range attended, else None.
+        shared_block_ids: Shared path over scattered blocks: ``(U,)`` int64, the sorted union
+            of the decodes' blocks, gathered once per layer; else None.
         block_ids: Gather path: ``(B * max_blocks,)`` int64 pages, padded per request.
-        bias: Additive 0 / -inf mask: span path ``(B * group, num_slots)``, gather path
-            ``(B, 1, 1, max_blocks * block_size)`` or None when nothing needs hiding.
-        key_positions: Span path ``(B, num_slots)`` position of each slot in each request
+        bias: Additive 0 / -inf mask: shared path ``(B * group, num_slots)``, gather path
+            ``(B, 1, 1, max_blocks * block_size)``; None when nothing needs hiding.
+        key_positions: Shared path ``(B, num_slots)`` position of each slot in each request
             (negative for foreign slots); gather path None. Used for sliding-window masks.
     """
 
@@ -80,6 +87,7 @@ class DecodeGroup:
     block_ids: torch.Tensor | None
     bias: torch.Tensor | None
     key_positions: torch.Tensor | None = None
+    shared_block_ids: torch.Tensor | None = None
     window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
@@ -156,23 +164,9 @@ class TorchRefBackend(AttentionBackend):
         seq_lens = layout.seq_lens[:count]
         tables = [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
                   for b in range(count)]
-        lowest = min(min(t) for t in tables)
-        highest = max(max(t) for t in tables)
-        span_blocks = highest - lowest + 1
-        if span_blocks * block_size <= SPAN_MAX_RATIO * max(seq_lens):
-            rows = [b for b, t in enumerate(tables) for _ in t]
-            cols = [block - lowest for t in tables for block in t]
-            ranks = [j for t in tables for j in range(len(t))]
-            block_rank = torch.full((count, span_blocks), -1, dtype=torch.long, device=device)
-            block_rank[rows, cols] = torch.tensor(ranks, device=device)  # (B, span_blocks)
-            offsets = torch.arange(block_size, device=device)  # (bs,)
-            # Slot -> position in the request; foreign slots come out negative.
-            positions = (block_rank[:, :, None] * block_size + offsets).flatten(1)  # (B, S)
-            lens = torch.tensor(seq_lens, device=device)[:, None]  # (B, 1)
-            hidden = (positions < 0) | (positions >= lens)  # (B, S)
-            bias = _additive(hidden, self.dtype).repeat_interleave(self.group, dim=0)  # (B*G, S)
-            return DecodeGroup(count, seq_lens, (lowest * block_size, span_blocks * block_size),
-                               None, bias, positions)
+        union = sorted({block for t in tables for block in t})
+        if len(union) * block_size < SHARED_MAX_RATIO * max(seq_lens):
+            return self._shared_group(tables, seq_lens, union, block_size)
         width = max(len(t) for t in tables)
         padded = [block for t in tables for block in t + [t[0]] * (width - len(t))]
         block_ids = torch.tensor(padded, dtype=torch.long, device=device)  # (B * width,)
@@ -182,6 +176,32 @@ class TorchRefBackend(AttentionBackend):
             key_pos = torch.arange(width * block_size, device=device)  # (L,)
             bias = _additive(key_pos[None, :] >= lens, self.dtype)[:, None, None, :]  # (B,1,1,L)
         return DecodeGroup(count, seq_lens, None, block_ids, bias)
+
+    def _shared_group(self, tables: list[list[int]], seq_lens: list[int], union: list[int],
+                      block_size: int) -> DecodeGroup:
+        """Decode group attending the union of its blocks (see the module docstring)."""
+        import torch
+
+        device, count = self.device, len(tables)
+        column = {block: c for c, block in enumerate(union)}
+        rows = [b for b, t in enumerate(tables) for _ in t]
+        cols = [column[block] for t in tables for block in t]
+        ranks = [j for t in tables for j in range(len(t))]
+        block_rank = torch.full((count, len(union)), -1, dtype=torch.long, device=device)
+        block_rank[rows, cols] = torch.tensor(ranks, device=device)  # (B, U)
+        offsets = torch.arange(block_size, device=device)  # (bs,)
+        # Slot -> position in the request; foreign slots come out negative.
+        positions = (block_rank[:, :, None] * block_size + offsets).flatten(1)  # (B, U*bs)
+        bias = None
+        if count > 1 or len(union) * block_size != seq_lens[0]:
+            lens = torch.tensor(seq_lens, device=device)[:, None]  # (B, 1)
+            hidden = (positions < 0) | (positions >= lens)  # (B, U*bs)
+            bias = _additive(hidden, self.dtype).repeat_interleave(self.group, dim=0)
+        if union[-1] - union[0] + 1 == len(union):  # consecutive: a view of the pool
+            span = (union[0] * block_size, len(union) * block_size)
+            return DecodeGroup(count, seq_lens, span, None, bias, positions)
+        shared = torch.tensor(union, dtype=torch.long, device=device)  # (U,)
+        return DecodeGroup(count, seq_lens, None, None, bias, positions, shared_block_ids=shared)
 
     def write_kv(self, kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
@@ -209,15 +229,21 @@ class TorchRefBackend(AttentionBackend):
         import torch.nn.functional as F
 
         batch, kv_heads, size = group.num_decodes, self.num_kv_heads, self.group
-        slots = kv_cache.view(2, kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
-        if group.span is not None:
-            first, length = group.span
-            keys = slots[0, :, first: first + length]  # (KVH, S, D), a view
-            values = slots[1, :, first: first + length]
+        if group.span is not None or group.shared_block_ids is not None:
+            if group.span is not None:
+                first, length = group.span
+                slots = kv_cache.view(2, kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
+                keys = slots[0, :, first: first + length]  # (KVH, S, D), a view
+                values = slots[1, :, first: first + length]
+            else:
+                pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
+                union = pages.index_select(2, group.shared_block_ids)  # (2, KVH, U, bs*D)
+                union = union.view(2, kv_heads, -1, self.head_dim)  # (2, KVH, S, D)
+                keys, values = union[0], union[1]
             q = query.reshape(batch, kv_heads, size, self.head_dim).transpose(0, 1)  # (KVH,B,G,D)
             bias = group.bias
             if window is not None and max(group.seq_lens) > window:
-                bias = self._span_window_bias(group, window)
+                bias = self._shared_window_bias(group, window)
             out = F.scaled_dot_product_attention(
                 q.reshape(1, kv_heads, batch * size, self.head_dim), keys[None], values[None],
                 attn_mask=bias, scale=scale)  # (1, KVH, B*G, D)
@@ -234,7 +260,7 @@ class TorchRefBackend(AttentionBackend):
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, scale=scale)
         return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
 
-    def _span_window_bias(self, group: DecodeGroup, window: int):
+    def _shared_window_bias(self, group: DecodeGroup, window: int):
         import torch
 
         bias = group.window_bias.get(window)
