@@ -9,6 +9,9 @@ Invariants:
       holds no reusable prefix (never written, or a partial block), else the *cached* LRU list.
     * Allocation takes uncached blocks first (they hold nothing worth keeping), then evicts
       cached ones least-recently-freed first; eviction removes the hash mapping before reuse.
+      Given the id of the block a request's table ends with, allocation first tries the
+      uncached block right after it, so a request's blocks stay consecutive in the device
+      cache where possible (attention then reads them as one view instead of a gather).
     * ``hash -> block`` maps only blocks whose ``block_hash`` is set, one block per hash.
     * A prefix hit is verified against the stored ``(parent_hash, token_ids)`` of the block, so
       a hash collision is a miss, never silently wrong K/V.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 BlockHash = bytes
@@ -84,7 +87,9 @@ class BlockPool:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
-        self._free_uncached: deque[KVBlock] = deque(self.blocks)
+        # block_id -> block, first-freed first (a never-written pool: in id order).
+        self._free_uncached: OrderedDict[int, KVBlock] = OrderedDict(
+            (b.block_id, b) for b in self.blocks)
         # block_id -> block, oldest-freed first (the eviction order).
         self._free_cached: OrderedDict[int, KVBlock] = OrderedDict()
         self._hash_to_block: dict[BlockHash, KVBlock] = {}
@@ -106,7 +111,7 @@ class BlockPool:
 
     def eviction_order(self) -> list[int]:
         """Ids of the free blocks in the order :meth:`allocate` hands them out."""
-        return [b.block_id for b in self._free_uncached] + list(self._free_cached)
+        return list(self._free_uncached) + list(self._free_cached)
 
     def lookup(
         self, block_hash: BlockHash, parent_hash: BlockHash | None, token_ids: Sequence[int]
@@ -119,8 +124,14 @@ class BlockPool:
             return None
         return block
 
-    def allocate(self, num_blocks: int) -> list[KVBlock]:
+    def allocate(self, num_blocks: int, after: int | None = None) -> list[KVBlock]:
         """Take ``num_blocks`` free blocks (ref count 1 each), evicting cached ones if needed.
+
+        Args:
+            num_blocks: How many.
+            after: The id of the block the caller's table ends with: each new block is the
+                uncached block right after the previous one when that is free, else the next
+                in the usual order.
 
         Raises:
             OutOfBlocksError: Fewer than ``num_blocks`` are free.
@@ -129,13 +140,16 @@ class BlockPool:
             raise OutOfBlocksError(f"asked for {num_blocks} blocks, {self.num_free_blocks} free")
         taken: list[KVBlock] = []
         for _ in range(num_blocks):
-            if self._free_uncached:
-                block = self._free_uncached.popleft()
-            else:
+            block = None if after is None else self._free_uncached.pop(after + 1, None)
+            if block is None and self._free_uncached:
+                _, block = self._free_uncached.popitem(last=False)
+            elif block is None:
                 _, block = self._free_cached.popitem(last=False)
                 self._evict(block)
             block.ref_cnt = 1
             taken.append(block)
+            if after is not None:
+                after = block.block_id
         return taken
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
@@ -159,7 +173,7 @@ class BlockPool:
                 if block.block_hash is not None:
                     self._free_cached[block.block_id] = block
                 else:
-                    self._free_uncached.append(block)
+                    self._free_uncached[block.block_id] = block
 
     def cache_block(
         self,
@@ -190,7 +204,7 @@ class BlockPool:
             return False
         for block in list(self._free_cached.values()):
             self._evict(block)
-            self._free_uncached.append(block)
+            self._free_uncached[block.block_id] = block
         self._free_cached.clear()
         return True
 

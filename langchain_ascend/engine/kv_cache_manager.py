@@ -156,7 +156,8 @@ class KVCacheManager:
         num_tokens = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
                       + num_new_tokens)
         num_new_blocks = max(cdiv(num_tokens, self.block_size) - len(blocks), 0)
-        new_blocks = self.pool.allocate(num_new_blocks)
+        new_blocks = self.pool.allocate(num_new_blocks,
+                                        after=blocks[-1].block_id if blocks else None)
         blocks.extend(new_blocks)
         return new_blocks
 

@@ -23,6 +23,7 @@ from langchain_ascend.attention.backends import backend_name_for, get_backend_cl
 from langchain_ascend.attention.backends.base import BatchLayout
 from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.compile import StepCompiler
+from langchain_ascend.engine.fused_norms import fuse_rms_norms
 from langchain_ascend.engine.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.sampler import Sampler
 from langchain_ascend.engine.sampling_params import SamplingParams
@@ -194,6 +195,7 @@ class ModelRunner:
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
         apply_layout(model, resolve_layout(weight_layout, model))
+        fuse_rms_norms(model)
         num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))

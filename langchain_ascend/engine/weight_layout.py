@@ -104,20 +104,6 @@ def single_row_weight(weight: Any) -> tuple[Any, bool]:
     return weight.view(2, half, in_features), False  # (2, out/2, in)
 
 
-def _single_row_product(self: Any, row: Any) -> Any:
-    """``row (1, in) @ W^T`` as one ``bmm`` over the weight's halves -> ``(out,)``."""
-    import torch
-
-    halves = self.single_row_weight
-    parts = halves.shape[0]
-    if self.single_row_transposed:
-        out = torch.bmm(row.expand(parts, 1, row.shape[1]), halves)  # (P, 1, out/P)
-    else:
-        out = torch.bmm(halves, row.t().expand(parts, row.shape[1], 1))  # (P, out/P, 1)
-    out = out.reshape(-1)  # (out,)
-    return out if self.bias is None else out.add_(self.bias)
-
-
 def _small_batch_forward(self: Any, x: Any) -> Any:
     """``nn.Linear.forward`` with the fastest product for few input rows.
 
@@ -128,13 +114,20 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
     import torch
     import torch.nn.functional as F
 
-    num_rows = x.numel() // x.shape[-1]
+    in_features = x.shape[-1]
+    num_rows = x.numel() // in_features
     if num_rows == 1:
-        out = _single_row_product(self, x.reshape(1, x.shape[-1]))  # (out,)
-        return out.view(*x.shape[:-1], out.shape[0])
+        halves = self.single_row_weight
+        row = x.reshape(1, in_features)
+        if self.single_row_transposed:
+            out = torch.bmm(row.expand(halves.shape[0], 1, in_features), halves)  # (P, 1, out/P)
+        else:
+            out = torch.bmm(halves, row.t().expand(halves.shape[0], in_features, 1))  # (P,out/P,1)
+        out = out.view(*x.shape[:-1], -1)  # (..., out)
+        return out if self.bias is None else out.add_(self.bias)
     if num_rows > SMALL_BATCH_ROWS:
         return F.linear(x, self.weight, self.bias)
-    rows = x.reshape(num_rows, x.shape[-1])  # (M, in)
+    rows = x.reshape(num_rows, in_features)  # (M, in)
     if self.bias is None:
         out_t = torch.mm(self.weight, rows.t())  # (out, M)
     else:

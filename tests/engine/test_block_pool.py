@@ -40,6 +40,26 @@ def test_freed_plain_blocks_join_tail_in_given_order():
     assert (a.ref_cnt, b.ref_cnt, c.ref_cnt) == (0, 1, 0)
 
 
+def test_allocation_after_a_block_prefers_the_next_uncached_one():
+    pool = BlockPool(8)
+    a, b, c, d = pool.allocate(4)
+    pool.free([b, d])  # uncached order: 4, 5, 6, 7, 1, 3
+    assert pool.eviction_order() == [4, 5, 6, 7, 1, 3]
+    assert [x.block_id for x in pool.allocate(2, after=a.block_id)] == [1, 4]  # 2 is taken
+    assert [x.block_id for x in pool.allocate(1, after=c.block_id)] == [3]
+    assert [x.block_id for x in pool.allocate(1)] == [5]  # no hint: the usual order
+    assert pool.eviction_order() == [6, 7]
+
+
+def test_allocation_after_a_block_never_takes_a_cached_block_early():
+    pool = BlockPool(3)
+    a, b, c = pool.allocate(3)
+    cache(pool, b, [1, 2])
+    pool.free([c, b])  # 2 uncached, 1 cached
+    assert [x.block_id for x in pool.allocate(1, after=a.block_id)] == [2]
+    assert pool.num_cached_blocks == 1 and pool.eviction_order() == [1]
+
+
 def test_double_free_is_detected():
     pool = BlockPool(2)
     (a,) = pool.allocate(1)
