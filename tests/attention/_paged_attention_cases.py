@@ -66,7 +66,9 @@ def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16,
     Args:
         segments: ``(context_len, num_new)`` pairs; single-token ones first.
         allocation: ``"shuffled"`` (random unordered blocks), ``"contiguous"`` (blocks in
-            order, requests one after another).
+            order, requests one after another), ``"gapped"`` (like contiguous, one unused block
+            after the shared prefix and after each request: every request's own blocks form a
+            separate run).
         shared_prefix: Tokens (a multiple of ``block_size``) that every segment with at least
             that much context shares: same K/V, same blocks (a prefix-cache hit).
         pool_slack: Blocks in the pool beyond those needed (spreads shuffled tables apart).
@@ -76,6 +78,7 @@ def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16,
     backend = TorchRefBackend(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                               dtype=dtype, device=torch.device("cpu"))
     total = sum(num_blocks_for(c + n, block_size) for c, n in segments) + pool_slack
+    total += len(segments) + 1 if allocation == "gapped" else 0
     kv_cache = torch.zeros(backend.kv_cache_shape(total, block_size), dtype=dtype)
     free = list(range(total))[::-1]
     if allocation == "shuffled":
@@ -83,6 +86,8 @@ def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16,
     root_k = torch.randn(shared_prefix, num_kv_heads, head_dim, generator=gen)
     root_v = torch.randn(shared_prefix, num_kv_heads, head_dim, generator=gen)
     root_blocks = [free.pop() for _ in range(shared_prefix // block_size)]
+    if allocation == "gapped" and root_blocks:
+        free.pop()
     sequences, tables = [], []
     for context_len, num_new in segments:
         length = context_len + num_new
@@ -94,6 +99,8 @@ def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16,
         if shares:
             k[:shared_prefix], v[:shared_prefix] = root_k, root_v
         table += [free.pop() for _ in range(num_blocks_for(length, block_size) - len(table))]
+        if allocation == "gapped":
+            free.pop()
         slots = [table[p // block_size] * block_size + p % block_size for p in range(length)]
         if context_len:  # an earlier step cached the prefix
             backend.write_kv(kv_cache, k[:context_len].to(dtype), v[:context_len].to(dtype),

@@ -49,6 +49,36 @@ def test_shared_prefix_over_scattered_blocks_gathers_the_union_once(block_size):
     assert len(decodes.shared_block_ids) == prefix + sum(len(t) - prefix for t in tables)
 
 
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_few_runs_of_blocks_are_attended_piecewise_without_a_gather(block_size, monkeypatch):
+    # Three decodes sharing a 32-token prefix, each tail a separate run; the prefill's blocks
+    # are not part of the decodes' union.
+    segments = [(40, 1), (33, 1), (47, 1), (0, 5)]
+    case = make_case(segments, block_size=block_size, allocation="gapped", shared_prefix=32)
+    decodes = check(case).decodes
+    assert decodes.runs is not None and len(decodes.runs) == 4  # prefix + three tails
+    # every tail run is foreign to the other two requests: their rows must be flagged
+    assert decodes.run_empty_rows[0] is None
+    for index, empty in enumerate(decodes.run_empty_rows[1:]):
+        rows = empty.view(3, 2)  # (B, group)
+        assert rows.all(1).tolist() == [b != index for b in range(3)]
+    index_select = torch.Tensor.index_select
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "index_select",
+                        lambda *a, **k: calls.append(1) or index_select(*a, **k))
+    check(case)
+    assert not calls  # views only
+
+
+def test_many_runs_or_a_window_fall_back_to_one_gather():
+    segments = [(40, 1), (33, 1), (47, 1), (36, 1), (0, 5)]
+    case = make_case(segments, block_size=4, allocation="gapped", shared_prefix=32)
+    assert check(case).decodes.runs is None  # 5 runs > MAX_MERGED_RUNS
+    case = make_case([(40, 1), (33, 1), (0, 5)], block_size=4, allocation="gapped",
+                     shared_prefix=32, window=6)
+    assert check(case, window=6).decodes.runs is not None  # built, but windows use the gather
+
+
 def test_single_decode_over_contiguous_blocks_uses_the_span():
     metadata = check(make_case([(300, 1)], block_size=16, allocation="contiguous"))
     assert metadata.decodes.span is not None and metadata.decodes.block_ids is None

@@ -13,7 +13,11 @@ chosen per step from the block tables:
   the union's pages gathered once (each shared block read once, not once per request) -- and
   an additive mask keeps for each request exactly the slots of its own blocks up to its
   length. Keys can be visited in any order because attention is a sum over keys; rotary
-  positions are already inside the keys.
+  positions are already inside the keys. On CPU a union made of a few runs of consecutive
+  blocks (a shared prefix plus each request's tail) is attended run by run as views, and the
+  partial results are merged with their log-sum-exp weights: no copy at all (measured on the
+  bench model at a 2,500-token context split in two runs: 26.5 ms vs 29.5 ms per step with
+  the gather).
 * gather: otherwise (unrelated long contexts) each request's pages are gathered
   (``index_select``) into a padded ``(B, kv_heads, L, head_dim)`` block and a length mask hides
   the padding.
@@ -34,6 +38,8 @@ from langchain_ascend.attention.backends.base import AttentionBackend, BatchLayo
 if TYPE_CHECKING:
     import torch
 
+MAX_MERGED_RUNS = 4
+"""Most runs of consecutive blocks the shared path attends piecewise (more: one gather)."""
 SHARED_MAX_RATIO = 2
 """Use the shared path while the union of the decodes' blocks holds fewer than this many times
 the slots of the longest decode context."""
@@ -74,6 +80,10 @@ class DecodeGroup:
             range attended, else None.
         shared_block_ids: Shared path over scattered blocks: ``(U,)`` int64, the sorted union
             of the decodes' blocks, gathered once per layer; else None.
+        runs: Shared path over a few runs of consecutive blocks (CPU): ``(first_slot,
+            num_slots, first_column)`` per run, attended piecewise and merged; else None.
+        run_empty_rows: Per run, ``(1, 1, B * group)`` bool of the query rows with no key in
+            that run (their partial result must not count), or None when there are none.
         block_ids: Gather path: ``(B * max_blocks,)`` int64 pages, padded per request.
         bias: Additive 0 / -inf mask: shared path ``(B * group, num_slots)``, gather path
             ``(B, 1, 1, max_blocks * block_size)``; None when nothing needs hiding.
@@ -88,6 +98,8 @@ class DecodeGroup:
     bias: torch.Tensor | None
     key_positions: torch.Tensor | None = None
     shared_block_ids: torch.Tensor | None = None
+    runs: list[tuple[int, int, int]] | None = None
+    run_empty_rows: list[torch.Tensor | None] = field(default_factory=list)
     window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
@@ -98,6 +110,25 @@ class TorchRefMetadata:
     slot_mapping: torch.Tensor  # (T,) int64
     decodes: DecodeGroup | None
     prefills: list[PrefillSegment]
+
+
+def consecutive_runs(block_ids: list[int]) -> list[tuple[int, int]]:
+    """``(first_block, num_blocks)`` of each run of consecutive ids in sorted ``block_ids``."""
+    runs: list[tuple[int, int]] = []
+    for block in block_ids:
+        if runs and runs[-1][0] + runs[-1][1] == block:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((block, 1))
+    return runs
+
+
+def _can_merge_runs(device) -> bool:
+    """Whether the CPU flash-attention op (it returns the log-sum-exp) is there for ``device``."""
+    import torch
+
+    return device.type == "cpu" and hasattr(
+        torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
 
 
 def _visible_mask(query_positions, key_positions, window: int | None):
@@ -201,7 +232,49 @@ class TorchRefBackend(AttentionBackend):
             span = (union[0] * block_size, len(union) * block_size)
             return DecodeGroup(count, seq_lens, span, None, bias, positions)
         shared = torch.tensor(union, dtype=torch.long, device=device)  # (U,)
-        return DecodeGroup(count, seq_lens, None, None, bias, positions, shared_block_ids=shared)
+        group = DecodeGroup(count, seq_lens, None, None, bias, positions, shared_block_ids=shared)
+        runs = consecutive_runs(union)
+        if len(runs) <= MAX_MERGED_RUNS and _can_merge_runs(device):
+            self._add_runs(group, tables, runs, block_size)
+        return group
+
+    def _add_runs(self, group: DecodeGroup, tables: list[list[int]],
+                  runs: list[tuple[int, int]], block_size: int) -> None:
+        """Let ``group`` be attended run by run (see :class:`DecodeGroup`)."""
+        import torch
+
+        run_of = {}
+        group.runs = []
+        column = 0
+        for index, (first, length) in enumerate(runs):
+            run_of.update((block, index) for block in range(first, first + length))
+            group.runs.append((first * block_size, length * block_size, column))
+            column += length * block_size
+        used = [{run_of[block] for block in t} for t in tables]
+        for index in range(len(runs)):
+            empty = [index not in runs_used for runs_used in used]
+            group.run_empty_rows.append(None if not any(empty) else torch.tensor(
+                empty, device=self.device).repeat_interleave(self.group)[None, None])
+
+    def _merged_runs(self, q, kv_cache, group: DecodeGroup, scale):
+        """Attention of ``q (1, KVH, R, D)`` over each run as a view, merged by log-sum-exp."""
+        import torch
+
+        slots = kv_cache.view(2, self.num_kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
+        outs, lses = [], []
+        for (first, length, column), empty in zip(group.runs or (), group.run_empty_rows,
+                                                  strict=True):
+            bias = None if group.bias is None else group.bias[:, column: column + length]
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q, slots[0, :, first: first + length][None], slots[1, :, first: first + length][None],
+                0.0, False, attn_mask=bias, scale=scale)  # (1, KVH, R, D), (1, KVH, R)
+            if empty is not None:  # rows with no key here: weight 0 (the op reports lse 0)
+                lse = lse.masked_fill(empty, float("-inf"))
+            outs.append(out)
+            lses.append(lse)
+        weights = torch.softmax(torch.stack(lses), dim=0)  # (runs, 1, KVH, R)
+        merged = (torch.stack(outs).float() * weights[..., None]).sum(0)  # (1, KVH, R, D)
+        return merged.to(q.dtype)
 
     def write_kv(self, kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  slot_mapping: torch.Tensor) -> None:
@@ -228,27 +301,38 @@ class TorchRefBackend(AttentionBackend):
         """One query token per request, all requests in one attention call."""
         import torch.nn.functional as F
 
+        if group.span is None and group.shared_block_ids is None:
+            return self._decode_gathered(query, kv_cache, group, scale, window)
         batch, kv_heads, size = group.num_decodes, self.num_kv_heads, self.group
-        if group.span is not None or group.shared_block_ids is not None:
-            if group.span is not None:
-                first, length = group.span
-                slots = kv_cache.view(2, kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
-                keys = slots[0, :, first: first + length]  # (KVH, S, D), a view
-                values = slots[1, :, first: first + length]
-            else:
-                pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
-                union = pages.index_select(2, group.shared_block_ids)  # (2, KVH, U, bs*D)
-                union = union.view(2, kv_heads, -1, self.head_dim)  # (2, KVH, S, D)
-                keys, values = union[0], union[1]
-            q = query.reshape(batch, kv_heads, size, self.head_dim).transpose(0, 1)  # (KVH,B,G,D)
-            bias = group.bias
-            if window is not None and max(group.seq_lens) > window:
-                bias = self._shared_window_bias(group, window)
-            out = F.scaled_dot_product_attention(
-                q.reshape(1, kv_heads, batch * size, self.head_dim), keys[None], values[None],
-                attn_mask=bias, scale=scale)  # (1, KVH, B*G, D)
-            out = out.view(kv_heads, batch, size, self.head_dim).transpose(0, 1)  # (B,KVH,G,D)
-            return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
+        q = query.reshape(batch, kv_heads, size, self.head_dim).transpose(0, 1)  # (KVH,B,G,D)
+        q = q.reshape(1, kv_heads, batch * size, self.head_dim)  # (1, KVH, B*G, D)
+        windowed = window is not None and max(group.seq_lens) > window
+        if group.runs is not None and not windowed:
+            out = self._merged_runs(q, kv_cache, group, scale)  # (1, KVH, B*G, D)
+        else:
+            keys, values = self._shared_keys(kv_cache, group)  # (KVH, S, D) each
+            bias = self._shared_window_bias(group, window) if windowed else group.bias
+            out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=bias,
+                                                 scale=scale)  # (1, KVH, B*G, D)
+        out = out.view(kv_heads, batch, size, self.head_dim).transpose(0, 1)  # (B,KVH,G,D)
+        return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
+
+    def _shared_keys(self, kv_cache, group: DecodeGroup):
+        """The shared path's keys and values, ``(KVH, S, D)`` each: a view or one gather."""
+        if group.span is not None:
+            first, length = group.span
+            slots = kv_cache.view(2, self.num_kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
+            return slots[0, :, first: first + length], slots[1, :, first: first + length]
+        pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
+        union = pages.index_select(2, group.shared_block_ids)  # (2, KVH, U, bs*D)
+        union = union.view(2, self.num_kv_heads, -1, self.head_dim)  # (2, KVH, S, D)
+        return union[0], union[1]
+
+    def _decode_gathered(self, query, kv_cache, group: DecodeGroup, scale, window):
+        """Each request's pages gathered into a padded ``(B, KVH, L, D)`` batch."""
+        import torch.nn.functional as F
+
+        batch, kv_heads = group.num_decodes, self.num_kv_heads
         pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
         gathered = pages.index_select(2, group.block_ids)  # (2, KVH, B*nb, bs*D)
         gathered = gathered.view(2, kv_heads, batch, -1, self.head_dim)  # (2, KVH, B, L, D)
@@ -256,7 +340,7 @@ class TorchRefBackend(AttentionBackend):
         bias = group.bias
         if window is not None and max(group.seq_lens) > window:
             bias = self._gather_window_bias(group, keys.shape[2], window)
-        q = query.reshape(batch, kv_heads, size, self.head_dim)  # (B, KVH, G, D)
+        q = query.reshape(batch, kv_heads, self.group, self.head_dim)  # (B, KVH, G, D)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, scale=scale)
         return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
 
