@@ -11,18 +11,21 @@ MKL path a product takes matters more than its size on the 2-core AMD EPYC test 
   copy), 16-24 GB/s on a transposed copy of an output-heavy weight such as the LM head (12 GB/s
   as one column-major mat-vec, 5 GB/s row-major). Bench-model decode step at a 2,500-token
   context: 29.2 ms -> 25.8 ms (median of 6 interleaved trials).
-* 2 to 128 rows (batched decodes, short prefill chunks): ``W @ x^T`` on the row-major weight
-  instead of ``x @ W^T`` -- all bench-model weights at 4 rows 52 ms -> 22 ms, at 16 rows
-  65 ms -> 46 ms.
-* more rows (long prefills): ``F.linear`` as usual.
+* 2 to 8 rows (small decode batches): ``W @ x^T`` on the row-major weight instead of
+  ``x @ W^T`` -- all bench-model layer weights at 4 rows 22.2 ms -> 10.2 ms.
+* more rows (larger decode batches, prefills): oneDNN's product on a weight copy pre-packed
+  for it (the op inductor's CPU freezing uses) -- bench-model layer weights at 16 rows
+  22.7 -> 17.2 ms, 64 rows 45.9 -> 33.0 ms, 181 rows 128 -> 81 ms, 1024 rows 516 -> 410 ms
+  against ``F.linear`` (MKL); ``F.linear`` where the packing op is unavailable.
 
 Layouts:
 
 * ``"row"``: as loaded.
 * ``"column"``: every linear weight re-stored column-major (no extra memory).
 * ``"dual"``: weights stay row-major and each linear layer's ``forward`` picks the product by
-  row count as above; output-heavy layers (``out >= 8 * in``) also keep the transposed halves
-  copy for single rows (extra memory: the LM head once).
+  row count as above; each layer also keeps the oneDNN-packed copy, and output-heavy layers
+  (``out >= 8 * in``) the transposed halves copy for single rows (extra memory: about the
+  linear weights once more, plus the LM head).
 * ``"auto"``: ``"dual"`` for float32 weights on CPU when the copies fit in a quarter of the
   available RAM, else ``"row"``; ``"row"`` elsewhere (accelerators, bf16/fp16: oneDNN is far
   slower on column-major bf16 weights).
@@ -44,8 +47,10 @@ logger = logging.getLogger(__name__)
 LAYOUTS = ("auto", "row", "column", "dual")
 DUAL_MAX_RAM_SHARE = 0.25
 """``"auto"`` picks ``"dual"`` only while the copies take at most this share of free RAM."""
-SMALL_BATCH_ROWS = 128
+SMALL_BATCH_ROWS = 8
 """``"dual"`` computes products of 2 to this many rows as ``W @ x^T``."""
+PACKED_FOR_ROWS = 64
+"""Row count the oneDNN weight copy is packed for (it serves any row count)."""
 OUTPUT_HEAVY_RATIO = 8
 """``"dual"`` keeps a transposed copy for single rows of layers with ``out >= ratio * in``."""
 
@@ -71,8 +76,8 @@ def resolve_layout(layout: str, model: Any) -> str:
     first = next(model.parameters())
     if platform.device_type(first.device) != "cpu" or first.dtype != torch.float32:
         return "row"
-    copy_bytes = sum(m.weight.numel() * m.weight.element_size() for m in _linears(model)
-                     if _output_heavy(m.weight))
+    copy_bytes = sum(m.weight.numel() * m.weight.element_size() * (2 if _output_heavy(m.weight)
+                     else 1) for m in _linears(model))
     free = platform.memory_info(first.device).free
     return "dual" if copy_bytes <= DUAL_MAX_RAM_SHARE * free else "row"
 
@@ -104,12 +109,23 @@ def single_row_weight(weight: Any) -> tuple[Any, bool]:
     return weight.view(2, half, in_features), False  # (2, out/2, in)
 
 
+def packed_weight(weight: Any) -> Any:
+    """The weight pre-packed for oneDNN's linear, or None where torch lacks the ops."""
+    import torch
+
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
+    except (AttributeError, RuntimeError) as exc:
+        logger.debug("no oneDNN-packed weight: %s", exc)
+        return None
+
+
 def _small_batch_forward(self: Any, x: Any) -> Any:
-    """``nn.Linear.forward`` with the fastest product for few input rows.
+    """``nn.Linear.forward`` with the fastest product for the number of input rows.
 
     One row: a batched product over the weight's halves (see :func:`single_row_weight`). Up to
     :data:`SMALL_BATCH_ROWS` rows: ``W @ x^T`` on the row-major weight (MKL's small-M path of
-    ``x @ W^T`` is far slower here). More rows: as usual.
+    ``x @ W^T`` is far slower here). More rows: oneDNN on the packed copy.
     """
     import torch
     import torch.nn.functional as F
@@ -126,7 +142,11 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
         out = out.view(*x.shape[:-1], -1)  # (..., out)
         return out if self.bias is None else out.add_(self.bias)
     if num_rows > SMALL_BATCH_ROWS:
-        return F.linear(x, self.weight, self.bias)
+        if self.packed_weight is None:
+            return F.linear(x, self.weight, self.bias)
+        out = torch.ops.mkldnn._linear_pointwise(
+            x.reshape(num_rows, in_features), self.packed_weight, self.bias, "none", [], "")
+        return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
     rows = x.reshape(num_rows, in_features)  # (M, in)
     if self.bias is None:
         out_t = torch.mm(self.weight, rows.t())  # (out, M)
@@ -158,7 +178,7 @@ def apply_layout(model: Any, layout: str) -> int:
             if before == layout:
                 continue
             if before == "dual":
-                del module.single_row_weight, module.single_row_transposed
+                del module.single_row_weight, module.single_row_transposed, module.packed_weight
                 del module.forward  # back to nn.Linear.forward
             elif before == "column":
                 module.weight.data = module.weight.data.contiguous()  # (out, in), row-major
@@ -167,6 +187,7 @@ def apply_layout(model: Any, layout: str) -> int:
             elif layout == "dual":
                 halves, transposed = single_row_weight(module.weight.data)
                 module.single_row_weight, module.single_row_transposed = halves, transposed
+                module.packed_weight = packed_weight(module.weight.data)
                 module.forward = types.MethodType(_small_batch_forward, module)
             changed += 1
     if changed:

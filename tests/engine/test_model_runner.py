@@ -302,7 +302,9 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
     assert head.single_row_weight.shape == (2, 128, 2048)
     assert head.single_row_weight.data_ptr() != head.weight.data_ptr()
     assert layer.weight.is_contiguous() and head.weight.is_contiguous()
+    assert layer.packed_weight is not None  # oneDNN copy for products of more than 8 rows
     assert "single_row_weight" not in dict(model.named_parameters())
+    assert "packed_weight" not in dict(model.named_parameters())
 
 
 def test_single_row_weight_halves_reproduce_the_product():
