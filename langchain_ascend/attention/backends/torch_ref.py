@@ -195,6 +195,11 @@ class TorchRefBackend(AttentionBackend):
         seq_lens = layout.seq_lens[:count]
         tables = [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
                   for b in range(count)]
+        if count == 1 and tables[0][-1] - tables[0][0] + 1 == len(tables[0]):
+            # One request over consecutive blocks: its first seq_len slots, nothing to mask.
+            positions = torch.arange(seq_lens[0], device=device)[None]  # (1, S)
+            return DecodeGroup(1, seq_lens, (tables[0][0] * block_size, seq_lens[0]), None,
+                               None, positions)
         union = sorted({block for t in tables for block in t})
         if len(union) * block_size < SHARED_MAX_RATIO * max(seq_lens):
             return self._shared_group(tables, seq_lens, union, block_size)
