@@ -70,6 +70,17 @@ def test_few_runs_of_blocks_are_attended_piecewise_without_a_gather(block_size, 
     assert not calls  # views only
 
 
+@pytest.mark.parametrize(("allocation", "block_size"), [("gapped", 4), ("shuffled", 16)])
+def test_single_decode_over_a_few_runs_needs_no_mask(allocation, block_size):
+    # gapped: a 32-token prefix then a separate tail run; shuffled: 3 blocks in random order
+    for window in (None, 6):  # windowed: one gather of its blocks instead
+        case = make_case([(40, 1)], block_size=block_size, allocation=allocation,
+                         shared_prefix=32 if allocation == "gapped" else 0, window=window)
+        decodes = check(case, window=window).decodes
+        assert decodes.runs is not None and decodes.bias is None
+        assert sum(length for _, length, _ in decodes.runs) == 41  # exactly its 41 positions
+
+
 def test_many_runs_or_a_window_fall_back_to_one_gather():
     segments = [(40, 1), (33, 1), (47, 1), (36, 1), (0, 5)]
     case = make_case(segments, block_size=4, allocation="gapped", shared_prefix=32)

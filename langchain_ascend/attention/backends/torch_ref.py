@@ -113,7 +113,7 @@ class TorchRefMetadata:
 
 
 def consecutive_runs(block_ids: list[int]) -> list[tuple[int, int]]:
-    """``(first_block, num_blocks)`` of each run of consecutive ids in sorted ``block_ids``."""
+    """``(first_block, num_blocks)`` of each run of ascending consecutive ids, in order."""
     runs: list[tuple[int, int]] = []
     for block in block_ids:
         if runs and runs[-1][0] + runs[-1][1] == block:
@@ -195,11 +195,10 @@ class TorchRefBackend(AttentionBackend):
         seq_lens = layout.seq_lens[:count]
         tables = [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
                   for b in range(count)]
-        if count == 1 and tables[0][-1] - tables[0][0] + 1 == len(tables[0]):
-            # One request over consecutive blocks: its first seq_len slots, nothing to mask.
-            positions = torch.arange(seq_lens[0], device=device)[None]  # (1, S)
-            return DecodeGroup(1, seq_lens, (tables[0][0] * block_size, seq_lens[0]), None,
-                               None, positions)
+        if count == 1:
+            single = self._single_group(tables[0], seq_lens, block_size)
+            if single is not None:
+                return single
         union = sorted({block for t in tables for block in t})
         if len(union) * block_size < SHARED_MAX_RATIO * max(seq_lens):
             return self._shared_group(tables, seq_lens, union, block_size)
@@ -212,6 +211,30 @@ class TorchRefBackend(AttentionBackend):
             key_pos = torch.arange(width * block_size, device=device)  # (L,)
             bias = _additive(key_pos[None, :] >= lens, self.dtype)[:, None, None, :]  # (B,1,1,L)
         return DecodeGroup(count, seq_lens, None, block_ids, bias)
+
+    def _single_group(self, table: list[int], seq_lens: list[int],
+                      block_size: int) -> DecodeGroup | None:
+        """One request whose table is one run (a view of exactly its slots) or a few runs
+        (attended piecewise, on CPU); nothing to mask either way. None otherwise."""
+        import torch
+
+        runs = consecutive_runs(table)
+        seq_len = seq_lens[0]
+        positions = torch.arange(len(table) * block_size, device=self.device)[None]  # (1, S)
+        if len(runs) == 1:
+            return DecodeGroup(1, seq_lens, (table[0] * block_size, seq_len), None, None,
+                               positions[:, :seq_len])
+        if len(runs) > MAX_MERGED_RUNS or not _can_merge_runs(self.device):
+            return None
+        ids = torch.tensor(table, dtype=torch.long, device=self.device)  # (nb,), position order
+        group = DecodeGroup(1, seq_lens, None, None, None, positions, shared_block_ids=ids)
+        group.runs, column = [], 0
+        for first, length in runs:
+            slots = min(length * block_size, seq_len - column)  # the last run ends at seq_len
+            group.runs.append((first * block_size, slots, column))
+            column += length * block_size
+        group.run_empty_rows = [None] * len(runs)
+        return group
 
     def _shared_group(self, tables: list[list[int]], seq_lens: list[int], union: list[int],
                       block_size: int) -> DecodeGroup:
