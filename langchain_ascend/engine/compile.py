@@ -4,7 +4,10 @@
 
 * CPU, measured (2-core AMD EPYC, ~40M bench model, one thread): inductor took ~55 s to
   compile the decode step and the compiled step was slower (50.8 ms vs 42.3 ms eager); the
-  step is bound by streaming the weights, which compilation does not change.
+  step is bound by streaming the weights, which compilation does not change. Measured again
+  on the per-op overhead alone (the bench model's 8-layer structure with 64-wide layers, the
+  attention made traceable as a custom op, so the whole step is one graph): 7.58 ms compiled
+  vs 7.62 ms eager per step, after 58 s of compiling.
 * CUDA / NPU: not measured yet (no device here). The step metadata still carries host integers
   (span bounds, lengths) that dynamo would specialise on, so the benefit is unproven.
 
