@@ -271,7 +271,7 @@ class TorchRefBackend(AttentionBackend):
         """Let ``group`` be attended run by run (see :class:`DecodeGroup`)."""
         import torch
 
-        run_of = {}
+        run_of: dict[int, int] = {}
         group.runs = []
         column = 0
         for index, (first, length) in enumerate(runs):
