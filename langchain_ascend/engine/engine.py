@@ -283,20 +283,11 @@ class LLMEngine:
         """Like :meth:`generate` for coroutines; cancelling the task aborts the request."""
         sink = _AsyncSink()
         request = self._submit(prompt_token_ids, params, request_id, sink, stream=False)
-        done = False
-        try:
-            while True:
-                item = await sink.queue.get()
-                if isinstance(item, BaseException):
-                    done = True
-                    raise item
-                if item.finished:
-                    done = True
-                    assert item.output is not None
-                    return item.output
-        finally:
-            if not done:
-                self._abort_own(request)
+        while True:
+            delta = await self._receive(request, sink)
+            if delta.finished:
+                assert delta.output is not None
+                return delta.output
 
     async def astream(
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
@@ -306,21 +297,26 @@ class LLMEngine:
         consumes it aborts the request and frees its blocks."""
         sink = _AsyncSink()
         request = self._submit(prompt_token_ids, params, request_id, sink, stream=True)
-        done = False
         try:
             while True:
-                item = await sink.queue.get()
-                if isinstance(item, BaseException):
-                    done = True
-                    raise item
-                if item.finished:
-                    done = True
-                yield item
-                if done:
+                delta = await self._receive(request, sink)
+                yield delta
+                if delta.finished:
                     return
-        finally:
-            if not done:
-                self._abort_own(request)
+        finally:  # closed early: abort (a no-op once the request finished or failed)
+            self._abort_own(request)
+
+    async def _receive(self, request: Request, sink: _AsyncSink) -> TokenDelta:
+        """The request's next delta; a failure item is raised, and a cancelled wait aborts
+        the request."""
+        try:
+            item = await sink.queue.get()
+        except BaseException:
+            self._abort_own(request)
+            raise
+        if isinstance(item, BaseException):
+            raise item
+        return item
 
     def abort(self, request_id: str) -> None:
         """Abort a live request now: its blocks are freed before this returns and its caller
