@@ -228,12 +228,9 @@ class TorchRefBackend(AttentionBackend):
             return None
         ids = torch.tensor(table, dtype=torch.long, device=self.device)  # (nb,), position order
         group = DecodeGroup(1, seq_lens, None, None, None, positions, shared_block_ids=ids)
-        group.runs, column = [], 0
-        for first, length in runs:
-            slots = min(length * block_size, seq_len - column)  # the last run ends at seq_len
-            group.runs.append((first * block_size, slots, column))
-            column += length * block_size
-        group.run_empty_rows = [None] * len(runs)
+        pieces = self._add_runs(group, [table], runs, block_size)
+        first, _, column = pieces[-1]  # runs in position order: the last one ends at seq_len
+        pieces[-1] = (first, seq_len - column, column)
         return group
 
     def _shared_group(self, tables: list[list[int]], seq_lens: list[int], union: list[int],
@@ -267,22 +264,25 @@ class TorchRefBackend(AttentionBackend):
         return group
 
     def _add_runs(self, group: DecodeGroup, tables: list[list[int]],
-                  runs: list[tuple[int, int]], block_size: int) -> None:
-        """Let ``group`` be attended run by run (see :class:`DecodeGroup`)."""
+                  runs: list[tuple[int, int]], block_size: int) -> list[tuple[int, int, int]]:
+        """Let ``group`` be attended run by run (see :class:`DecodeGroup`); returns
+        ``group.runs``."""
         import torch
 
         run_of: dict[int, int] = {}
-        group.runs = []
+        pieces: list[tuple[int, int, int]] = []
         column = 0
         for index, (first, length) in enumerate(runs):
             run_of.update((block, index) for block in range(first, first + length))
-            group.runs.append((first * block_size, length * block_size, column))
+            pieces.append((first * block_size, length * block_size, column))
             column += length * block_size
         used = [{run_of[block] for block in t} for t in tables]
         for index in range(len(runs)):
             empty = [index not in runs_used for runs_used in used]
             group.run_empty_rows.append(None if not any(empty) else torch.tensor(
                 empty, device=self.device).repeat_interleave(self.group)[None, None])
+        group.runs = pieces
+        return pieces
 
     def _merged_runs(self, q, kv_cache, group: DecodeGroup, scale):
         """Attention of ``q (1, KVH, R, D)`` over each run as a view, merged by log-sum-exp."""
