@@ -96,7 +96,7 @@ def run_hops(chat, messages: list[BaseMessage]) -> tuple[float, list[dict]]:
     return time.perf_counter() - start, details
 
 
-def build_peer(model_path: str, dtype):
+def build_peer(model_path: str, dtype, device: str):
     import torch
     from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
@@ -105,7 +105,7 @@ def build_peer(model_path: str, dtype):
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
     # HuggingFacePipeline only forwards *call-time* pipeline_kwargs, so the generation settings
     # go to the pipeline itself (as HuggingFacePipeline.from_model_id does).
-    pipe = pipeline("text-generation", model=model, tokenizer=tok, device=torch.device("cpu"),
+    pipe = pipeline("text-generation", model=model, tokenizer=tok, device=torch.device(device),
                     max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                     return_full_text=False)
     llm = HuggingFacePipeline(pipeline=pipe, model_id=model_path)
@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", action="store_true", help="compile our decode step")
     parser.add_argument("--skip-peer-sessions", action="store_true",
                         help="estimate the peer's serial sessions from its 5-hop run")
     args = parser.parse_args()
@@ -139,9 +140,10 @@ def main() -> None:
           f"threads {torch.get_num_threads()}")
 
     ours = AscendChatModel(model=path, device=args.device, dtype=args.dtype, max_tokens=NEW_TOKENS,
-                           temperature=0.0, ignore_eos=True, max_batch_size=max(16, args.sessions))
+                           temperature=0.0, ignore_eos=True, max_batch_size=max(16, args.sessions),
+                           compile=True if args.compile else "auto")
     ours.warm_up()
-    peer = build_peer(path, dtype)
+    peer = build_peer(path, dtype, args.device)
     peer.invoke([HumanMessage("warm up")])
 
     result: dict = {"workload": "agent-5hop", "dtype": args.dtype, "device": args.device}

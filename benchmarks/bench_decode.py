@@ -9,6 +9,7 @@ DynamicCache), greedy; its per-step time comes from timestamps taken at every ge
 Usage:
     python benchmarks/bench_decode.py [--dtype float32|bfloat16] [--batch-sizes 1 4 16]
         [--context 256] [--steps 32] [--rounds 3] [--threads N] [--preset bench]
+        [--device cpu|cuda|npu] [--compile]
 
 Prints a table, the ratios (HF ms / ours ms: > 1 means we are faster) and one JSON line.
 """
@@ -63,9 +64,9 @@ def _hf_ms_per_step(model, prompts: list[list[int]], steps: int, rounds: int) ->
 
         def __call__(self, input_ids, scores, **kwargs):
             self.stamps.append(time.perf_counter())
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
-    ids = torch.tensor(prompts)
+    ids = torch.tensor(prompts, device=model.device)
     best = float("inf")
     for _ in range(rounds):
         clock = StepClock()
@@ -89,6 +90,9 @@ def main() -> None:
                         help="alternating timed repetitions of ours and HF; the fastest of each "
                              "is reported (for noisy shared hosts)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, npu (both sides)")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile our decode step (see langchain_ascend.engine.compile)")
     args = parser.parse_args()
 
     import torch
@@ -98,17 +102,19 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from langchain_ascend.engine.model_runner import ModelRunner
-    from langchain_ascend.platform import resolve_dtype
+    from langchain_ascend.platform import resolve_device, resolve_dtype
     from langchain_ascend.testing import build_model
 
     path = build_model(args.preset, args.arch)
-    dtype = resolve_dtype(args.dtype, torch.device("cpu"))
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
     max_batch = max(args.batch_sizes)
     num_blocks = max_batch * (-(-(args.context + args.steps * args.rounds + 8) // 16)) + 4
-    runner = ModelRunner.load(str(path), device="cpu", dtype=dtype, num_blocks=num_blocks,
-                              block_size=16, compile=False)
+    runner = ModelRunner.load(str(path), device=str(device), dtype=dtype,
+                              num_blocks=num_blocks, block_size=16, compile=args.compile)
     runner.warmup()
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    hf = hf.to(device).eval()
     gen = torch.Generator().manual_seed(0)
     vocab = runner.vocab_size
     rows = []
@@ -122,14 +128,15 @@ def main() -> None:
             rows.append({"batch": batch, "ours_ms": round(ours, 2), "hf_ms": round(theirs, 2),
                          "speedup": round(theirs / ours, 2),
                          "ours_tok_s": round(batch * 1000 / ours, 1)})
-    print(f"decode ms/step, {args.preset}/{args.arch} {args.dtype}, context {args.context}, "
-          f"{torch.get_num_threads()} threads")
+    print(f"decode ms/step, {args.preset}/{args.arch} {args.dtype} on {device}, context "
+          f"{args.context}, {torch.get_num_threads()} threads, compile {args.compile}")
     print(f"{'batch':>5} {'ours':>9} {'hf':>9} {'hf/ours':>8} {'ours tok/s':>11}")
     for row in rows:
         print(f"{row['batch']:>5} {row['ours_ms']:>9.2f} {row['hf_ms']:>9.2f} "
               f"{row['speedup']:>8.2f} {row['ours_tok_s']:>11.1f}")
     print(json.dumps({"benchmark": "decode", "preset": args.preset, "arch": args.arch,
-                      "dtype": args.dtype, "context": args.context,
+                      "dtype": args.dtype, "device": str(device), "compile": args.compile,
+                      "context": args.context,
                       "threads": torch.get_num_threads(), "results": rows}))
 
 

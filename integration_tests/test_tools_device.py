@@ -22,7 +22,7 @@ def _backend(kind: str) -> Any:
 
 
 def _executor(kind: str, num_calls: int) -> tuple[NPUStreamToolExecutor, dict[str, Any]]:
-    """An executor whose tool squares a caller-prepared matrix many times on the device."""
+    """An executor whose tool multiplies a caller-prepared matrix many times on the device."""
     from langchain_core.tools import tool
 
     device = platform.resolve_device(kind)
@@ -38,7 +38,7 @@ def _executor(kind: str, num_calls: int) -> tuple[NPUStreamToolExecutor, dict[st
         barrier.wait()  # every call is in flight at once
         x = seen["inputs"][key]  # (N, N), written by the caller on its stream
         for _ in range(repeats):
-            x = torch.tanh(x @ x)  # (N, N)
+            x = torch.tanh(x @ seen["rotation"])  # (N, N)
         return f"ran on {stream}", x
 
     return NPUStreamToolExecutor([heavy], device=kind, timeout_ms=60_000), seen
@@ -50,7 +50,12 @@ def _check(kind: str, use_async: bool) -> None:
     keys = [f"k{i}" for i in range(4)]
     executor, seen = _executor(kind, len(keys))
     generator = torch.Generator().manual_seed(0)
-    host = {k: torch.randn(1024, 1024, generator=generator) / 32 for k in keys}
+    host = {k: torch.randn(1024, 1024, generator=generator) for k in keys}
+    # An orthogonal matrix: x -> tanh(x @ Q) is a contraction, so float32 rounding on the device
+    # stays at rounding size over all repeats (x -> tanh(x @ x) amplified it to sign flips).
+    rotation = torch.linalg.qr(torch.randn(1024, 1024, generator=generator,
+                                           dtype=torch.float64))[0].to(torch.float32)
+    seen["rotation"] = rotation.to(device)
 
     # The caller queues a long kernel, then writes the inputs on its own stream: the tools
     # must be ordered after both (the executor's "ready" event).
@@ -71,7 +76,7 @@ def _check(kind: str, use_async: bool) -> None:
     for k in keys:
         x = host[k].to(torch.float64)
         for _ in range(20):
-            x = torch.tanh(x @ x)
+            x = torch.tanh(x @ rotation.to(torch.float64))
         expected[k] = x
     mod.synchronize(device)
     streams = seen["streams"]
