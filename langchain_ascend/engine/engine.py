@@ -1,10 +1,17 @@
 """LLMEngine: one model, one paged KV cache, one background loop shared by every caller.
 
-Threads and asyncio tasks submit requests; a single loop thread (started on the first request,
-asleep while there is no work) repeats *schedule -> model step -> update* and hands each
-request's tokens back to its caller: a ``queue.Queue`` for threads, an ``asyncio.Queue`` fed
-through ``loop.call_soon_threadsafe`` for coroutines. Requests join and leave the running batch
-at every step.
+Threads and asyncio tasks submit requests; one thread at a time (the *driver*) repeats
+*schedule -> model step -> update* and hands each request's tokens back to its caller: a
+``queue.Queue`` for threads, an ``asyncio.Queue`` fed through ``loop.call_soon_threadsafe`` for
+coroutines. Requests join and leave the running batch at every step.
+
+Who drives: a background loop thread (started on demand) serves coroutines and streams. On the
+CPU, a thread blocked in :meth:`LLMEngine.generate` drives the steps itself while nobody else
+does, and the loop thread ends when it runs out of work. The reason is measured: torch's CPU
+kernels run on a per-thread OpenMP (libgomp) pool, and once the process holds more pool threads
+than cores, every pool falls back to sleeping between parallel regions. A decode step of the
+bench model then took 28-32 ms instead of 20-22 ms when the caller's thread had its own pool
+besides the loop thread's (2-core host). Driving from the caller uses the caller's pool.
 
 Locking: ``_lock`` guards the scheduler, the block pool and the per-request state. The loop
 holds it while scheduling and while applying a step's results, never while the model runs, so
@@ -222,6 +229,9 @@ class LLMEngine:
         self._runner_lock = threading.Lock()
         self._tracked: dict[str, _Tracked] = {}
         self._thread: threading.Thread | None = None
+        # The thread running steps now (the loop thread or a caller in generate()), if any.
+        self._driver: threading.Thread | None = None
+        self._callers_drive = getattr(self.device, "type", None) == "cpu"
         self._closed = False
         self._close_reason = ""
         self._engine_kwargs: dict[str, Any] = {}
@@ -247,11 +257,12 @@ class LLMEngine:
             EngineClosedError: The engine was shut down or its loop died.
         """
         sink = _ThreadSink()
-        request = self._submit(prompt_token_ids, params, request_id, sink, stream=False)
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=False,
+                               caller_drives=self._callers_drive)
         done = False
         try:
             while True:
-                item = sink.queue.get()
+                item = self._next_item(sink)
                 if isinstance(item, BaseException):
                     done = True
                     raise item
@@ -383,6 +394,7 @@ class LLMEngine:
         sink: _ThreadSink | _AsyncSink,
         *,
         stream: bool,
+        caller_drives: bool = False,
     ) -> Request:
         params = SamplingParams() if params is None else params
         prompt = self._validate(prompt_token_ids, params)
@@ -401,8 +413,9 @@ class LLMEngine:
             self._scheduler.add_request(request)
             self._tracked[rid] = _Tracked(request, sink, detok or _LazyText(self.tokenizer),
                                           stream)
-            self._ensure_loop_locked()
-            self._work.notify()
+            if not caller_drives:  # else the caller drives, or the current driver serves it
+                self._ensure_loop_locked()
+                self._work.notify()
         return request
 
     def _validate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> list[int]:
@@ -500,29 +513,106 @@ class LLMEngine:
             while self._run_one_iteration():
                 pass
         except BaseException as exc:  # noqa: BLE001 - the loop must report, not vanish
-            logger.exception("engine loop died")
-            with self._lock:
-                self._closed = True
-                self._close_reason = f"the engine loop died: {type(exc).__name__}: {exc}"
-                error = EngineClosedError(self._closed_message())
-                error.__cause__ = exc
-                self._fail_all_locked(error)
+            self._close_after_crash(exc)
+
+    def _close_after_crash(self, exc: BaseException) -> None:
+        """A driver failed outside a model step (a bookkeeping bug): the engine's state can
+        no longer be trusted, so close it and fail every live request."""
+        logger.exception("engine loop died", exc_info=exc)
+        with self._lock:
+            self._driver = None
+            self._closed = True
+            self._close_reason = f"the engine loop died: {type(exc).__name__}: {exc}"
+            error = EngineClosedError(self._closed_message())
+            error.__cause__ = exc
+            self._fail_all_locked(error)
 
     def _run_one_iteration(self) -> bool:
-        """Wait for work, run one step, deliver its results. False when the engine closed."""
+        """Loop thread: wait until there is work and nobody else drives, run one step.
+
+        False when the loop should end: the engine closed, or (where callers drive) it ran out
+        of work, so the thread and its OpenMP pool go away.
+        """
+        me = threading.current_thread()
         with self._lock:
             while True:
                 if self._closed:
+                    if self._driver is me:
+                        self._driver = None
                     return False
-                self._drain_pending_aborts_locked()
-                if self._scheduler.has_unfinished_requests():
-                    batch, idle = self._scheduler.schedule(), False
-                    break
-                finished_ids = self._scheduler.take_finished_ids()
-                if finished_ids:  # idle: only let the runner drop their state
-                    batch, idle = ScheduledBatch(finished_ids=finished_ids), True
-                    break
+                if self._driver is None or self._driver is me:
+                    work = self._next_batch_locked()
+                    if work is not None:
+                        self._driver = me
+                        break
+                    self._driver = None
+                    if self._callers_drive:
+                        if self._thread is me:
+                            self._thread = None
+                        return False
                 self._work.wait()
+        self._run_batch(*work)
+        return True
+
+    def _next_item(self, sink: _ThreadSink) -> _Item:
+        """The next item for a thread blocked in :meth:`generate`; on the CPU the thread runs
+        the steps itself while no other thread does (see the module docstring)."""
+        while True:
+            try:
+                return sink.queue.get_nowait()
+            except queue.Empty:
+                pass
+            if not self._drive_until_item(sink):
+                return sink.queue.get()  # another thread drives (or nothing is left to run)
+
+    def _drive_until_item(self, sink: _ThreadSink) -> bool:
+        """Run steps on this thread until ``sink`` has an item; whether it has one. False
+        at once when another thread drives, which then serves this request too."""
+        me = threading.current_thread()
+        with self._lock:
+            if not self._callers_drive or self._driver is not None or self._closed:
+                return False
+            self._driver = me
+        try:
+            while sink.queue.empty():
+                with self._lock:
+                    if self._closed:
+                        break
+                    work = self._next_batch_locked()
+                if work is None:
+                    break
+                try:
+                    self._run_batch(*work)
+                except Exception as exc:  # noqa: BLE001 - as fatal as in the loop thread
+                    self._close_after_crash(exc)
+                    break
+                except BaseException:  # interrupted (KeyboardInterrupt...): the step never
+                    with self._lock:    # ran for the others, who are scheduled again
+                        self._scheduler.discard_scheduled()
+                    raise
+        finally:
+            with self._lock:
+                self._driver = None
+                finished_ids = [] if self._closed else self._scheduler.take_finished_ids()
+                if not self._closed and self._scheduler.has_unfinished_requests():
+                    self._ensure_loop_locked()  # hand the other requests to the loop thread
+                self._work.notify_all()
+            self._release(finished_ids)
+        return not sink.queue.empty()
+
+    def _next_batch_locked(self) -> tuple[ScheduledBatch, bool] | None:
+        """The next step to run and whether it is only a release of finished requests; None
+        when there is nothing to do."""
+        self._drain_pending_aborts_locked()
+        if self._scheduler.has_unfinished_requests():
+            return self._scheduler.schedule(), False
+        finished_ids = self._scheduler.take_finished_ids()
+        if finished_ids:  # idle: only let the runner drop their state
+            return ScheduledBatch(finished_ids=finished_ids), True
+        return None
+
+    def _run_batch(self, batch: ScheduledBatch, idle: bool) -> None:
+        """Run one scheduled step and deliver its results (any driver)."""
         self._release(batch.finished_ids)
         if not batch.segments:
             if not idle:
@@ -531,11 +621,11 @@ class LLMEngine:
                                len(self._scheduler.waiting))
                 with self._lock:
                     self._work.wait(0.01)
-            return True
+            return
         try:
             with self._runner_lock:
                 if self._runner is None:
-                    return False
+                    return
                 sampled = list(self._runner.execute(batch))
             if len(sampled) != len(batch.segments):
                 raise RuntimeError(f"model runner returned {len(sampled)} results for "
@@ -544,11 +634,10 @@ class LLMEngine:
             logger.exception("engine step failed")
             with self._lock:
                 self._fail_step_locked(batch.segments, exc)
-            return True
+            return
         with self._lock:
             outputs = self._scheduler.update(batch, sampled)
             self._deliver_locked(outputs)
-        return True
 
     def _release(self, request_ids: list[str]) -> None:
         if request_ids:

@@ -62,12 +62,18 @@ class FakeRunner:
         self.batch_sizes: list[int] = []
         self.warmed_up = False
         self.executing = threading.Event()
+        self.threads: list[threading.Thread] = []  # the thread of every step
+        self.interrupt_when = None  # callable(batch) -> bool: KeyboardInterrupt in that step
 
     def slot(self, block_ids, pos):
         return block_ids[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def execute(self, batch: ScheduledBatch):
         self.executing.set()
+        self.threads.append(threading.current_thread())
+        if self.interrupt_when is not None and self.interrupt_when(batch):
+            self.interrupt_when = None
+            raise KeyboardInterrupt
         if self.step_delay:
             time.sleep(self.step_delay)
         if self.fail_when is not None and self.fail_when(batch):
@@ -104,12 +110,24 @@ def tokenizer():
     return load_tokenizer(build_tokenizer(VOCAB))
 
 
-@pytest.fixture
-def make_engine(tokenizer):
+class FakeDevice:
+    def __init__(self, type: str) -> None:
+        self.type = type
+
+
+# Who runs the steps: "loop" - the background loop thread (accelerators); "caller" - on a CPU
+# device a thread blocked in generate() drives the steps itself (see engine.py's docstring).
+DRIVERS = {"loop": "fake", "caller": "cpu"}
+
+
+@pytest.fixture(params=list(DRIVERS))
+def make_engine(tokenizer, request):
     engines = []
 
     def factory(runner=None, **kwargs):
-        engine = LLMEngine.from_runner(runner or FakeRunner(), tokenizer,
+        runner = runner or FakeRunner()
+        runner.device = FakeDevice(DRIVERS[request.param])
+        engine = LLMEngine.from_runner(runner, tokenizer,
                                        eos_token_ids=[tokenizer.eos_token_id], **kwargs)
         engines.append(engine)
         return engine
@@ -518,3 +536,68 @@ def test_abort_from_a_finalizer_while_the_lock_is_held_is_deferred_not_deadlocke
         time.sleep(0.005)
     stats = engine.stats()
     assert stats.num_blocks_used == 0 and stats.num_running + stats.num_waiting == 0
+
+
+def _cpu_engine(make_engine, runner: FakeRunner) -> LLMEngine:
+    engine = make_engine(runner)
+    if engine._callers_drive is False:
+        pytest.skip("the caller drives the steps on CPU devices only")
+    return engine
+
+
+def test_cpu_generate_runs_its_steps_on_the_calling_thread(make_engine):
+    runner = FakeRunner()
+    engine = _cpu_engine(make_engine, runner)
+    out = engine.generate(prompt_of(1, 9), SamplingParams(max_tokens=5), request_id="r1")
+    assert out.token_ids == reference(prompt_of(1, 9), 5)
+    assert runner.threads and set(runner.threads) == {threading.current_thread()}
+    assert engine._thread is None  # no loop thread was started
+    assert "r1" in runner.released  # released by the caller before it returned
+
+
+async def test_cpu_loop_thread_serves_coroutines_then_ends(make_engine):
+    runner = FakeRunner()
+    engine = _cpu_engine(make_engine, runner)
+    outs = await asyncio.gather(*(engine.agenerate(prompt_of(i, 5), SamplingParams(max_tokens=4))
+                                  for i in range(3)))
+    assert [o.token_ids for o in outs] == [reference(prompt_of(i, 5), 4) for i in range(3)]
+    assert threading.current_thread() not in runner.threads
+    for _ in range(200):  # out of work, the loop thread ends (and its OpenMP pool with it)
+        if engine._thread is None:
+            break
+        await asyncio.sleep(0.01)
+    assert engine._thread is None
+
+
+def test_interrupted_caller_step_spares_the_other_requests(make_engine):
+    runner = FakeRunner(step_delay=0.002)
+    engine = _cpu_engine(make_engine, runner)
+    other_prompt = prompt_of(7, 6)
+    results: dict[str, object] = {}
+
+    def driver() -> None:
+        try:
+            engine.generate(prompt_of(2, 5), SamplingParams(max_tokens=200), request_id="mine")
+        except BaseException as exc:  # noqa: BLE001 - the interrupt is the point
+            results["mine"] = exc
+
+    def other() -> None:
+        results["other"] = engine.generate(other_prompt, SamplingParams(max_tokens=6),
+                                           request_id="other")
+
+    # Interrupt the first step that holds both requests, on whichever thread drives it.
+    runner.interrupt_when = lambda batch: {s.request_id for s in batch.segments} == {
+        "mine", "other"}
+    first = threading.Thread(target=driver)
+    first.start()
+    assert runner.executing.wait(5)
+    second = threading.Thread(target=other)
+    second.start()
+    first.join(10)
+    second.join(10)
+    interrupted = [k for k, v in results.items() if isinstance(v, KeyboardInterrupt)]
+    assert interrupted == ["mine"]  # the driver of that step was the first caller
+    assert results["other"].token_ids == reference(other_prompt, 6)
+    assert engine.stats().num_blocks_used == 0
+    again = engine.generate(prompt_of(3, 4), SamplingParams(max_tokens=3))
+    assert again.token_ids == reference(prompt_of(3, 4), 3)
