@@ -12,6 +12,10 @@ Invariants:
       Given the id of the block a request's table ends with, allocation first tries the
       uncached block right after it, so a request's blocks stay consecutive in the device
       cache where possible (attention then reads them as one view instead of a gather).
+      When that block is free but cached, and a ``relocate`` copy function was given, its
+      prefix moves to an uncached free block first (the K/V copied, the hash re-pointed,
+      nothing evicted): a session that reuses a shared prompt keeps its own blocks right
+      after the prompt's even where another session's cached blocks used to follow it.
     * ``hash -> block`` maps only blocks whose ``block_hash`` is set, one block per hash.
     * A prefix hit is verified against the stored ``(parent_hash, token_ids)`` of the block, so
       a hash collision is a miss, never silently wrong K/V.
@@ -20,12 +24,17 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import logging
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
+logger = logging.getLogger(__name__)
+
 BlockHash = bytes
 HashFn = Callable[[BlockHash | None, Sequence[int]], BlockHash]
+# Copies the K/V of block ``src`` into block ``dst`` on the device, now.
+RelocateFn = Callable[[int, int], None]
 
 _ROOT_HASH = b"langchain-ascend-kv-root"
 
@@ -80,9 +89,11 @@ class BlockPool:
 
     Args:
         num_blocks: Blocks in the device cache.
+        relocate: Copies one block's K/V into another on the device; enables moving a cached
+            free block out of the way of a request's consecutive run (see the module notes).
     """
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, relocate: RelocateFn | None = None) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
@@ -93,7 +104,9 @@ class BlockPool:
         # block_id -> block, oldest-freed first (the eviction order).
         self._free_cached: OrderedDict[int, KVBlock] = OrderedDict()
         self._hash_to_block: dict[BlockHash, KVBlock] = {}
+        self._relocate = relocate
         self.num_evictions = 0
+        self.num_relocations = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -130,8 +143,8 @@ class BlockPool:
         Args:
             num_blocks: How many.
             after: The id of the block the caller's table ends with: each new block is the
-                uncached block right after the previous one when that is free, else the next
-                in the usual order.
+                block right after the previous one when that is free (a cached one only by
+                relocating its prefix), else the next in the usual order.
 
         Raises:
             OutOfBlocksError: Fewer than ``num_blocks`` are free.
@@ -140,7 +153,9 @@ class BlockPool:
             raise OutOfBlocksError(f"asked for {num_blocks} blocks, {self.num_free_blocks} free")
         taken: list[KVBlock] = []
         for _ in range(num_blocks):
-            block = None if after is None else self._free_uncached.pop(after + 1, None)
+            block = None
+            if after is not None:
+                block = self._free_uncached.pop(after + 1, None) or self._take_relocated(after + 1)
             if block is None and self._free_uncached:
                 _, block = self._free_uncached.popitem(last=False)
             elif block is None:
@@ -207,6 +222,31 @@ class BlockPool:
             self._free_uncached[block.block_id] = block
         self._free_cached.clear()
         return True
+
+    def _take_relocated(self, block_id: int) -> KVBlock | None:
+        """Free cached block ``block_id`` with its prefix moved to the first uncached free
+        block (which joins the cached list's most-recent end); None when it is not free and
+        cached, nothing is uncached, no copy function was given, or the copy failed."""
+        block = self._free_cached.get(block_id)
+        if block is None or self._relocate is None or not self._free_uncached:
+            return None
+        target_id, target = next(iter(self._free_uncached.items()))
+        try:
+            self._relocate(block_id, target_id)
+        except Exception:  # noqa: BLE001 - only an optimisation: allocate as usual instead
+            logger.warning("moving cached KV block %d to %d failed; allocating elsewhere",
+                           block_id, target_id, exc_info=True)
+            return None
+        del self._free_uncached[target_id]
+        del self._free_cached[block_id]
+        assert block.block_hash is not None
+        target.block_hash, target.parent_hash = block.block_hash, block.parent_hash
+        target.token_ids = block.token_ids
+        self._hash_to_block[block.block_hash] = target
+        self._free_cached[target_id] = target
+        block._clear_hash()
+        self.num_relocations += 1
+        return block
 
     def _evict(self, block: KVBlock) -> None:
         if block.block_hash is not None:

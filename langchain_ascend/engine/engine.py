@@ -218,7 +218,8 @@ class LLMEngine:
         self.vocab_size = _vocab_size(runner.config)
         self._runner = runner
         self._kv = KVCacheManager(self.num_blocks, self.block_size,
-                                  enable_prefix_caching=enable_prefix_caching)
+                                  enable_prefix_caching=enable_prefix_caching,
+                                  relocate=getattr(runner, "copy_block", None))
         self._scheduler = Scheduler(
             self._kv, max_num_batched_tokens=max_num_batched_tokens,
             max_batch_size=max_batch_size,

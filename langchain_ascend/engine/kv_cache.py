@@ -103,3 +103,8 @@ class KVCache:
     def block(self, layer: int, block_id: int) -> torch.Tensor:
         """A view of one block of one layer (keys and values), whatever the backend's layout."""
         return self.tensors[layer].select(self.blocks_dim, block_id)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy block ``src``'s keys and values into block ``dst``, every layer."""
+        for layer in range(self.num_layers):
+            self.block(layer, dst).copy_(self.block(layer, src))

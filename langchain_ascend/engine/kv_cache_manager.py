@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from langchain_ascend.engine.block_pool import BlockPool, HashFn, KVBlock, hash_block_tokens
+from langchain_ascend.engine.block_pool import (
+    BlockPool,
+    HashFn,
+    KVBlock,
+    RelocateFn,
+    hash_block_tokens,
+)
 from langchain_ascend.engine.request import Request
 
 
@@ -32,6 +38,7 @@ class KVCacheManager:
         enable_prefix_caching: Reuse full blocks across requests; False makes every request
             compute its whole prompt.
         hash_fn: Chained block hash (tests pass a weak one to force collisions).
+        relocate: Copies one block's K/V into another on the device (see :class:`BlockPool`).
 
     Invariants:
         * ``req_to_blocks[id]`` covers at least the request's allocated tokens, in order.
@@ -47,12 +54,13 @@ class KVCacheManager:
         *,
         enable_prefix_caching: bool = True,
         hash_fn: HashFn = hash_block_tokens,
+        relocate: RelocateFn | None = None,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.pool = BlockPool(num_blocks)
+        self.pool = BlockPool(num_blocks, relocate=relocate)
         self._hash_fn = hash_fn
         self.req_to_blocks: dict[str, list[KVBlock]] = {}
         self.req_to_num_cached_blocks: dict[str, int] = {}

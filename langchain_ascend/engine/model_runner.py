@@ -294,6 +294,14 @@ class ModelRunner:
                     f"request {seg.request_id!r}: token ids must be in [0, {self.vocab_size}), "
                     f"got {min(ids)}..{max(ids)}")
 
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy one KV block's keys and values into another (the block pool relocates a
+        cached prefix block with it)."""
+        import torch
+
+        with torch.inference_mode():
+            self.kv_cache.copy_block(src, dst)
+
     def release(self, request_ids: Iterable[str]) -> None:
         """Drop per-request state (sampling generators) of finished/aborted requests."""
         self.sampler.release(request_ids)

@@ -60,6 +60,44 @@ def test_allocation_after_a_block_never_takes_a_cached_block_early():
     assert pool.num_cached_blocks == 1 and pool.eviction_order() == [1]
 
 
+def test_a_cached_block_in_the_way_is_relocated_not_evicted():
+    copies: list[tuple[int, int]] = []
+    pool = BlockPool(6, relocate=lambda src, dst: copies.append((src, dst)))
+    a, b, c, d = pool.allocate(4)
+    hb = cache(pool, b, [1, 2])
+    hc = cache(pool, c, [3, 4], hb)
+    pool.free([d, c, b])  # uncached: 4, 5, 3; cached LRU: 2, 1
+    assert pool.eviction_order() == [4, 5, 3, 2, 1]
+    taken = pool.allocate(2, after=a.block_id)
+    assert [x.block_id for x in taken] == [1, 2]  # consecutive after block 0
+    assert copies == [(1, 4), (2, 5)]  # each prefix moved to the first uncached block
+    assert pool.num_relocations == 2 and pool.num_evictions == 0
+    moved_b, moved_c = pool.lookup(hb, None, [1, 2]), pool.lookup(hc, hb, [3, 4])
+    assert (moved_b.block_id, moved_c.block_id) == (4, 5)
+    assert moved_b.ref_cnt == 0 and all(x.block_hash is None for x in taken)
+    assert pool.eviction_order() == [3, 4, 5]  # moved blocks join the cached list's end
+    assert pool.num_cached_blocks == 2
+
+
+def test_no_relocation_without_an_uncached_block_or_when_the_copy_fails():
+    def failing(src: int, dst: int) -> None:
+        raise RuntimeError("device busy")
+
+    pool = BlockPool(4, relocate=failing)
+    a, b, c, d = pool.allocate(4)
+    hb = cache(pool, b, [1, 2])
+    pool.free([b, d])  # uncached: 3; cached: 1
+    # The copy fails: the cached block stays where it is, the usual order applies.
+    assert [x.block_id for x in pool.allocate(1, after=a.block_id)] == [3]
+    assert pool.lookup(hb, None, [1, 2]).block_id == 1 and pool.num_relocations == 0
+    pool2 = BlockPool(2, relocate=lambda src, dst: None)
+    a2, b2 = pool2.allocate(2)
+    cache(pool2, b2, [5, 6])
+    pool2.free([b2])  # only a cached block is free: nothing to move it to, so it is evicted
+    assert [x.block_id for x in pool2.allocate(1, after=a2.block_id)] == [1]
+    assert pool2.num_relocations == 0 and pool2.num_evictions == 1
+
+
 def test_double_free_is_detected():
     pool = BlockPool(2)
     (a,) = pool.allocate(1)

@@ -151,6 +151,26 @@ def test_five_hop_conversation_reuses_the_cache(setups):
     assert engine.stats().prefix_cache_hits > 0
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sessions_sharing_a_prompt_move_cached_blocks_and_stay_exact(setups, arch):
+    """Session B reuses A's system prompt; A's cached blocks right after it are moved (their
+    K/V copied) so B's blocks stay consecutive; A's next hop then hits the moved copies."""
+    engine, reference = setups[arch]
+    system = words(engine, PROMPTS[3])  # many full blocks
+    first = system + words(engine, " Question A: what is the weather in Paris today?")
+    out_a = engine.generate(first, SamplingParams(max_tokens=6))
+    moved_before = engine._kv.pool.num_relocations
+    second = system + words(engine, " Question B: book two flights to Berlin.")
+    out_b = engine.generate(second, SamplingParams(max_tokens=6))
+    assert out_b.token_ids == reference(second, 6)
+    assert out_b.stats.num_cached_tokens > 0
+    assert engine._kv.pool.num_relocations > moved_before
+    history = first + out_a.token_ids + words(engine, " Observation: sunny, 21 C.")
+    out_a2 = engine.generate(history, SamplingParams(max_tokens=6))
+    assert out_a2.stats.num_cached_tokens > len(first) - BLOCK_SIZE
+    assert out_a2.token_ids == reference(history, 6)
+
+
 def test_tiny_pool_forces_preemption_with_identical_outputs(tiny_model_paths, setups):
     _, reference = setups["qwen2"]
     engine = LLMEngine(tiny_model_paths["qwen2"], device="cpu", dtype="float32",

@@ -64,6 +64,8 @@ class FakeRunner:
         self.executing = threading.Event()
         self.threads: list[threading.Thread] = []  # the thread of every step
         self.interrupt_when = None  # callable(batch) -> bool: KeyboardInterrupt in that step
+        self.copies: list[tuple[int, int]] = []
+        self.tables: dict[str, list[int]] = {}  # the last block table of every request
 
     def slot(self, block_ids, pos):
         return block_ids[pos // self.block_size] * self.block_size + pos % self.block_size
@@ -81,6 +83,7 @@ class FakeRunner:
         self.batch_sizes.append(len(batch.segments))
         results = []
         for seg in batch.segments:
+            self.tables[seg.request_id] = list(seg.block_ids)
             for offset, tok in enumerate(seg.token_ids):
                 self.slots[self.slot(seg.block_ids, seg.start_pos + offset)] = tok
             if not seg.sample:
@@ -90,6 +93,11 @@ class FakeRunner:
             context = [self.slots[self.slot(seg.block_ids, p)] for p in range(end)]
             results.append(self.next_token(context))
         return results
+
+    def copy_block(self, src, dst):
+        size = self.block_size
+        self.slots[dst * size:(dst + 1) * size] = self.slots[src * size:(src + 1) * size]
+        self.copies.append((src, dst))
 
     def release(self, request_ids):
         self.released.extend(request_ids)
@@ -536,6 +544,28 @@ def test_abort_from_a_finalizer_while_the_lock_is_held_is_deferred_not_deadlocke
         time.sleep(0.005)
     stats = engine.stats()
     assert stats.num_blocks_used == 0 and stats.num_running + stats.num_waiting == 0
+
+
+def test_second_session_relocates_cached_blocks_and_first_session_still_hits(make_engine):
+    runner = FakeRunner()
+    engine = make_engine(runner)
+    shared = prompt_of(11, 12)  # 3 full blocks of 4
+    first = shared + prompt_of(12, 9)
+    out_a = engine.generate(first, SamplingParams(max_tokens=3), request_id="A")
+    # B shares the 3 prompt blocks; A's cached blocks follow them in the cache and are moved
+    # aside so that B's own blocks continue right after the prompt's.
+    second = shared + prompt_of(13, 9)
+    out_b = engine.generate(second, SamplingParams(max_tokens=3), request_id="B")
+    assert out_b.token_ids == reference(second, 3)
+    assert runner.copies and engine._kv.pool.num_relocations == len(runner.copies)
+    table_b = runner.tables["B"]
+    assert table_b[:3] == runner.tables["A"][:3]
+    assert table_b == list(range(table_b[0], table_b[0] + len(table_b)))
+    # A's next hop hits its moved blocks: the K/V (here: token ids) came along.
+    history = first + out_a.token_ids + prompt_of(14, 5)
+    out_a2 = engine.generate(history, SamplingParams(max_tokens=4), request_id="A2")
+    assert out_a2.stats.num_cached_tokens >= 20
+    assert out_a2.token_ids == reference(history, 4)
 
 
 def _cpu_engine(make_engine, runner: FakeRunner) -> LLMEngine:
