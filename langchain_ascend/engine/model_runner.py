@@ -24,10 +24,11 @@ from langchain_ascend.attention.backends.base import BatchLayout
 from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.compile import StepCompiler
 from langchain_ascend.engine.fused_norms import fuse_rms_norms
+from langchain_ascend.engine.fused_projections import fuse_projections
 from langchain_ascend.engine.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.sampler import Sampler
 from langchain_ascend.engine.sampling_params import SamplingParams
-from langchain_ascend.engine.weight_layout import apply_layout, resolve_layout
+from langchain_ascend.engine.weight_layout import apply_layout, make_dual, resolve_layout
 from langchain_ascend.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -194,7 +195,10 @@ class ModelRunner:
         model.eval()
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
-        apply_layout(model, resolve_layout(weight_layout, model))
+        layout = resolve_layout(weight_layout, model)
+        if layout == "dual":
+            fuse_projections(model, make_dual)
+        apply_layout(model, layout)
         fuse_rms_norms(model)
         num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(model.config)
         backend_cls = get_backend_class(

@@ -56,9 +56,14 @@ OUTPUT_HEAVY_RATIO = 8
 
 
 def _linears(model: Any) -> list[Any]:
+    """The model's ``nn.Linear`` layers, except members of a fused group (their product is
+    the group's, see ``engine.fused_projections``)."""
     import torch
 
-    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    from langchain_ascend.engine.fused_projections import FUSED_MEMBER
+
+    return [m for m in model.modules()
+            if isinstance(m, torch.nn.Linear) and FUSED_MEMBER not in m.__dict__]
 
 
 def resolve_layout(layout: str, model: Any) -> str:
@@ -163,6 +168,17 @@ def current_layout(module: Any) -> str:
     return "column" if weight.dim() == 2 and weight.stride() == (1, weight.shape[0]) else "row"
 
 
+def make_dual(module: Any) -> None:
+    """Give one row-major ``nn.Linear`` the ``"dual"`` layout (its copies and ``forward``)."""
+    import torch
+
+    with torch.no_grad():
+        halves, transposed = single_row_weight(module.weight.data)
+        module.single_row_weight, module.single_row_transposed = halves, transposed
+        module.packed_weight = packed_weight(module.weight.data)
+    module.forward = types.MethodType(_small_batch_forward, module)
+
+
 def apply_layout(model: Any, layout: str) -> int:
     """Lay out every ``nn.Linear`` of ``model`` as ``"row"``, ``"column"`` or ``"dual"``.
 
@@ -185,10 +201,7 @@ def apply_layout(model: Any, layout: str) -> int:
             if layout == "column":
                 module.weight.data = module.weight.data.t().contiguous().t()  # column-major
             elif layout == "dual":
-                halves, transposed = single_row_weight(module.weight.data)
-                module.single_row_weight, module.single_row_transposed = halves, transposed
-                module.packed_weight = packed_weight(module.weight.data)
-                module.forward = types.MethodType(_small_batch_forward, module)
+                make_dual(module)
             changed += 1
     if changed:
         logger.info("laid out %d linear layers as %r", changed, layout)
