@@ -103,6 +103,26 @@ def test_multi_hop_on_device_reads_the_prefix_cache(device_setups, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_moved_prefix_blocks_on_device_stay_exact(device_setups, device):
+    """A second session over the same system prompt moves the first session's cached blocks
+    (a K/V copy on the device); the first session's next hop reads the moved copies."""
+    engine, model = device_setups(device)
+    eos = set(engine.eos_token_ids)
+    system = engine.tokenizer.encode(PROMPTS[2])
+    first = system + engine.tokenizer.encode(" Question A: the weather in Paris?")
+    out_a = engine.generate(first, SamplingParams(max_tokens=6))
+    moved = engine._kv.pool.num_relocations
+    second = system + engine.tokenizer.encode(" Question B: two flights to Berlin.")
+    out_b = engine.generate(second, SamplingParams(max_tokens=6))
+    assert out_b.token_ids == reference_tokens(model, second, 6, device, eos)
+    assert engine._kv.pool.num_relocations > moved
+    history = first + out_a.token_ids + engine.tokenizer.encode(" Observation: sunny.")
+    out_a2 = engine.generate(history, SamplingParams(max_tokens=6))
+    assert out_a2.stats.num_cached_tokens >= len(first) - engine.block_size
+    assert out_a2.token_ids == reference_tokens(model, history, 6, device, eos)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_chat_model_forced_tool_call_on_device(tiny_qwen2_path, device):
     from langchain_ascend.chat_models import AscendChatModel
 
