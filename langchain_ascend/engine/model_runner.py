@@ -12,6 +12,7 @@ a ``(T, vocab)`` logits matrix.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Iterable, Sequence
@@ -100,6 +101,18 @@ def build_layout(segments: Sequence[ScheduledSegment], block_size: int,
                          block_tables=block_tables, slot_mapping=slot_mapping,
                          num_decodes=num_decodes, block_size=block_size)
     return layout, input_ids, positions
+
+
+def _without_autocast(device_type: str) -> contextlib.AbstractContextManager[object]:
+    """The model runs in its own dtype even when the calling thread has autocast on (on the
+    CPU a synchronous caller's thread runs the steps itself, see ``engine.engine``)."""
+    import torch
+
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except (TypeError, RuntimeError):  # an older torch, or a device type it does not know
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False) if enabled else contextlib.nullcontext()
 
 
 class ModelRunner:
@@ -276,7 +289,7 @@ class ModelRunner:
             rows = rows.to(self.device, non_blocking=True)
         step = registry.PagedAttentionStep(self.backend, self.kv_cache.tensors,
                                            self.backend.build_metadata(layout))
-        with torch.inference_mode():
+        with torch.inference_mode(), _without_autocast(self.device.type):
             return self.compiler.run(ints[0:1], ints[1:2], rows, step, layout)
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,

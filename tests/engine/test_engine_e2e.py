@@ -171,6 +171,15 @@ def test_sessions_sharing_a_prompt_move_cached_blocks_and_stay_exact(setups, arc
     assert out_a2.token_ids == reference(history, 6)
 
 
+def test_a_caller_under_autocast_still_gets_float32_results(setups):
+    """On the CPU the calling thread runs the steps: its autocast must not reach the model."""
+    engine, reference = setups["qwen2"]
+    prompt = words(engine, PROMPTS[5])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = engine.generate(prompt, SamplingParams(max_tokens=10))
+    assert out.token_ids == reference(prompt, 10)
+
+
 def test_tiny_pool_forces_preemption_with_identical_outputs(tiny_model_paths, setups):
     _, reference = setups["qwen2"]
     engine = LLMEngine(tiny_model_paths["qwen2"], device="cpu", dtype="float32",
