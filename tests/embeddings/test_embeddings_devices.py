@@ -5,16 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from langchain_ascend import AscendEmbeddings, platform
-from langchain_ascend.testing import minilm_path
+from langchain_ascend import AscendEmbeddings
+from langchain_ascend.testing import accelerator_params, minilm_path
 
-REASONS = {"cuda": platform.cuda_reason(), "npu": platform.probe_npu().reason}
-DEVICES = [
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-        bool(REASONS["cuda"]), reason=REASONS["cuda"] or "CUDA available")]),
-    pytest.param("npu", marks=[pytest.mark.npu, pytest.mark.skipif(
-        bool(REASONS["npu"]), reason=REASONS["npu"] or "NPU available")]),
-]
+DEVICES = accelerator_params()
 TEXTS = ["a short one", "北京今天天气晴朗。" * 5, "def f(x):\n    return x" * 10, "longer " * 300]
 
 

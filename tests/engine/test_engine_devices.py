@@ -15,17 +15,11 @@ torch = pytest.importorskip("torch")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from langchain_ascend import platform  # noqa: E402
 from langchain_ascend.engine.engine import LLMEngine  # noqa: E402
 from langchain_ascend.engine.sampling_params import SamplingParams  # noqa: E402
+from langchain_ascend.testing import accelerator_params  # noqa: E402
 
-REASONS = {"cuda": platform.cuda_reason(), "npu": platform.probe_npu().reason}
-DEVICES = [
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-        bool(REASONS["cuda"]), reason=REASONS["cuda"] or "CUDA available")]),
-    pytest.param("npu", marks=[pytest.mark.npu, pytest.mark.skipif(
-        bool(REASONS["npu"]), reason=REASONS["npu"] or "NPU available")]),
-]
+DEVICES = accelerator_params()
 
 PROMPTS = [
     "Tools: search(query), calculator(expression). Question: what is 17 * 23?",

@@ -6,15 +6,10 @@ import numpy as np
 import pytest
 from vectorstore_test_helpers import TableEmbeddings
 
-from langchain_ascend import AscendFAISS, platform
+from langchain_ascend import AscendFAISS
+from langchain_ascend.testing import accelerator_params
 
-REASONS = {"cuda": platform.cuda_reason(), "npu": platform.probe_npu().reason}
-DEVICES = [
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-        bool(REASONS["cuda"]), reason=REASONS["cuda"] or "CUDA available")]),
-    pytest.param("npu", marks=[pytest.mark.npu, pytest.mark.skipif(
-        bool(REASONS["npu"]), reason=REASONS["npu"] or "NPU available")]),
-]
+DEVICES = accelerator_params()
 
 
 def pairs(count: int = 600, dim: int = 32) -> list[tuple[str, np.ndarray]]:
