@@ -76,14 +76,12 @@ def fusable(members: Sequence[Any]) -> bool:
             and not any(FUSED_MEMBER in m.__dict__ or "forward" in m.__dict__ for m in members))
 
 
-def fuse_group(members: Sequence[Any], make_dual: Any) -> FusedProjections:
-    """Fuse ``members`` (checked with :func:`fusable`) into one product.
-
-    Args:
-        members: The linear layers, in the order the model calls them.
-        make_dual: Applies the ``"dual"`` layout to one ``nn.Linear`` (``weight_layout``).
-    """
+def fuse_group(members: Sequence[Any]) -> FusedProjections:
+    """Fuse ``members`` (checked with :func:`fusable`, in the order the model calls them)
+    into one product."""
     import torch
+
+    from langchain_ascend.engine.weight_layout import make_dual
 
     first = members[0]
     with torch.no_grad():
@@ -112,7 +110,7 @@ def fuse_group(members: Sequence[Any], make_dual: Any) -> FusedProjections:
     return group
 
 
-def fuse_projections(model: Any, make_dual: Any) -> int:
+def fuse_projections(model: Any) -> int:
     """Fuse every group of :data:`GROUPS` found in ``model``'s modules.
 
     Returns:
@@ -123,7 +121,7 @@ def fuse_projections(model: Any, make_dual: Any) -> int:
         for names in GROUPS:
             members = [getattr(module, name, None) for name in names]
             if fusable(members):
-                fuse_group(members, make_dual)
+                fuse_group(members)
                 count += 1
     if count:
         logger.info("fused %d groups of sibling projections", count)

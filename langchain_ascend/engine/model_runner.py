@@ -29,7 +29,7 @@ from langchain_ascend.engine.fused_projections import fuse_projections
 from langchain_ascend.engine.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.sampler import Sampler
 from langchain_ascend.engine.sampling_params import SamplingParams
-from langchain_ascend.engine.weight_layout import apply_layout, make_dual, resolve_layout
+from langchain_ascend.engine.weight_layout import apply_layout, resolve_layout
 from langchain_ascend.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ class ModelRunner:
         device, dtype = first.device, first.dtype
         layout = resolve_layout(weight_layout, model)
         if layout == "dual":
-            fuse_projections(model, make_dual)
+            fuse_projections(model)
         apply_layout(model, layout)
         fuse_rms_norms(model)
         num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(model.config)

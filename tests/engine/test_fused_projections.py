@@ -38,7 +38,7 @@ def test_fused_group_gives_each_member_its_own_output(bias, rows):
     module = Attention(bias)
     x = torch.randn(1, rows, 64)
     expected = separate_outputs(module, x)
-    assert fuse_projections(module, make_dual) == 1
+    assert fuse_projections(module) == 1
     with torch.inference_mode():
         got = module(x)
     for g, e in zip(got, expected, strict=True):
@@ -57,7 +57,7 @@ def test_members_called_alone_or_out_of_order_compute_their_own_product():
     module = Attention(True)
     x, y = torch.randn(1, 1, 64), torch.randn(1, 1, 64)
     expected_x, expected_y = separate_outputs(module, x), separate_outputs(module, y)
-    fuse_projections(module, make_dual)
+    fuse_projections(module)
     with torch.inference_mode():
         k_first = module.k_proj(y)  # before any q_proj call
         q = module.q_proj(x)
