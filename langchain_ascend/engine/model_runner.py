@@ -172,7 +172,8 @@ class ModelRunner:
                 ``kv_cache.CPU_KV_CACHE_CAP_BYTES``) given to the cache.
             max_num_batched_tokens: Most tokens of one step (sizes warmup).
             max_batch_size: Most requests of one step (sizes compiled buckets).
-            attention_backend: ``"auto"`` (npu on NPU, torch_ref elsewhere) or a backend name.
+            attention_backend: ``"auto"`` (npu on NPU, cpu on CPU, torch_ref elsewhere) or a
+                backend name.
             compile: ``"auto"`` (currently off everywhere, see ``engine.compile``), True or
                 False: compile the decode step.
             weight_layout: ``"auto"`` (on CPU with float32: a column-major copy of the linear

@@ -60,7 +60,7 @@ class Case:
 
 def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16, window=None,
               allocation="shuffled", shared_prefix=0, seed=0, dtype=torch.float32,
-              pool_slack=3) -> Case:
+              pool_slack=3, backend_cls=TorchRefBackend) -> Case:
     """Build a step.
 
     Args:
@@ -72,10 +72,11 @@ def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16,
         shared_prefix: Tokens (a multiple of ``block_size``) that every segment with at least
             that much context shares: same K/V, same blocks (a prefix-cache hit).
         pool_slack: Blocks in the pool beyond those needed (spreads shuffled tables apart).
+        backend_cls: torch_ref or a backend sharing its cache layout (the CPU backend).
     """
     assert shared_prefix % block_size == 0
     gen = torch.Generator().manual_seed(seed)
-    backend = TorchRefBackend(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+    backend = backend_cls(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                               dtype=dtype, device=torch.device("cpu"))
     total = sum(num_blocks_for(c + n, block_size) for c, n in segments) + pool_slack
     total += len(segments) + 1 if allocation == "gapped" else 0

@@ -10,9 +10,10 @@ if TYPE_CHECKING:
 
 _BACKENDS = {
     "torch_ref": "langchain_ascend.attention.backends.torch_ref:TorchRefBackend",
+    "cpu": "langchain_ascend.attention.backends.cpu:CPUBackend",
     "npu": "langchain_ascend.attention.backends.npu:NPUBackend",
 }
-_BY_DEVICE = {"npu": "npu", "cuda": "torch_ref", "cpu": "torch_ref"}
+_BY_DEVICE = {"npu": "npu", "cuda": "torch_ref", "cpu": "cpu"}
 
 
 def backend_name_for(device_type: str, requested: str = "auto") -> str:

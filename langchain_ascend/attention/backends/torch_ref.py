@@ -311,9 +311,8 @@ class TorchRefBackend(AttentionBackend):
         for (first, length, column), empty in zip(group.runs or (), group.run_empty_rows,
                                                   strict=True):
             bias = None if group.bias is None else group.bias[:, column: column + length]
-            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, slots[0, :, first: first + length][None], slots[1, :, first: first + length][None],
-                0.0, False, attn_mask=bias, scale=scale)  # (1, KVH, R, D), (1, KVH, R)
+            out, lse = self._attend_with_lse(q, slots[0, :, first: first + length],
+                                             slots[1, :, first: first + length], bias, scale)
             if empty is not None:  # rows with no key here: weight 0 (the op reports lse 0)
                 lse = lse.masked_fill(empty, float("-inf"))
             outs.append(out)
@@ -347,8 +346,6 @@ class TorchRefBackend(AttentionBackend):
 
     def _decode(self, query, kv_cache, group: DecodeGroup, scale, window):
         """One query token per request, all requests in one attention call."""
-        import torch.nn.functional as F
-
         if group.span is None and group.shared_block_ids is None:
             return self._decode_gathered(query, kv_cache, group, scale, window)
         batch, kv_heads, size = group.num_decodes, self.num_kv_heads, self.group
@@ -360,10 +357,26 @@ class TorchRefBackend(AttentionBackend):
         else:
             keys, values = self._shared_keys(kv_cache, group)  # (KVH, S, D) each
             bias = self._shared_window_bias(group, window) if windowed else group.bias
-            out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=bias,
-                                                 scale=scale)  # (1, KVH, B*G, D)
+            out = self._attend_shared(q, keys, values, bias, scale)  # (1, KVH, B*G, D)
         out = out.view(kv_heads, batch, size, self.head_dim).transpose(0, 1)  # (B,KVH,G,D)
         return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
+
+    def _attend_shared(self, q, keys, values, bias, scale):
+        """``q (1, KVH, R, D)`` over ``keys``/``values`` ``(KVH, S, D)``, additive ``bias``
+        ``(R, S)`` or None -> ``(1, KVH, R, D)``. Subclasses swap the kernel."""
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=bias,
+                                              scale=scale)
+
+    def _attend_with_lse(self, q, keys, values, bias, scale):
+        """As :meth:`_attend_shared`, also returning the log-sum-exp ``(1, KVH, R)`` of each
+        row (CPU only: torch's CPU flash-attention op)."""
+        import torch
+
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, keys[None], values[None], 0.0, False, attn_mask=bias, scale=scale)
+        return out, lse  # (1, KVH, R, D), (1, KVH, R)
 
     def _shared_keys(self, kv_cache, group: DecodeGroup):
         """The shared path's keys and values, ``(KVH, S, D)`` each: a view or one gather."""

@@ -1,0 +1,188 @@
+"""Compile a C kernel shipped in this package once per machine and load it with ctypes.
+
+Only where it is safe, else :func:`load` returns a library of None with the reason and
+callers keep their torch path:
+
+* Linux on x86-64 with AVX2 and FMA (the kernels are written with those intrinsics and
+  compiled for exactly that, not ``-march=native``, so a cached build never uses more);
+* torch runs its CPU kernels on libgomp (OpenMP), already loaded in this process: the kernel
+  is linked against THAT file, so its ``#pragma omp`` regions use the same per-thread pools
+  as torch's ops. A second OpenMP runtime would add a second pool of busy threads, which on
+  a 2-core host slows every op (see ``engine.engine``);
+* a C compiler (``$CC``, ``cc``, ``gcc`` or ``clang``) is there;
+* ``LANGCHAIN_ASCEND_NATIVE`` is not ``0``.
+
+Builds land in ``$LANGCHAIN_ASCEND_NATIVE_CACHE`` (default ``~/.cache/langchain_ascend/
+native``; a temporary folder when that is not writable) under a name hashed from the
+source, the compiler, the flags and the OpenMP library, written to a temporary name and
+renamed into place, so concurrent processes never load a half-written file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform as host_platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DISABLE_ENV_VAR = "LANGCHAIN_ASCEND_NATIVE"
+CACHE_ENV_VAR = "LANGCHAIN_ASCEND_NATIVE_CACHE"
+COMPILE_FLAGS = ("-O3", "-mavx2", "-mfma", "-fno-math-errno", "-fopenmp", "-fPIC")
+REQUIRED_CPU_FLAGS = frozenset({"avx2", "fma"})
+COMPILE_TIMEOUT_S = 120
+SOURCE_DIR = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class NativeLibrary:
+    """A loaded kernel library, or None with the reason it is not available.
+
+    Attributes:
+        lib: The ``ctypes.CDLL``, or None.
+        reason: Where it was loaded from, or why it was not.
+    """
+
+    lib: ctypes.CDLL | None
+    reason: str
+
+
+_lock = threading.Lock()
+_loaded: dict[str, NativeLibrary] = {}
+
+
+def load(name: str) -> NativeLibrary:
+    """The library built from ``<name>.c`` in this folder (built on first use, then cached)."""
+    with _lock:
+        if name not in _loaded:
+            _loaded[name] = _load(name)
+            level = logging.INFO if _loaded[name].lib is not None else logging.WARNING
+            logger.log(level, "native kernel %r: %s", name, _loaded[name].reason)
+        return _loaded[name]
+
+
+def host_problem() -> str | None:
+    """Why native kernels cannot run in this process, or None when they can."""
+    if os.environ.get(DISABLE_ENV_VAR, "1").strip() == "0":
+        return f"disabled by {DISABLE_ENV_VAR}=0"
+    if sys.platform != "linux" or host_platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"needs Linux on x86-64, this is {sys.platform} on {host_platform.machine()}"
+    missing = REQUIRED_CPU_FLAGS - cpu_flags()
+    if missing:
+        return f"the CPU lacks {', '.join(sorted(missing))}"
+    if openmp_runtime() is None:
+        return "torch's OpenMP runtime (libgomp) is not loaded in this process"
+    if compiler() is None:
+        return "no C compiler found (set CC, or install cc/gcc/clang)"
+    return None
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags from ``/proc/cpuinfo`` (empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def mapped_openmp_libraries() -> set[str]:
+    """Paths of the libgomp files mapped into this process."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return set()
+    return {line.split()[-1] for line in maps.splitlines()
+            if "libgomp" in line.rsplit("/", 1)[-1] and line.split()[-1].startswith("/")}
+
+
+def openmp_runtime() -> str | None:
+    """The libgomp torch loaded (importing torch first), or None when torch uses another."""
+    import torch  # noqa: F401 - loads torch's OpenMP runtime
+
+    libraries = sorted(mapped_openmp_libraries())
+    return libraries[0] if len(libraries) == 1 else None
+
+
+def compiler() -> str | None:
+    """The C compiler to use: ``$CC``, else the first of cc, gcc, clang on the PATH."""
+    chosen = os.environ.get("CC")
+    if chosen:
+        return shutil.which(chosen)
+    return next((path for name in ("cc", "gcc", "clang") if (path := shutil.which(name))), None)
+
+
+def library_name(name: str, source: bytes, compiler_path: str, openmp_path: str) -> str:
+    """File name of a build: ``<name>-<hash of everything that shapes the binary>.so``."""
+    digest = hashlib.sha256()
+    for part in (source, compiler_path.encode(), " ".join(COMPILE_FLAGS).encode(),
+                 openmp_path.encode()):
+        digest.update(part)
+        digest.update(b"\0")
+    return f"{name}-{digest.hexdigest()[:16]}.so"
+
+
+def cache_dir() -> Path:
+    """A writable folder for builds (see the module docstring)."""
+    configured = os.environ.get(CACHE_ENV_VAR)
+    folder = Path(configured) if configured else Path.home() / ".cache" / "langchain_ascend" / "native"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="langchain_ascend_native_"))
+
+
+def _load(name: str) -> NativeLibrary:
+    problem = host_problem()
+    if problem is not None:
+        return NativeLibrary(None, problem)
+    source_path = SOURCE_DIR / f"{name}.c"
+    openmp_path, compiler_path = openmp_runtime(), compiler()
+    assert openmp_path is not None and compiler_path is not None  # host_problem checked both
+    target = cache_dir() / library_name(name, source_path.read_bytes(), compiler_path,
+                                        openmp_path)
+    if not target.exists():
+        try:
+            _compile(compiler_path, source_path, openmp_path, target)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return NativeLibrary(None, f"build failed: {exc}")
+    before = mapped_openmp_libraries()
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as exc:
+        return NativeLibrary(None, f"loading {target} failed: {exc}")
+    if mapped_openmp_libraries() != before:  # it pulled in a second runtime: never call it
+        return NativeLibrary(None, f"{target} loaded a second OpenMP runtime")
+    return NativeLibrary(lib, f"loaded {target}")
+
+
+def _compile(compiler_path: str, source: Path, openmp_path: str, target: Path) -> None:
+    """Compile ``source`` and link it against ``openmp_path`` into ``target`` (atomically)."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        obj, lib = Path(work) / "kernel.o", Path(work) / target.name
+        for command in (
+            [compiler_path, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)],
+            # The OpenMP runtime named by file (not -fopenmp, which would link the system's).
+            [compiler_path, "-shared", str(obj), openmp_path, "-lm", "-o", str(lib)],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True,
+                                  timeout=COMPILE_TIMEOUT_S, check=False)
+            if done.returncode:
+                raise subprocess.SubprocessError(
+                    f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+        os.replace(lib, target)

@@ -1,0 +1,49 @@
+"""The CPU attention backend: the native kernel on the decode paths, torch_ref's elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _paged_attention_cases import make_case
+
+from langchain_ascend.attention.backends.cpu import CPUBackend
+from langchain_ascend.native import build, decode_attention
+
+HOST_PROBLEM = build.host_problem()
+needs_kernel = pytest.mark.skipif(HOST_PROBLEM is not None,
+                                  reason=f"native kernels cannot run here: {HOST_PROBLEM}")
+
+
+@needs_kernel
+def test_cpu_backend_uses_the_kernel_on_the_decode_paths_and_torch_elsewhere(monkeypatch):
+    calls = []
+    attend = decode_attention.attend
+    monkeypatch.setattr(decode_attention, "attend",
+                        lambda *a: calls.append(a[1].shape[1]) or attend(*a))
+    # Decodes over one span of blocks, then over a shared prefix plus separate tails (runs).
+    for allocation in ("contiguous", "gapped"):
+        calls.clear()
+        case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, allocation=allocation,
+                         shared_prefix=32, backend_cls=CPUBackend)
+        assert case.backend.native
+        out, metadata = case.run()
+        torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+        expected_calls = 1 if allocation == "contiguous" else len(metadata.decodes.runs)
+        assert len(calls) == expected_calls
+    calls.clear()  # unrelated contexts: the padded per-request gather stays on torch's SDPA
+    case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4, pool_slack=200,
+                     backend_cls=CPUBackend)
+    out, metadata = case.run()
+    torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+    assert metadata.decodes.block_ids is not None and not calls
+
+
+def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
+    monkeypatch.setattr(decode_attention, "available", lambda: False)
+    case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, allocation="contiguous",
+                     shared_prefix=32, backend_cls=CPUBackend)
+    assert not case.backend.native
+    out, _ = case.run()
+    torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+    bf16 = make_case([(9, 1)], block_size=4, dtype=torch.bfloat16, backend_cls=CPUBackend)
+    assert not bf16.backend.native
