@@ -14,8 +14,9 @@ callers keep their torch path:
 
 Builds land in ``$LANGCHAIN_ASCEND_NATIVE_CACHE`` (default ``~/.cache/langchain_ascend/
 native``; a temporary folder when that is not writable) under a name hashed from the
-source, the compiler, the flags and the OpenMP library, written to a temporary name and
-renamed into place, so concurrent processes never load a half-written file.
+source, the shared headers of this folder, the compiler, the flags and the OpenMP library,
+written to a temporary name and renamed into place, so concurrent processes never load a
+half-written file.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class NativeLibrary:
 
 _lock = threading.Lock()
 _loaded: dict[str, NativeLibrary] = {}
+_functions: dict[str, Any] = {}
 
 
 def load(name: str) -> NativeLibrary:
@@ -68,6 +72,24 @@ def load(name: str) -> NativeLibrary:
             level = logging.INFO if _loaded[name].lib is not None else logging.WARNING
             logger.log(level, "native kernel %r: %s", name, _loaded[name].reason)
         return _loaded[name]
+
+
+def function(name: str, symbol: str, argtypes: Sequence[Any]) -> Any:
+    """``symbol`` of the library built from ``<name>.c``, typed (returns a C int), or None when
+    the library is not available here."""
+    key = f"{name}:{symbol}"
+    with _lock:
+        if key in _functions:
+            return _functions[key]
+    lib = load(name).lib
+    fn = None
+    if lib is not None:
+        fn = getattr(lib, symbol)
+        fn.argtypes = list(argtypes)
+        fn.restype = ctypes.c_int
+    with _lock:
+        _functions[key] = fn
+    return fn
 
 
 def host_problem() -> str | None:
@@ -125,7 +147,9 @@ def compiler() -> str | None:
 
 
 def library_name(name: str, source: bytes, compiler_path: str, openmp_path: str) -> str:
-    """File name of a build: ``<name>-<hash of everything that shapes the binary>.so``."""
+    """File name of a build: ``<name>-<hash of everything that shapes the binary>.so``.
+
+    ``source`` is the kernel's source followed by the folder's headers."""
     digest = hashlib.sha256()
     for part in (source, compiler_path.encode(), " ".join(COMPILE_FLAGS).encode(),
                  openmp_path.encode()):
@@ -154,8 +178,9 @@ def _load(name: str) -> NativeLibrary:
     source_path = SOURCE_DIR / f"{name}.c"
     openmp_path, compiler_path = openmp_runtime(), compiler()
     assert openmp_path is not None and compiler_path is not None  # host_problem checked both
-    target = cache_dir() / library_name(name, source_path.read_bytes(), compiler_path,
-                                        openmp_path)
+    source = source_path.read_bytes() + b"".join(
+        header.read_bytes() for header in sorted(SOURCE_DIR.glob("*.h")))
+    target = cache_dir() / library_name(name, source, compiler_path, openmp_path)
     if not target.exists():
         try:
             _compile(compiler_path, source_path, openmp_path, target)
@@ -176,7 +201,7 @@ def _compile(compiler_path: str, source: Path, openmp_path: str, target: Path) -
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         obj, lib = Path(work) / "kernel.o", Path(work) / target.name
         for command in (
-            [compiler_path, *COMPILE_FLAGS, "-c", str(source), "-o", str(obj)],
+            [compiler_path, *COMPILE_FLAGS, f"-I{SOURCE_DIR}", "-c", str(source), "-o", str(obj)],
             # The OpenMP runtime named by file (not -fopenmp, which would link the system's).
             [compiler_path, "-shared", str(obj), openmp_path, "-lm", "-o", str(lib)],
         ):

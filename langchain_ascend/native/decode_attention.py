@@ -12,9 +12,9 @@ another dtype or device, rows that are not contiguous), so callers keep their to
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from langchain_ascend.native.build import load
+from langchain_ascend.native import build
 
 if TYPE_CHECKING:
     import torch
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 KERNEL = "decode_attention"
 MIN_KEYS_PER_SPLIT = 512
 """Keys one work item streams at least (fewer: more merging than streaming)."""
-
-_function: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 
 
 def available() -> bool:
@@ -33,22 +31,14 @@ def available() -> bool:
 
 def unavailable_reason() -> str:
     """Where the kernel was loaded from, or why it is not."""
-    return load(KERNEL).reason
+    return build.load(KERNEL).reason
 
 
-def _kernel():  # -> ctypes function or None
-    global _function
-    if _function is None:
-        lib = load(KERNEL).lib
-        if lib is None:
-            return None
-        fn = lib.decode_attention_f32
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        fn.argtypes = [ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64,
-                       ctypes.c_float, i64, ctypes.c_int]
-        fn.restype = ctypes.c_int
-        _function = fn
-    return _function
+def _kernel() -> Any:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return build.function(KERNEL, "decode_attention_f32", [
+        ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, ctypes.c_float, i64,
+        ctypes.c_int])
 
 
 def num_splits(num_heads: int, num_keys: int, num_threads: int) -> int:

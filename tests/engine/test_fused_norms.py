@@ -1,4 +1,5 @@
-"""The fused RMSNorm swap: same values as transformers' module, only for known float32 norms."""
+"""The fused RMSNorm swap: same values as transformers' module (bit for bit through torch's op, to
+rounding through the native kernel), only for known float32 norms."""
 
 from __future__ import annotations
 
@@ -7,21 +8,44 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.fused_norms import fuse_rms_norms, is_fusable
+from langchain_ascend.native import build
+from langchain_ascend.native import rms_norm as native_rms_norm
+
+IDS = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3]])
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
-def test_fused_norms_give_bit_identical_logits(tiny_model_paths, arch):
+def test_fused_norms_give_bit_identical_logits_through_torch(tiny_model_paths, arch, monkeypatch):
+    monkeypatch.setattr(native_rms_norm, "rms_norm", lambda *args: None)  # torch's op only
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.float32)
-    ids = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3]])
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     with torch.inference_mode():
-        before = model(ids).logits
+        before = model(IDS).logits
         swapped = fuse_rms_norms(model)
-        after = model(ids).logits
+        after = model(IDS).logits
     assert swapped == len(norms) > 0  # qwen3 also has per-head q/k norms
     assert all("forward" in m.__dict__ for m in norms)
     assert torch.equal(before, after)
     assert fuse_rms_norms(model) == 0  # already swapped: nothing changes twice
+
+
+@pytest.mark.skipif(not native_rms_norm.available(),
+                    reason=f"native kernels cannot run here: {build.host_problem()}")
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
+def test_fused_norms_through_the_native_kernel_match_to_rounding(tiny_model_paths, arch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.float32)
+    calls = []
+    kernel = native_rms_norm.rms_norm
+    with torch.inference_mode():
+        before = model(IDS[:, :1]).logits  # one token: every norm sees one row
+        fuse_rms_norms(model)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(native_rms_norm, "rms_norm",
+                          lambda *args: calls.append(args[0].shape) or kernel(*args))
+            after = model(IDS[:, :1]).logits
+    assert calls  # the kernel ran (and did not decline)
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+    assert torch.equal(after.argmax(-1), before.argmax(-1))
 
 
 def test_other_dtypes_and_unknown_norms_keep_their_forward(tiny_model_paths):

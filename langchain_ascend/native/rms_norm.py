@@ -1,0 +1,57 @@
+"""RMSNorm of a few float32 rows: the native kernel, from torch.
+
+Used by ``engine.fused_norms`` for decode-sized inputs (``rms_norm.c``; measured there).
+:func:`rms_norm` returns None wherever the kernel does not apply (library not built here,
+another dtype or device, more rows than :data:`MAX_ROWS`), so callers keep their torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend.native import build
+
+if TYPE_CHECKING:
+    import torch
+
+KERNEL = "rms_norm"
+MAX_ROWS = 64
+"""More rows than this go to torch, whose op runs on every thread (the kernel uses one)."""
+
+
+def available() -> bool:
+    """Whether the kernel is built and loaded in this process (builds it on first call)."""
+    return _kernel() is not None
+
+
+def _kernel() -> Any:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return build.function(KERNEL, "rms_norm_f32", [ptr, ptr, ptr, i64, i64, i64, ctypes.c_float])
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """``weight * x / sqrt(mean(x^2, -1) + eps)`` over the last dimension, or None.
+
+    Args:
+        x: ``(..., H)`` float32 on CPU with contiguous rows; ``H % 8 == 0``.
+        weight: ``(H,)`` float32, contiguous.
+        eps: Added to the mean square.
+    """
+    import torch
+
+    kernel = _kernel()
+    size = x.shape[-1]
+    if (kernel is None or x.dtype != torch.float32 or weight.dtype != torch.float32
+            or x.device.type != "cpu" or size % 8 or weight.shape != (size,)
+            or not weight.is_contiguous() or x.numel() > MAX_ROWS * size or x.numel() == 0):
+        return None
+    rows = x.reshape(-1, size)  # a view when the rows are evenly spaced
+    if rows.stride(1) != 1:
+        return None
+    out = torch.empty(x.shape, dtype=torch.float32)
+    status = kernel(rows.data_ptr(), weight.data_ptr(), out.data_ptr(), rows.shape[0], size,
+                    rows.stride(0), eps)
+    if status:
+        raise RuntimeError(f"rms_norm kernel failed with status {status}")
+    return out
