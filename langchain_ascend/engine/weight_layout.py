@@ -14,10 +14,11 @@ MKL path a product takes matters more than its size on the 2-core AMD EPYC test 
   (``3072 x 512``, 6x more outputs than inputs) streams faster transposed as well: 4.0 ms ->
   about 3 ms per step for its eight layers, whole step 23.5 -> 21.0 ms median (12 interleaved
   rounds; the row-major layers with 1-3x more outputs stay faster as halves).
-  Faster still for those row-major layers (q/k/v, o, down): the native AVX2 mat-vec
-  (``native.matvec``, 8 rows per pass over the input, rows split over the threads), 9-11 GB/s
-  -> 13-18 GB/s on their own; decode step about 1 ms faster (interleaved A/B, see the
-  closing note of issue #3). Used wherever it is built; the halves otherwise.
+  Faster still, where the native kernels are built (``native.matvec``): the row-major
+  layers (q/k/v, o, down) through an AVX2 mat-vec on the weight itself (9-11 -> 13-18 GB/s
+  on their own, decode step about 2 ms faster), the output-heavy ones through a mat-vec on
+  a copy packed as ``(out/8, in, 8)`` tiles instead of the transposed halves (about 1 ms
+  per step more); interleaved A/B runs, see the closing note of issue #3.
 * 2 to 8 rows (small decode batches): ``W @ x^T`` on the row-major weight instead of
   ``x @ W^T`` -- all bench-model layer weights at 4 rows 22.2 ms -> 10.2 ms.
 * more rows (larger decode batches, prefills): oneDNN's product on a weight copy pre-packed
@@ -31,8 +32,8 @@ Layouts:
 * ``"column"``: every linear weight re-stored column-major (no extra memory).
 * ``"dual"``: weights stay row-major and each linear layer's ``forward`` picks the product by
   row count as above; each layer also keeps the oneDNN-packed copy, and output-heavy layers
-  (``out >= 4 * in``) the transposed halves copy for single rows (extra memory: about the
-  linear weights once more, plus the LM head).
+  (``out >= 4 * in``) a copy for single rows (tiles, or the transposed halves without the
+  native kernels) (extra memory: about the linear weights once more, plus the LM head).
 * ``"auto"``: ``"dual"`` for float32 weights on CPU when the copies fit in a quarter of the
   available RAM, else ``"row"``; ``"row"`` elsewhere (accelerators, bf16/fp16: oneDNN is far
   slower on column-major bf16 weights).
@@ -136,8 +137,9 @@ def packed_weight(weight: Any) -> Any:
 def _small_batch_forward(self: Any, x: Any) -> Any:
     """``nn.Linear.forward`` with the fastest product for the number of input rows.
 
-    One row: the native mat-vec on row-major weights where it is built (``native.matvec``),
-    else a batched product over the weight's halves (see :func:`single_row_weight`). Up to
+    One row: the native mat-vec where it is built (``native.matvec``: on the row-major
+    weight, or on its tiles copy for output-heavy layers), else a batched product over the
+    weight's halves (see :func:`single_row_weight`). Up to
     :data:`SMALL_BATCH_ROWS` rows: ``W @ x^T`` on the row-major weight (MKL's small-M path of
     ``x @ W^T`` is far slower here). More rows: oneDNN on the packed copy.
     """
@@ -146,10 +148,15 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
 
     in_features = x.shape[-1]
     num_rows = x.numel() // in_features
-    if num_rows == 1 and self.single_row_native:
-        out = matvec.matvec(self.weight, x.reshape(in_features), self.bias)  # (out,)
-        if out is not None:
-            return out.view(*x.shape[:-1], -1)  # (..., out)
+    if num_rows == 1 and self.single_row_mode != "halves":
+        row = x.reshape(in_features)
+        if self.single_row_mode == "tiles":
+            out = matvec.matvec_tiles(self.single_row_weight, row, self.bias)  # (out,)
+        else:
+            out = matvec.matvec(self.weight, row, self.bias)  # (out,)
+        if out is None:  # not expected: the kernel was checked when the layout was made
+            return F.linear(x, self.weight, self.bias)
+        return out.view(*x.shape[:-1], -1)  # (..., out)
     if num_rows == 1:
         halves = self.single_row_weight
         row = x.reshape(1, in_features)
@@ -186,11 +193,18 @@ def make_dual(module: Any) -> None:
     import torch
 
     with torch.no_grad():
-        halves, transposed = single_row_weight(module.weight.data)
-        module.single_row_weight, module.single_row_transposed = halves, transposed
-        module.single_row_native = not transposed and matvec.applies_to(module.weight,
-                                                                        module.bias)
-        module.packed_weight = packed_weight(module.weight.data)
+        weight = module.weight.data
+        mode, single, transposed = "halves", None, False
+        if matvec.applies_to(weight, module.bias):
+            if _output_heavy(weight) and weight.shape[0] % 8 == 0:
+                mode, single = "tiles", matvec.pack_tiles(weight)  # (out/8, in, 8)
+            else:
+                mode, single = "rows", weight  # the weight itself
+        if mode == "halves":
+            single, transposed = single_row_weight(weight)
+        module.single_row_mode, module.single_row_weight = mode, single
+        module.single_row_transposed = transposed
+        module.packed_weight = packed_weight(weight)
     module.forward = types.MethodType(_small_batch_forward, module)
 
 
@@ -210,7 +224,7 @@ def apply_layout(model: Any, layout: str) -> int:
                 continue
             if before == "dual":
                 del module.single_row_weight, module.single_row_transposed, module.packed_weight
-                del module.single_row_native
+                del module.single_row_mode
                 del module.forward  # back to nn.Linear.forward
             elif before == "column":
                 module.weight.data = module.weight.data.contiguous()  # (out, in), row-major

@@ -1,12 +1,21 @@
 /* Matrix-vector products for single-row linear layers, float32, AVX2 + FMA, OpenMP.
  *
- * y (N) = W (N, K) @ x (K) [+ bias (N)], W row-major. Eight rows at a time share each load of
- * x; the eight dot products are reduced together (hsum8x8). Blocks of rows are spread over
- * the calling thread's OpenMP team (torch's libgomp pool, see build.py). A decode step is
- * bound by streaming the weights: measured on the 2-core test host, MKL's product on the
- * bench model's row-major layers (q/k/v, o, down) streams 9-11 GB/s, this one 13-18 GB/s.
+ * y (N) = W (N, K) @ x (K) [+ bias (N)], from one of two weight layouts:
  *
- * Return codes: 0 success, 2 K not a multiple of 8.
+ * - matvec_f32: W row-major, as the model holds it (no copy). Eight rows at a time share each
+ *   load of x; their eight dot products are reduced together (hsum8x8).
+ * - matvec_tiles_f32: W packed as tiles (N/8, K, 8) -- tile t holds rows 8t..8t+7 with the
+ *   eight values of one input column adjacent -- so each tile is ONE sequential stream and
+ *   its eight outputs accumulate in one register, no horizontal sums. Four tiles at a time.
+ *   Needs a copy of the weight; used for output-heavy layers (LM head, fused gate/up), which
+ *   earlier kept a transposed copy for torch.
+ *
+ * Row blocks / tiles are spread over the calling thread's OpenMP team (torch's libgomp pool,
+ * see build.py). A decode step is bound by streaming the weights (measured on the 2-core test
+ * host, bench model: MKL streams its row-major layers at 9-11 GB/s, matvec_f32 at 13-18 GB/s;
+ * the tiles beat torch's product on the transposed copy by about 1 ms per decode step).
+ *
+ * Return codes: 0 success, 2 K (row-major) or N (tiles) not a multiple of 8.
  */
 #include <stdint.h>
 #include "avx2_util.h"
@@ -35,6 +44,42 @@ int matvec_f32(const float *W, const float *x, const float *bias, float *y, int6
                     a = _mm256_fmadd_ps(_mm256_loadu_ps(W + r * K + k), _mm256_loadu_ps(x + k), a);
                 y[r] = hsum(a) + (bias ? bias[r] : 0.f);
             }
+        }
+    }
+    return 0;
+}
+
+int matvec_tiles_f32(const float *P, const float *x, const float *bias, float *y, int64_t N,
+                     int64_t K, int num_threads) {
+    if (N % 8) return 2;
+    int64_t tiles = N / 8;
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t t0 = 0; t0 < tiles; t0 += 4) {
+        int64_t count = tiles - t0 < 4 ? tiles - t0 : 4;
+        __m256 a[4];
+        const float *p[4];
+        for (int64_t i = 0; i < 4; i++) {
+            a[i] = _mm256_setzero_ps();
+            p[i] = P + (t0 + (i < count ? i : 0)) * K * 8;
+        }
+        if (count == 4) {
+            for (int64_t k = 0; k < K; k++) {
+                __m256 xk = _mm256_broadcast_ss(x + k);
+                a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p[0] + k * 8), xk, a[0]);
+                a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(p[1] + k * 8), xk, a[1]);
+                a[2] = _mm256_fmadd_ps(_mm256_loadu_ps(p[2] + k * 8), xk, a[2]);
+                a[3] = _mm256_fmadd_ps(_mm256_loadu_ps(p[3] + k * 8), xk, a[3]);
+            }
+        } else {
+            for (int64_t i = 0; i < count; i++)
+                for (int64_t k = 0; k < K; k++)
+                    a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(p[i] + k * 8), _mm256_broadcast_ss(x + k),
+                                           a[i]);
+        }
+        for (int64_t i = 0; i < count; i++) {
+            __m256 out = a[i];
+            if (bias) out = _mm256_add_ps(out, _mm256_loadu_ps(bias + (t0 + i) * 8));
+            _mm256_storeu_ps(y + (t0 + i) * 8, out);
         }
     }
     return 0;

@@ -1,9 +1,10 @@
-"""Single-row products of row-major linear weights: the native kernel, from torch.
+"""Single-row products of linear weights: the native kernels, from torch.
 
-Used by ``engine.weight_layout`` for the one-row products of a decode step on the layers it
-keeps row-major (``matvec.c``; measured there). :func:`matvec` returns None wherever the
-kernel does not apply (library not built here, another dtype or device, a weight that is not
-row-major), so callers keep their torch path.
+Used by ``engine.weight_layout`` for the one-row products of a decode step (``matvec.c``;
+layouts and measurements there): :func:`matvec` on the row-major weight itself,
+:func:`matvec_tiles` on a copy made by :func:`pack_tiles`. Both return None wherever the
+kernel does not apply (library not built here, another dtype or device), so callers keep
+their torch path.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ def available() -> bool:
     return _kernel() is not None
 
 
-def _kernel() -> Any:
+def _kernel(symbol: str = "matvec_f32") -> Any:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return build.function(KERNEL, "matvec_f32", [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_int])
+    return build.function(KERNEL, symbol, [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_int])
 
 
 def applies_to(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -45,15 +46,37 @@ def matvec(weight: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | None,
 
     The caller checks the weight once with :func:`applies_to`; ``row`` is made contiguous.
     """
+
+    return _run("matvec_f32", weight, weight.shape[0], weight.shape[1], row, bias)
+
+
+def pack_tiles(weight: torch.Tensor) -> torch.Tensor:
+    """The ``(out, in)`` weight re-laid as ``(out / 8, in, 8)`` tiles for :func:`matvec_tiles`
+    (a copy; pure function). ``out`` must be a multiple of 8."""
+    out_features, in_features = weight.shape
+    if out_features % 8:
+        raise ValueError(f"tiles need out_features % 8 == 0, got {out_features}")
+    return weight.reshape(out_features // 8, 8, in_features).transpose(1, 2).contiguous()
+
+
+def matvec_tiles(tiles: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | None,
+                 ) -> torch.Tensor | None:
+    """``weight @ row [+ bias]`` from ``tiles = pack_tiles(weight)`` -> ``(out,)``, or None."""
+    num_tiles, in_features, _ = tiles.shape
+    return _run("matvec_tiles_f32", tiles, num_tiles * 8, in_features, row, bias)
+
+
+def _run(symbol: str, weight: torch.Tensor, out_features: int, in_features: int,
+         row: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     import torch
 
-    kernel = _kernel()
+    kernel = _kernel(symbol)
     if kernel is None or row.dtype != torch.float32:
         return None
     row = row.contiguous()
-    out = torch.empty(weight.shape[0], dtype=torch.float32)
+    out = torch.empty(out_features, dtype=torch.float32)
     status = kernel(weight.data_ptr(), row.data_ptr(), None if bias is None else bias.data_ptr(),
-                    out.data_ptr(), weight.shape[0], weight.shape[1], torch.get_num_threads())
+                    out.data_ptr(), out_features, in_features, torch.get_num_threads())
     if status:
-        raise RuntimeError(f"matvec kernel failed with status {status}")
+        raise RuntimeError(f"{symbol} failed with status {status}")
     return out

@@ -19,6 +19,7 @@ from langchain_ascend.engine.kv_cache import plan_num_blocks
 from langchain_ascend.engine.model_runner import ModelRunner
 from langchain_ascend.engine.sampling_params import SamplingParams
 from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.native import matvec
 from langchain_ascend.testing import ARCHITECTURES
 
 BLOCK = 4
@@ -298,13 +299,34 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
     layer, head = linears[0], model.lm_head  # llama tiny: (128, 128) and (4096, 128)
     assert layer.single_row_transposed is False
     assert layer.single_row_weight.data_ptr() == layer.weight.data_ptr()  # a view, no copy
-    assert head.single_row_transposed is True
-    assert head.single_row_weight.shape == (2, 128, 2048)
+    if matvec.available():  # native mat-vec: the weight itself, and tiles for the head
+        assert (layer.single_row_mode, head.single_row_mode) == ("rows", "tiles")
+        assert head.single_row_weight.shape == (512, 128, 8)
+    else:  # torch's product over halves, a transposed copy for the head
+        assert (layer.single_row_mode, head.single_row_mode) == ("halves", "halves")
+        assert head.single_row_transposed is True
+        assert head.single_row_weight.shape == (2, 128, 2048)
     assert head.single_row_weight.data_ptr() != head.weight.data_ptr()
     assert layer.weight.is_contiguous() and head.weight.is_contiguous()
     assert layer.packed_weight is not None  # oneDNN copy for products of more than 8 rows
     assert "single_row_weight" not in dict(model.named_parameters())
     assert "packed_weight" not in dict(model.named_parameters())
+
+
+def test_dual_layout_without_the_native_kernel_keeps_outputs(tiny_model_paths, monkeypatch):
+    from langchain_ascend.engine.weight_layout import apply_layout
+
+    monkeypatch.setattr(matvec, "applies_to", lambda *args: False)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.float32)
+    ids = torch.tensor([prompt(71, 9)])
+    with torch.inference_mode():
+        before = [model(ids).logits, model(ids[:, :1]).logits]
+        apply_layout(model, "dual")
+        assert {m.single_row_mode for m in model.modules() if hasattr(m, "single_row_mode")} == {
+            "halves"}
+        after = [model(ids).logits, model(ids[:, :1]).logits]
+    for got, want in zip(after, before, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_single_row_weight_halves_reproduce_the_product():

@@ -76,3 +76,25 @@ def test_without_the_library_callers_get_none(monkeypatch):
     assert not matvec.available() and not rms_norm.available()
     assert matvec.matvec(torch.randn(8, 8), torch.randn(8), None) is None
     assert rms_norm.rms_norm(torch.randn(1, 8), torch.randn(8), 1e-6) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize(("out_features", "in_features"), [(8, 8), (40, 24), (4096, 128),
+                                                           (3072, 512)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matvec_over_tiles_matches_linear(out_features, in_features, with_bias):
+    gen = torch.Generator().manual_seed(out_features * in_features)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    bias = torch.randn(out_features, generator=gen) if with_bias else None
+    row = torch.randn(in_features, generator=gen)
+    tiles = matvec.pack_tiles(weight)
+    assert tiles.shape == (out_features // 8, in_features, 8)
+    assert torch.equal(tiles[-1, :, 3], weight[out_features - 8 + 3])  # tile t, lane i: row 8t+i
+    want = F.linear(row.double(), weight.double(), None if bias is None else bias.double())
+    torch.testing.assert_close(matvec.matvec_tiles(tiles, row, bias).double(), want,
+                               atol=1e-4, rtol=1e-5)
+
+
+def test_tiles_need_a_multiple_of_8_outputs():
+    with pytest.raises(ValueError, match="out_features % 8"):
+        matvec.pack_tiles(torch.randn(12, 8))
