@@ -26,6 +26,7 @@ from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.compile import StepCompiler
 from langchain_ascend.engine.fused_norms import fuse_rms_norms
 from langchain_ascend.engine.fused_projections import fuse_projections
+from langchain_ascend.engine.greedy_head import ScreenedGreedyHead
 from langchain_ascend.engine.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.sampler import Sampler
 from langchain_ascend.engine.sampling_params import SamplingParams
@@ -131,11 +132,14 @@ class ModelRunner:
         backend: The attention backend.
         kv_cache: The paged K/V tensors.
         sampler: Token selection with per-request generators.
+        greedy_head: A step whose one sampled row is plain greedy (no constraint) takes its
+            token from this float16-screened LM head (``engine.greedy_head``; CPU float32
+            with the native kernels), or None. ``screen_greedy=False`` turns it off.
     """
 
     def __init__(self, model: Any, *, backend: Any, kv_cache: KVCache,
                  max_num_batched_tokens: int = 2048, max_batch_size: int = 64,
-                 compile: bool | str = "auto") -> None:
+                 compile: bool | str = "auto", screen_greedy: bool = True) -> None:
         self.model = model
         self.config = model.config
         self.device = backend.device
@@ -153,6 +157,7 @@ class ModelRunner:
         self.sampler = Sampler(self.device)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.compiler = StepCompiler(self._forward, device=self.device, mode=compile)
+        self.greedy_head = ScreenedGreedyHead.for_model(model) if screen_greedy else None
 
     @classmethod
     def load(cls, model_path: str, *, device: Any = "auto", dtype: Any = "auto",
@@ -250,15 +255,45 @@ class ModelRunner:
             self.release(batch.finished_ids)
         segments = batch.segments
         results: list[int | None] = [None] * len(segments)
+        if not segments:
+            return results
         with torch.inference_mode():  # constraints edit the (inference-mode) logits in place
-            sample_indices, logits = self.forward_batch(segments)
-            if sample_indices:
-                tokens = self.sampler.sample(
-                    logits, [segments[i].sampling for i in sample_indices],
-                    [segments[i].request_id for i in sample_indices])
-                for i, token in zip(sample_indices, tokens, strict=True):
-                    results[i] = token
+            sample_indices, packed = self._pack(segments)
+            params = [segments[i].sampling for i in sample_indices]
+            token: int | None = None
+            if self.greedy_head is not None and self._screens(params):
+                hidden = self.compute_hidden(*packed)  # (1, hidden)
+                token = self.greedy_head.choose(hidden[0])
+                logits = None if token is not None else self.model.get_output_embeddings()(hidden)
+            else:
+                logits = self.compute_logits(*packed)  # (S, V)
+            if token is not None:
+                tokens = [token]
+            elif sample_indices:
+                assert logits is not None  # computed on every path without a screened token
+                tokens = self.sampler.sample(logits, params,
+                                             [segments[i].request_id for i in sample_indices])
+            else:
+                tokens = []
+            for i, chosen in zip(sample_indices, tokens, strict=True):
+                results[i] = chosen
         return results
+
+    def _screens(self, params: Sequence[SamplingParams]) -> bool:
+        """Whether this step's one sampled row goes through the screened greedy head."""
+        return (self.greedy_head is not None and len(params) == 1 and params[0].greedy
+                and params[0].constraint is None and not self.compiler.enabled)
+
+    def _pack(self, segments: Sequence[ScheduledSegment],
+              ) -> tuple[list[int], tuple[BatchLayout, list[int], list[int], list[int]]]:
+        """``(sample_indices, (layout, input_ids, positions, sample_rows))`` of a step."""
+        self._check_token_ids(segments)
+        order = sorted(range(len(segments)), key=lambda i: len(segments[i].token_ids) != 1)
+        layout, input_ids, positions = build_layout(segments, self.block_size, order)
+        sample_indices = [i for i in order if segments[i].sample]
+        sample_rows = [layout.query_start_loc[k + 1] - 1
+                       for k, i in enumerate(order) if segments[i].sample]
+        return sample_indices, (layout, input_ids, positions, sample_rows)
 
     def forward_batch(self, segments: Sequence[ScheduledSegment]) -> tuple[list[int], Any]:
         """The packed forward of one step, without sampling.
@@ -270,13 +305,22 @@ class ModelRunner:
         """
         if not segments:
             return [], None
-        self._check_token_ids(segments)
-        order = sorted(range(len(segments)), key=lambda i: len(segments[i].token_ids) != 1)
-        layout, input_ids, positions = build_layout(segments, self.block_size, order)
-        sample_indices = [i for i in order if segments[i].sample]
-        sample_rows = [layout.query_start_loc[k + 1] - 1
-                       for k, i in enumerate(order) if segments[i].sample]
-        return sample_indices, self.compute_logits(layout, input_ids, positions, sample_rows)
+        sample_indices, packed = self._pack(segments)
+        return sample_indices, self.compute_logits(*packed)
+
+    def compute_hidden(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
+                       sample_rows: list[int]) -> torch.Tensor:
+        """Packed forward of the decoder only: ``(len(sample_rows), hidden)`` final hidden
+        states of the given tokens (the screened greedy head takes it from there)."""
+        import torch
+
+        ints = torch.tensor([input_ids, positions], dtype=torch.long)  # (2, T)
+        step = registry.PagedAttentionStep(self.backend, self.kv_cache.tensors,
+                                           self.backend.build_metadata(layout))
+        with torch.inference_mode(), _without_autocast(self.device.type):
+            out = self.model.get_decoder()(input_ids=ints[0:1], position_ids=ints[1:2],
+                                           use_cache=False, **{registry.STEP_KWARG: step})
+            return out.last_hidden_state[0, sample_rows]  # (S, hidden)
 
     def compute_logits(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
                        sample_rows: list[int]) -> torch.Tensor:

@@ -3,7 +3,7 @@
 Only where it is safe, else :func:`load` returns a library of None with the reason and
 callers keep their torch path:
 
-* Linux on x86-64 with AVX2 and FMA (the kernels are written with those intrinsics and
+* Linux on x86-64 with AVX2, FMA and F16C (the kernels are written with those intrinsics and
   compiled for exactly that, not ``-march=native``, so a cached build never uses more);
 * torch runs its CPU kernels on libgomp (OpenMP), already loaded in this process: the kernel
   is linked against THAT file, so its ``#pragma omp`` regions use the same per-thread pools
@@ -40,8 +40,8 @@ logger = logging.getLogger(__name__)
 
 DISABLE_ENV_VAR = "LANGCHAIN_ASCEND_NATIVE"
 CACHE_ENV_VAR = "LANGCHAIN_ASCEND_NATIVE_CACHE"
-COMPILE_FLAGS = ("-O3", "-mavx2", "-mfma", "-fno-math-errno", "-fopenmp", "-fPIC")
-REQUIRED_CPU_FLAGS = frozenset({"avx2", "fma"})
+COMPILE_FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno", "-fopenmp", "-fPIC")
+REQUIRED_CPU_FLAGS = frozenset({"avx2", "fma", "f16c"})
 COMPILE_TIMEOUT_S = 120
 SOURCE_DIR = Path(__file__).parent
 

@@ -10,6 +10,14 @@
  *   Needs a copy of the weight; used for output-heavy layers (LM head, fused gate/up), which
  *   earlier kept a transposed copy for torch.
  *
+ * - matvec_tiles_f16: the same tiles stored as IEEE half floats (F16C converts them on load),
+ *   half the bytes; products accumulate in float32. Approximate by design: the screened
+ *   greedy LM head (engine/greedy_head.py) bounds the error and rescores the candidates.
+ *
+ * - greedy_screened_f16: the greedy token of one row through the float16 tiles: approximate
+ *   logits, then float32 dot products for the tokens within `margin` of the best one (see
+ *   engine/greedy_head.py for the bound), all in one call.
+ *
  * Row blocks / tiles are spread over the calling thread's OpenMP team (torch's libgomp pool,
  * see build.py). A decode step is bound by streaming the weights (measured on the 2-core test
  * host, bench model: MKL streams its row-major layers at 9-11 GB/s, matvec_f32 at 13-18 GB/s;
@@ -17,6 +25,7 @@
  *
  * Return codes: 0 success, 2 K (row-major) or N (tiles) not a multiple of 8.
  */
+#include <math.h>
 #include <stdint.h>
 #include "avx2_util.h"
 
@@ -83,4 +92,60 @@ int matvec_tiles_f32(const float *P, const float *x, const float *bias, float *y
         }
     }
     return 0;
+}
+
+int matvec_tiles_f16(const uint16_t *P, const float *x, float *y, int64_t N, int64_t K,
+                     int num_threads) {
+    if (N % 8) return 2;
+    int64_t tiles = N / 8;
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t t0 = 0; t0 < tiles; t0 += 4) {
+        int64_t count = tiles - t0 < 4 ? tiles - t0 : 4;
+        __m256 a[4];
+        const uint16_t *p[4];
+        for (int64_t i = 0; i < 4; i++) {
+            a[i] = _mm256_setzero_ps();
+            p[i] = P + (t0 + (i < count ? i : 0)) * K * 8;
+        }
+        for (int64_t k = 0; k < K; k++) {
+            __m256 xk = _mm256_broadcast_ss(x + k);
+            for (int64_t i = 0; i < 4; i++) {  /* unrolled by the compiler; extra lanes reread tile 0 */
+                __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p[i] + k * 8)));
+                a[i] = _mm256_fmadd_ps(w, xk, a[i]);
+            }
+        }
+        for (int64_t i = 0; i < count; i++) _mm256_storeu_ps(y + (t0 + i) * 8, a[i]);
+    }
+    return 0;
+}
+
+/* The float32 argmax of W (V, K) @ x among the tokens whose float16-screened logit is within
+   2 * bound_scale * ||x|| of the best screened logit. scratch: V floats. Returns the token
+   (lowest id on ties) and writes how many candidates were rescored; -2 bad shapes, -3 no
+   finite screened logit. */
+int64_t greedy_screened_f16(const uint16_t *tiles, const float *W, const float *x, float *scratch,
+                            int64_t V, int64_t K, float bound_scale, int num_threads,
+                            int64_t *num_candidates) {
+    if (V % 8 || K % 8) return -2;
+    matvec_tiles_f16(tiles, x, scratch, V, K, num_threads);
+    double norm2 = 0.0;
+    for (int64_t k = 0; k < K; k++) norm2 += (double)x[k] * x[k];
+    float best = -INFINITY;
+    for (int64_t j = 0; j < V; j++) best = scratch[j] > best ? scratch[j] : best;
+    if (!(best > -INFINITY) || isinf(best)) return -3;
+    float threshold = (float)((double)best - 2.0 * bound_scale * sqrt(norm2));
+    int64_t token = -1, count = 0;
+    float token_logit = -INFINITY;
+    for (int64_t j = 0; j < V; j++) {
+        if (!(scratch[j] >= threshold)) continue;
+        count++;
+        const float *w = W + j * K;
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t k = 0; k < K; k += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a);
+        float logit = hsum(a);
+        if (token < 0 || logit > token_logit) { token = j; token_logit = logit; }
+    }
+    *num_candidates = count;
+    return token;
 }

@@ -66,6 +66,63 @@ def matvec_tiles(tiles: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | No
     return _run("matvec_tiles_f32", tiles, num_tiles * 8, in_features, row, bias)
 
 
+def pack_tiles_f16(weight: torch.Tensor) -> torch.Tensor:
+    """:func:`pack_tiles` rounded to float16 (half the bytes; pure function).
+
+    Raises:
+        ValueError: A weight does not fit float16's range (it would become infinite).
+    """
+    import torch
+
+    tiles = pack_tiles(weight).to(torch.float16)
+    if not torch.isfinite(tiles).all():
+        raise ValueError("weight values exceed float16's range")
+    return tiles
+
+
+def matvec_tiles_f16(tiles: torch.Tensor, row: torch.Tensor) -> torch.Tensor | None:
+    """``weight @ row`` from ``tiles = pack_tiles_f16(weight)``, accumulated in float32 ->
+    ``(out,)`` (approximate: the weight was rounded to float16), or None."""
+    import torch
+
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    kernel = build.function(KERNEL, "matvec_tiles_f16", [ptr, ptr, ptr, i64, i64, ctypes.c_int])
+    if kernel is None or row.dtype != torch.float32 or tiles.dtype != torch.float16:
+        return None
+    row = row.contiguous()
+    num_tiles, in_features, _ = tiles.shape
+    out = torch.empty(num_tiles * 8, dtype=torch.float32)
+    status = kernel(tiles.data_ptr(), row.data_ptr(), out.data_ptr(), num_tiles * 8, in_features,
+                    torch.get_num_threads())
+    if status:
+        raise RuntimeError(f"matvec_tiles_f16 failed with status {status}")
+    return out
+
+
+def greedy_screened_f16(tiles: torch.Tensor, weight: torch.Tensor, row: torch.Tensor,
+                        scratch: torch.Tensor, bound_scale: float) -> tuple[int, int] | None:
+    """``(token, candidates)``: the float32 argmax of ``weight @ row`` among the tokens whose
+    float16-screened logit (``tiles = pack_tiles_f16(weight)``) is within
+    ``2 * bound_scale * ||row||`` of the best one, and how many were rescored; None where the
+    kernel is not built or no screened logit is finite. ``scratch``: ``(V,)`` float32."""
+    import torch
+
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    kernel = build.function(KERNEL, "greedy_screened_f16",
+                            [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, ctypes.c_int, ptr])
+    if kernel is None or row.dtype != torch.float32:
+        return None
+    kernel.restype = ctypes.c_int64
+    row = row.contiguous()
+    count = ctypes.c_int64(0)
+    token = kernel(tiles.data_ptr(), weight.data_ptr(), row.data_ptr(), scratch.data_ptr(),
+                   weight.shape[0], weight.shape[1], bound_scale, torch.get_num_threads(),
+                   ctypes.byref(count))
+    if token == -2:
+        raise ValueError(f"greedy_screened_f16: bad shapes {tuple(weight.shape)}")
+    return None if token < 0 else (int(token), count.value)
+
+
 def _run(symbol: str, weight: torch.Tensor, out_features: int, in_features: int,
          row: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     import torch
