@@ -74,9 +74,9 @@ def load(name: str) -> NativeLibrary:
         return _loaded[name]
 
 
-def function(name: str, symbol: str, argtypes: Sequence[Any]) -> Any:
-    """``symbol`` of the library built from ``<name>.c``, typed (returns a C int), or None when
-    the library is not available here."""
+def function(name: str, symbol: str, argtypes: Sequence[Any], restype: Any = ctypes.c_int) -> Any:
+    """``symbol`` of the library built from ``<name>.c``, typed, or None when the library is
+    not available here."""
     key = f"{name}:{symbol}"
     with _lock:
         if key in _functions:
@@ -86,7 +86,7 @@ def function(name: str, symbol: str, argtypes: Sequence[Any]) -> Any:
     if lib is not None:
         fn = getattr(lib, symbol)
         fn.argtypes = list(argtypes)
-        fn.restype = ctypes.c_int
+        fn.restype = restype
     with _lock:
         _functions[key] = fn
     return fn

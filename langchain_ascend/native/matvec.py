@@ -109,10 +109,10 @@ def greedy_screened_f16(tiles: torch.Tensor, weight: torch.Tensor, row: torch.Te
 
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     kernel = build.function(KERNEL, "greedy_screened_f16",
-                            [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, ctypes.c_int, ptr])
+                            [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, ctypes.c_int, ptr],
+                            restype=i64)
     if kernel is None or row.dtype != torch.float32:
         return None
-    kernel.restype = ctypes.c_int64
     row = row.contiguous()
     count = ctypes.c_int64(0)
     token = kernel(tiles.data_ptr(), weight.data_ptr(), row.data_ptr(), scratch.data_ptr(),
