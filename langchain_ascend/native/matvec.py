@@ -2,9 +2,10 @@
 
 Used by ``engine.weight_layout`` for the one-row products of a decode step (``matvec.c``;
 layouts and measurements there): :func:`matvec` on the row-major weight itself,
-:func:`matvec_tiles` on a copy made by :func:`pack_tiles`. Both return None wherever the
-kernel does not apply (library not built here, another dtype or device), so callers keep
-their torch path.
+:func:`matvec_tiles` on a copy made by :func:`pack_tiles`; and by ``engine.greedy_head``:
+:func:`matvec_tiles_f16` and :func:`greedy_screened_f16` on a float16 copy made by
+:func:`pack_tiles_f16`. They return None wherever the kernel does not apply (library not
+built here, another dtype or device), so callers keep their torch path.
 """
 
 from __future__ import annotations
