@@ -38,6 +38,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
+from langchain_ascend import platform
 from langchain_ascend.native import matvec
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 """Model types whose causal-LM forward is ``lm_head(decoder(...).last_hidden_state)``."""
 SAFETY = 1.01
 """Headroom on the error bound's constant."""
+MAX_RAM_SHARE = 0.1
+"""The float16 copy is made only while it takes at most this share of free RAM."""
 
 
 def error_bound_scale(weight: torch.Tensor) -> float:
@@ -94,6 +97,11 @@ class ScreenedGreedyHead:
                 or weight is None or weight.dtype != torch.float32
                 or weight.device.type != "cpu" or weight.shape[0] % 8
                 or not matvec.applies_to(weight, None)):
+            return None
+        copy_bytes = weight.numel() * 2
+        if copy_bytes > MAX_RAM_SHARE * platform.memory_info(weight.device).free:
+            logger.info("no screened greedy head: its %d MB copy would not leave enough RAM",
+                        copy_bytes >> 20)
             return None
         try:
             screened = cls(weight.data)

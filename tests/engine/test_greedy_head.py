@@ -75,6 +75,16 @@ def test_only_plain_float32_heads_get_a_screen(tiny_model_paths):
     assert ScreenedGreedyHead.for_model(llama) is None
 
 
+def test_no_screen_when_its_copy_would_crowd_ram(tiny_model_paths, monkeypatch):
+    from langchain_ascend import platform
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.float32)
+    copy_bytes = model.get_output_embeddings().weight.numel() * 2
+    monkeypatch.setattr(platform, "memory_info", lambda device: platform.MemoryInfo(
+        free=copy_bytes * 5, total=copy_bytes * 5, allocated=0))
+    assert ScreenedGreedyHead.for_model(model) is None
+
+
 def decode_batch(runner, prompt, params, steps):
     """Prefill ``prompt`` then ``steps`` decodes of request "r"; the generated ids."""
     table = list(range(runner.num_blocks))[: -(-(len(prompt) + steps + 1) // runner.block_size)]
