@@ -61,7 +61,7 @@ class NativeLibrary:
 
 _lock = threading.Lock()
 _loaded: dict[str, NativeLibrary] = {}
-_functions: dict[str, Any] = {}
+_functions: dict[tuple[str, str], Any] = {}
 
 
 def load(name: str) -> NativeLibrary:
@@ -77,10 +77,9 @@ def load(name: str) -> NativeLibrary:
 def function(name: str, symbol: str, argtypes: Sequence[Any], restype: Any = ctypes.c_int) -> Any:
     """``symbol`` of the library built from ``<name>.c``, typed, or None when the library is
     not available here."""
-    key = f"{name}:{symbol}"
-    with _lock:
-        if key in _functions:
-            return _functions[key]
+    key = (name, symbol)
+    if key in _functions:  # the per-call path: a dict read, no lock (entries are never removed)
+        return _functions[key]
     lib = load(name).lib
     fn = None
     if lib is not None:
