@@ -139,9 +139,10 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
 
     One row: the native mat-vec where it is built (``native.matvec``: on the row-major
     weight, or on its tiles copy for output-heavy layers), else a batched product over the
-    weight's halves (see :func:`single_row_weight`). Up to
-    :data:`SMALL_BATCH_ROWS` rows: ``W @ x^T`` on the row-major weight (MKL's small-M path of
-    ``x @ W^T`` is far slower here). More rows: oneDNN on the packed copy.
+    weight's halves (see :func:`single_row_weight`). Up to :data:`SMALL_BATCH_ROWS` rows: the
+    native kernel on the tiles copy where there is one (each tile read once for all rows), else
+    ``W @ x^T`` on the row-major weight (MKL's small-M path of ``x @ W^T`` is far slower here).
+    More rows: oneDNN on the packed copy.
     """
     import torch
     import torch.nn.functional as F
@@ -173,6 +174,10 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
             x.reshape(num_rows, in_features), self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
     rows = x.reshape(num_rows, in_features)  # (M, in)
+    if self.single_row_mode == "tiles":
+        out = matvec.matvec_tiles_rows(self.single_row_weight, rows, self.bias)  # (M, out)
+        if out is not None:
+            return out.view(*x.shape[:-1], -1)  # (..., out)
     if self.bias is None:
         out_t = torch.mm(self.weight, rows.t())  # (out, M)
     else:

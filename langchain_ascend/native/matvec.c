@@ -10,6 +10,8 @@
  *   Needs a copy of the weight; used for output-heavy layers (LM head, fused gate/up), which
  *   earlier kept a transposed copy for torch.
  *
+ * - matvec_tiles_rows_f32: the tiles times 2-8 input rows at once (small decode batches):
+ *   each tile is streamed once for all rows, one accumulator per row.
  * - matvec_tiles_f16: the same tiles stored as IEEE half floats (F16C converts them on load),
  *   half the bytes; products accumulate in float32. Approximate by design: the screened
  *   greedy LM head (engine/greedy_head.py) bounds the error and rescores the candidates.
@@ -148,4 +150,51 @@ int64_t greedy_screened_f16(const uint16_t *tiles, const float *W, const float *
     }
     *num_candidates = count;
     return token;
+}
+
+/* Tile t of (P (N/8, K, 8)) times the M rows of X (M, K) into Y (M, N), one accumulator per
+   row; M is a compile-time constant in each instance (registers, unrolled). */
+#define DEFINE_TILE_ROWS(M)                                                                      \
+    static void tile_rows_##M(const float *P, const float *X, const float *bias, float *Y,      \
+                              int64_t N, int64_t K, int64_t t) {                                 \
+        __m256 a[M];                                                                             \
+        for (int m = 0; m < M; m++) a[m] = _mm256_setzero_ps();                                  \
+        const float *p = P + t * K * 8;                                                          \
+        for (int64_t k = 0; k < K; k++) {                                                        \
+            __m256 w = _mm256_loadu_ps(p + k * 8);                                               \
+            for (int m = 0; m < M; m++)                                                          \
+                a[m] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(X + m * K + k), a[m]);             \
+        }                                                                                        \
+        for (int m = 0; m < M; m++) {                                                            \
+            __m256 out = a[m];                                                                   \
+            if (bias) out = _mm256_add_ps(out, _mm256_loadu_ps(bias + t * 8));                   \
+            _mm256_storeu_ps(Y + m * N + t * 8, out);                                            \
+        }                                                                                        \
+    }
+DEFINE_TILE_ROWS(2)
+DEFINE_TILE_ROWS(3)
+DEFINE_TILE_ROWS(4)
+DEFINE_TILE_ROWS(5)
+DEFINE_TILE_ROWS(6)
+DEFINE_TILE_ROWS(7)
+DEFINE_TILE_ROWS(8)
+
+/* Y (M, N) = X (M, K) @ W^T [+ bias] from the tiles of W, 2 <= M <= 8. Returns 2 on bad shapes. */
+int matvec_tiles_rows_f32(const float *P, const float *X, const float *bias, float *Y, int64_t N,
+                          int64_t K, int64_t M, int num_threads) {
+    if (N % 8 || M < 2 || M > 8) return 2;
+    int64_t tiles = N / 8;
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        switch (M) {
+            case 2: tile_rows_2(P, X, bias, Y, N, K, t); break;
+            case 3: tile_rows_3(P, X, bias, Y, N, K, t); break;
+            case 4: tile_rows_4(P, X, bias, Y, N, K, t); break;
+            case 5: tile_rows_5(P, X, bias, Y, N, K, t); break;
+            case 6: tile_rows_6(P, X, bias, Y, N, K, t); break;
+            case 7: tile_rows_7(P, X, bias, Y, N, K, t); break;
+            default: tile_rows_8(P, X, bias, Y, N, K, t); break;
+        }
+    }
+    return 0;
 }

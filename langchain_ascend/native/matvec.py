@@ -67,6 +67,33 @@ def matvec_tiles(tiles: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | No
     return _run("matvec_tiles_f32", tiles, num_tiles * 8, in_features, row, bias)
 
 
+MAX_TILE_ROWS = 8
+"""Most input rows :func:`matvec_tiles_rows` takes at once."""
+
+
+def matvec_tiles_rows(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None,
+                      ) -> torch.Tensor | None:
+    """``rows (M, in) @ weight^T [+ bias]`` -> ``(M, out)`` from ``tiles = pack_tiles(weight)``
+    for ``2 <= M <= MAX_TILE_ROWS`` (each tile streamed once for all rows), or None."""
+    import torch
+
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    kernel = build.function(KERNEL, "matvec_tiles_rows_f32",
+                            [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
+    num_rows = rows.shape[0]
+    if (kernel is None or rows.dtype != torch.float32 or rows.dim() != 2
+            or not 2 <= num_rows <= MAX_TILE_ROWS):
+        return None
+    rows = rows.contiguous()
+    num_tiles, in_features, _ = tiles.shape
+    out = torch.empty(num_rows, num_tiles * 8, dtype=torch.float32)
+    status = kernel(tiles.data_ptr(), rows.data_ptr(), None if bias is None else bias.data_ptr(),
+                    out.data_ptr(), num_tiles * 8, in_features, num_rows, torch.get_num_threads())
+    if status:
+        raise RuntimeError(f"matvec_tiles_rows_f32 failed with status {status}")
+    return out
+
+
 def pack_tiles_f16(weight: torch.Tensor) -> torch.Tensor:
     """:func:`pack_tiles` rounded to float16 (half the bytes; pure function).
 

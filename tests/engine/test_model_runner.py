@@ -282,6 +282,7 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
     with torch.inference_mode():
         full_before = model(ids).logits
         last_before = model(ids[:, :1]).logits  # single-row products
+        few_before = model(ids[:, :4]).logits  # small-batch products (2-8 rows)
         weights = {name: p.clone() for name, p in model.named_parameters()}
         n = len(linears)
         for layout, expected in (("column", n), ("dual", n), ("dual", 0), ("row", n),
@@ -292,6 +293,8 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
                 assert torch.equal(p, weights[name]), name
             torch.testing.assert_close(model(ids).logits, full_before, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(model(ids[:, :1]).logits, last_before, atol=1e-5,
+                                       rtol=1e-5)
+            torch.testing.assert_close(model(ids[:, :4]).logits, few_before, atol=1e-5,
                                        rtol=1e-5)
         apply_layout(model, "row")
         assert all(m.weight.is_contiguous() and "forward" not in m.__dict__ for m in linears)

@@ -98,3 +98,22 @@ def test_matvec_over_tiles_matches_linear(out_features, in_features, with_bias):
 def test_tiles_need_a_multiple_of_8_outputs():
     with pytest.raises(ValueError, match="out_features % 8"):
         matvec.pack_tiles(torch.randn(12, 8))
+
+
+@needs_kernel
+@pytest.mark.parametrize("num_rows", range(2, matvec.MAX_TILE_ROWS + 1))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matvec_over_tiles_for_a_few_rows_matches_linear(num_rows, with_bias):
+    gen = torch.Generator().manual_seed(num_rows)
+    weight = torch.randn(136, 48, generator=gen)
+    bias = torch.randn(136, generator=gen) if with_bias else None
+    rows = torch.randn(num_rows, 48, generator=gen)
+    out = matvec.matvec_tiles_rows(matvec.pack_tiles(weight), rows, bias)
+    want = F.linear(rows.double(), weight.double(), None if bias is None else bias.double())
+    torch.testing.assert_close(out.double(), want, atol=1e-4, rtol=1e-5)
+
+
+def test_matvec_over_tiles_declines_other_row_counts():
+    tiles = matvec.pack_tiles(torch.randn(16, 8))
+    assert matvec.matvec_tiles_rows(tiles, torch.randn(1, 8), None) is None
+    assert matvec.matvec_tiles_rows(tiles, torch.randn(matvec.MAX_TILE_ROWS + 1, 8), None) is None
