@@ -68,9 +68,10 @@ def load(name: str) -> NativeLibrary:
     """The library built from ``<name>.c`` in this folder (built on first use, then cached)."""
     with _lock:
         if name not in _loaded:
-            _loaded[name] = _load(name)
-            level = logging.INFO if _loaded[name].lib is not None else logging.WARNING
-            logger.log(level, "native kernel %r: %s", name, _loaded[name].reason)
+            _loaded[name] = result = _load(name)
+            # A host without the kernels is normal (INFO); one that fails to build them is not.
+            level = logging.WARNING if result.lib is None and host_problem() is None else logging.INFO
+            logger.log(level, "native kernel %r: %s", name, result.reason)
         return _loaded[name]
 
 
