@@ -15,7 +15,7 @@ needs_kernel = pytest.mark.skipif(HOST_PROBLEM is not None,
 
 
 @needs_kernel
-def test_cpu_backend_uses_the_kernel_on_the_decode_paths_and_torch_elsewhere(monkeypatch):
+def test_cpu_backend_uses_the_kernel_on_every_decode_path_and_torch_elsewhere(monkeypatch):
     calls = []
     attend = decode_attention.attend
     monkeypatch.setattr(decode_attention, "attend",
@@ -30,10 +30,20 @@ def test_cpu_backend_uses_the_kernel_on_the_decode_paths_and_torch_elsewhere(mon
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
         expected_calls = 1 if allocation == "contiguous" else len(metadata.decodes.runs)
         assert len(calls) == expected_calls
-    calls.clear()  # unrelated contexts: the padded per-request gather stays on torch's SDPA
+    # Unrelated contexts (torch_ref's padded gather): request by request, over a view where
+    # its blocks are one run (contiguous allocation) or its own gathered pages (shuffled).
+    for allocation in ("contiguous", "shuffled"):
+        calls.clear()
+        case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4,
+                         pool_slack=200, allocation=allocation, backend_cls=CPUBackend)
+        out, metadata = case.run()
+        torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+        assert metadata.decodes.block_ids is not None
+        assert calls == [8, 17, 1, 34]  # each request over exactly its own keys
+    calls.clear()  # a sliding window narrower than the contexts: torch_ref's masked gather
     case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4, pool_slack=200,
-                     backend_cls=CPUBackend)
-    out, metadata = case.run()
+                     window=6, backend_cls=CPUBackend)
+    out, metadata = case.run(6)
     torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
     assert metadata.decodes.block_ids is not None and not calls
 

@@ -91,6 +91,8 @@ class DecodeGroup:
             ``(B, 1, 1, max_blocks * block_size)``; None when nothing needs hiding.
         key_positions: Shared path ``(B, num_slots)`` position of each slot in each request
             (negative for foreign slots); gather path None. Used for sliding-window masks.
+        tables: Gather path: each request's blocks covering its context (host lists), for
+            backends that attend request by request; else None.
     """
 
     num_decodes: int
@@ -103,6 +105,7 @@ class DecodeGroup:
     runs: list[tuple[int, int, int]] | None = None
     run_empty_rows: list[torch.Tensor | None] = field(default_factory=list)
     window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
+    tables: list[list[int]] | None = None
 
 
 @dataclass
@@ -228,7 +231,7 @@ class TorchRefBackend(AttentionBackend):
             lens = torch.tensor(seq_lens, device=device)[:, None]  # (B, 1)
             key_pos = torch.arange(width * block_size, device=device)  # (L,)
             bias = _additive(key_pos[None, :] >= lens, self.dtype)[:, None, None, :]  # (B,1,1,L)
-        return DecodeGroup(count, seq_lens, None, block_ids, bias)
+        return DecodeGroup(count, seq_lens, None, block_ids, bias, tables=tables)
 
     def _single_group(self, table: list[int], seq_lens: list[int],
                       block_size: int) -> DecodeGroup | None:
