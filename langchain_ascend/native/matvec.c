@@ -60,66 +60,41 @@ int matvec_f32(const float *W, const float *x, const float *bias, float *y, int6
     return 0;
 }
 
-int matvec_tiles_f32(const float *P, const float *x, const float *bias, float *y, int64_t N,
-                     int64_t K, int num_threads) {
-    if (N % 8) return 2;
-    int64_t tiles = N / 8;
-    #pragma omp parallel for num_threads(num_threads) schedule(static)
-    for (int64_t t0 = 0; t0 < tiles; t0 += 4) {
-        int64_t count = tiles - t0 < 4 ? tiles - t0 : 4;
-        __m256 a[4];
-        const float *p[4];
-        for (int64_t i = 0; i < 4; i++) {
-            a[i] = _mm256_setzero_ps();
-            p[i] = P + (t0 + (i < count ? i : 0)) * K * 8;
-        }
-        if (count == 4) {
-            for (int64_t k = 0; k < K; k++) {
-                __m256 xk = _mm256_broadcast_ss(x + k);
-                a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p[0] + k * 8), xk, a[0]);
-                a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(p[1] + k * 8), xk, a[1]);
-                a[2] = _mm256_fmadd_ps(_mm256_loadu_ps(p[2] + k * 8), xk, a[2]);
-                a[3] = _mm256_fmadd_ps(_mm256_loadu_ps(p[3] + k * 8), xk, a[3]);
-            }
-        } else {
-            for (int64_t i = 0; i < count; i++)
-                for (int64_t k = 0; k < K; k++)
-                    a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(p[i] + k * 8), _mm256_broadcast_ss(x + k),
-                                           a[i]);
-        }
-        for (int64_t i = 0; i < count; i++) {
-            __m256 out = a[i];
-            if (bias) out = _mm256_add_ps(out, _mm256_loadu_ps(bias + (t0 + i) * 8));
-            _mm256_storeu_ps(y + (t0 + i) * 8, out);
-        }
+/* y (N) = tiles P (N/8, K, 8) @ x (K) [+ bias], four tiles at a time; LOAD(ptr) turns the 8
+   stored values at ptr into floats. The last block's extra lanes reread its first tile. */
+#define DEFINE_MATVEC_TILES(NAME, TYPE, LOAD)                                                    \
+    int NAME(const TYPE *P, const float *x, const float *bias, float *y, int64_t N, int64_t K,  \
+             int num_threads) {                                                                  \
+        if (N % 8) return 2;                                                                     \
+        int64_t tiles = N / 8;                                                                   \
+        _Pragma("omp parallel for num_threads(num_threads) schedule(static)")                    \
+        for (int64_t t0 = 0; t0 < tiles; t0 += 4) {                                              \
+            int64_t count = tiles - t0 < 4 ? tiles - t0 : 4;                                     \
+            __m256 a[4];                                                                         \
+            const TYPE *p[4];                                                                    \
+            for (int64_t i = 0; i < 4; i++) {                                                    \
+                a[i] = _mm256_setzero_ps();                                                      \
+                p[i] = P + (t0 + (i < count ? i : 0)) * K * 8;                                   \
+            }                                                                                    \
+            for (int64_t k = 0; k < K; k++) {                                                    \
+                __m256 xk = _mm256_broadcast_ss(x + k);                                          \
+                for (int64_t i = 0; i < 4; i++)                                                  \
+                    a[i] = _mm256_fmadd_ps(LOAD(p[i] + k * 8), xk, a[i]);                        \
+            }                                                                                    \
+            for (int64_t i = 0; i < count; i++) {                                                \
+                __m256 out = a[i];                                                               \
+                if (bias) out = _mm256_add_ps(out, _mm256_loadu_ps(bias + (t0 + i) * 8));        \
+                _mm256_storeu_ps(y + (t0 + i) * 8, out);                                         \
+            }                                                                                    \
+        }                                                                                        \
+        return 0;                                                                                \
     }
-    return 0;
-}
+#define LOAD_F32(ptr) _mm256_loadu_ps(ptr)
+#define LOAD_F16(ptr) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ptr)))
+DEFINE_MATVEC_TILES(matvec_tiles_f32, float, LOAD_F32)
+DEFINE_MATVEC_TILES(matvec_tiles_f16, uint16_t, LOAD_F16)
 
-int matvec_tiles_f16(const uint16_t *P, const float *x, float *y, int64_t N, int64_t K,
-                     int num_threads) {
-    if (N % 8) return 2;
-    int64_t tiles = N / 8;
-    #pragma omp parallel for num_threads(num_threads) schedule(static)
-    for (int64_t t0 = 0; t0 < tiles; t0 += 4) {
-        int64_t count = tiles - t0 < 4 ? tiles - t0 : 4;
-        __m256 a[4];
-        const uint16_t *p[4];
-        for (int64_t i = 0; i < 4; i++) {
-            a[i] = _mm256_setzero_ps();
-            p[i] = P + (t0 + (i < count ? i : 0)) * K * 8;
-        }
-        for (int64_t k = 0; k < K; k++) {
-            __m256 xk = _mm256_broadcast_ss(x + k);
-            for (int64_t i = 0; i < 4; i++) {  /* unrolled by the compiler; extra lanes reread tile 0 */
-                __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p[i] + k * 8)));
-                a[i] = _mm256_fmadd_ps(w, xk, a[i]);
-            }
-        }
-        for (int64_t i = 0; i < count; i++) _mm256_storeu_ps(y + (t0 + i) * 8, a[i]);
-    }
-    return 0;
-}
+
 
 /* The float32 argmax of W (V, K) @ x among the tokens whose float16-screened logit is within
    2 * bound_scale * ||x|| of the best screened logit. scratch: V floats. Returns the token
@@ -129,7 +104,7 @@ int64_t greedy_screened_f16(const uint16_t *tiles, const float *W, const float *
                             int64_t V, int64_t K, float bound_scale, int num_threads,
                             int64_t *num_candidates) {
     if (V % 8 || K % 8) return -2;
-    matvec_tiles_f16(tiles, x, scratch, V, K, num_threads);
+    matvec_tiles_f16(tiles, x, NULL, scratch, V, K, num_threads);
     double norm2 = 0.0;
     for (int64_t k = 0; k < K; k++) norm2 += (double)x[k] * x[k];
     float best = -INFINITY;

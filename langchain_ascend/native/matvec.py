@@ -113,18 +113,10 @@ def matvec_tiles_f16(tiles: torch.Tensor, row: torch.Tensor) -> torch.Tensor | N
     ``(out,)`` (approximate: the weight was rounded to float16), or None."""
     import torch
 
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    kernel = build.function(KERNEL, "matvec_tiles_f16", [ptr, ptr, ptr, i64, i64, ctypes.c_int])
-    if kernel is None or row.dtype != torch.float32 or tiles.dtype != torch.float16:
+    if tiles.dtype != torch.float16:
         return None
-    row = row.contiguous()
     num_tiles, in_features, _ = tiles.shape
-    out = torch.empty(num_tiles * 8, dtype=torch.float32)
-    status = kernel(tiles.data_ptr(), row.data_ptr(), out.data_ptr(), num_tiles * 8, in_features,
-                    torch.get_num_threads())
-    if status:
-        raise RuntimeError(f"matvec_tiles_f16 failed with status {status}")
-    return out
+    return _run("matvec_tiles_f16", tiles, num_tiles * 8, in_features, row, None)
 
 
 def greedy_screened_f16(tiles: torch.Tensor, weight: torch.Tensor, row: torch.Tensor,
