@@ -49,7 +49,7 @@ Example:
 from __future__ import annotations
 
 from langchain_ascend.testing.cache import CACHE_ENV_VAR, resolve_cache_dir
-from langchain_ascend.testing.devices import accelerator_params
+from langchain_ascend.testing.devices import accelerator_params, needs_native_kernels
 from langchain_ascend.testing.minilm import minilm_path
 from langchain_ascend.testing.model_builder import (
     ARCHITECTURES,
@@ -73,6 +73,7 @@ __all__ = [
     "PRESETS",
     "ModelPreset",
     "accelerator_params",
+    "needs_native_kernels",
     "build_model",
     "build_tokenizer",
     "chat_template",

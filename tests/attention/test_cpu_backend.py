@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from _paged_attention_cases import make_case
 
 from langchain_ascend.attention.backends.cpu import CPUBackend
-from langchain_ascend.native import build, decode_attention
+from langchain_ascend.native import decode_attention
+from langchain_ascend.testing import needs_native_kernels
 
-HOST_PROBLEM = build.host_problem()
-needs_kernel = pytest.mark.skipif(HOST_PROBLEM is not None,
-                                  reason=f"native kernels cannot run here: {HOST_PROBLEM}")
+needs_kernel = needs_native_kernels()
 
 
 @needs_kernel

@@ -8,8 +8,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.fused_norms import fuse_rms_norms, is_fusable
-from langchain_ascend.native import build
 from langchain_ascend.native import rms_norm as native_rms_norm
+from langchain_ascend.testing import needs_native_kernels
 
 IDS = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3]])
 
@@ -29,8 +29,7 @@ def test_fused_norms_give_bit_identical_logits_through_torch(tiny_model_paths, a
     assert fuse_rms_norms(model) == 0  # already swapped: nothing changes twice
 
 
-@pytest.mark.skipif(not native_rms_norm.available(),
-                    reason=f"native kernels cannot run here: {build.host_problem()}")
+@needs_native_kernels()
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
 def test_fused_norms_through_the_native_kernel_match_to_rounding(tiny_model_paths, arch):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.float32)

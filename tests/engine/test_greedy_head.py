@@ -11,10 +11,10 @@ from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.greedy_head import ScreenedGreedyHead, error_bound_scale
 from langchain_ascend.engine.model_runner import ModelRunner
 from langchain_ascend.engine.sampling_params import SamplingParams
-from langchain_ascend.native import build, matvec
+from langchain_ascend.native import matvec
+from langchain_ascend.testing import needs_native_kernels
 
-pytestmark = pytest.mark.skipif(build.host_problem() is not None,
-                                reason=f"native kernels cannot run here: {build.host_problem()}")
+pytestmark = needs_native_kernels()
 
 
 def random_head(vocab=4096, size=128, scale=0.05, seed=0):

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from langchain_ascend.native import build, decode_attention
+from langchain_ascend.testing import needs_native_kernels
 
-HOST_PROBLEM = build.host_problem()
-needs_kernel = pytest.mark.skipif(HOST_PROBLEM is not None,
-                                  reason=f"native kernels cannot run here: {HOST_PROBLEM}")
+needs_kernel = needs_native_kernels()
 
 
 def reference(q, k, v, bias, scale):

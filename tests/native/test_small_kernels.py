@@ -7,10 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from langchain_ascend.native import build, matvec, rms_norm
+from langchain_ascend.testing import needs_native_kernels
 
-HOST_PROBLEM = build.host_problem()
-needs_kernel = pytest.mark.skipif(HOST_PROBLEM is not None,
-                                  reason=f"native kernels cannot run here: {HOST_PROBLEM}")
+needs_kernel = needs_native_kernels()
 
 
 @needs_kernel
