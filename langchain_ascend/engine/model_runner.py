@@ -280,9 +280,10 @@ class ModelRunner:
         return results
 
     def _screens(self, params: Sequence[SamplingParams]) -> bool:
-        """Whether this step's one sampled row goes through the screened greedy head."""
-        return (self.greedy_head is not None and len(params) == 1 and params[0].greedy
-                and params[0].constraint is None and not self.compiler.enabled)
+        """Whether this step's one sampled row suits the screened greedy head (when there is
+        one): plain greedy, no constraint, not a compiled step."""
+        return (len(params) == 1 and params[0].greedy and params[0].constraint is None
+                and not self.compiler.enabled)
 
     def _pack(self, segments: Sequence[ScheduledSegment],
               ) -> tuple[list[int], tuple[BatchLayout, list[int], list[int], list[int]]]:
@@ -314,17 +315,25 @@ class ModelRunner:
         states of the given tokens (the screened greedy head takes it from there)."""
         import torch
 
-        ints = torch.tensor([input_ids, positions], dtype=torch.long)  # (2, T)
-        step = registry.PagedAttentionStep(self.backend, self.kv_cache.tensors,
-                                           self.backend.build_metadata(layout))
+        ints, rows, step = self._step_inputs(layout, input_ids, positions, sample_rows)
         with torch.inference_mode(), _without_autocast(self.device.type):
             out = self.model.get_decoder()(input_ids=ints[0:1], position_ids=ints[1:2],
                                            use_cache=False, **{registry.STEP_KWARG: step})
-            return out.last_hidden_state[0, sample_rows]  # (S, hidden)
+            return out.last_hidden_state[0, rows]  # (S, hidden)
 
     def compute_logits(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
                        sample_rows: list[int]) -> torch.Tensor:
         """Packed forward; returns ``(len(sample_rows), vocab)`` logits of the given tokens."""
+        import torch
+
+        ints, rows, step = self._step_inputs(layout, input_ids, positions, sample_rows)
+        with torch.inference_mode(), _without_autocast(self.device.type):
+            return self.compiler.run(ints[0:1], ints[1:2], rows, step, layout)
+
+    def _step_inputs(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
+                     sample_rows: list[int],
+                     ) -> tuple[torch.Tensor, torch.Tensor, registry.PagedAttentionStep]:
+        """``(ids and positions (2, T), sample rows (S,), attention step)`` on the device."""
         import torch
 
         ints = torch.tensor([input_ids, positions], dtype=torch.long)  # (2, T)
@@ -334,8 +343,7 @@ class ModelRunner:
             rows = rows.to(self.device, non_blocking=True)
         step = registry.PagedAttentionStep(self.backend, self.kv_cache.tensors,
                                            self.backend.build_metadata(layout))
-        with torch.inference_mode(), _without_autocast(self.device.type):
-            return self.compiler.run(ints[0:1], ints[1:2], rows, step, layout)
+        return ints, rows, step
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                  sample_rows: torch.Tensor, step: registry.PagedAttentionStep) -> torch.Tensor:
