@@ -22,8 +22,8 @@ import time
 
 
 def _ours_ms_per_step(runner, prompts: list[list[int]], steps: int, rounds: int) -> float:
-    from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
-    from langchain_ascend.engine.sampling_params import SamplingParams
+    from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
 
     block_size = runner.block_size
     context = len(prompts[0])
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, npu (both sides)")
     parser.add_argument("--compile", action="store_true",
-                        help="compile our decode step (see langchain_ascend.engine.compile)")
+                        help="compile our decode step (see langchain_ascend.engine.worker.compile)")
     args = parser.parse_args()
 
     import torch
@@ -101,7 +101,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
 
-    from langchain_ascend.engine.model_runner import ModelRunner
+    from langchain_ascend.engine.worker.model_runner import ModelRunner
     from langchain_ascend.platform import resolve_device, resolve_dtype
     from langchain_ascend.testing import build_model
 

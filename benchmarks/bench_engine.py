@@ -39,7 +39,7 @@ def _observation(tokenizer, hop: int) -> list[int]:
 
 
 def agent_hops(engine_factory, model, tokenizer, system: list[int], hops: int, new: int) -> dict:
-    from langchain_ascend.engine.sampling_params import SamplingParams
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
 
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     results = {}
@@ -66,7 +66,7 @@ def agent_hops(engine_factory, model, tokenizer, system: list[int], hops: int, n
 
 
 def concurrent(engine_factory, model, tokenizer, sessions: int, new: int) -> dict:
-    from langchain_ascend.engine.sampling_params import SamplingParams
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
 
     prompts = [tokenizer.encode(f"Session {i}: " + "please summarise the report " * 35)
                for i in range(sessions)]

@@ -34,19 +34,20 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ascend._messages import (
+from langchain_ascend.chat.messages import (
     render_prompt,
     to_template_messages,
     to_template_tools,
     tool_names_of,
 )
-from langchain_ascend._output import (
+from langchain_ascend.chat.reasoning import prompt_opens_reasoning
+from langchain_ascend.chat.reply import (
     ReplyAssembler,
     ReplyPiece,
     special_marker_ids,
     text_with_markers,
 )
-from langchain_ascend._reasoning import prompt_opens_reasoning
+from langchain_ascend.chat.tool_parsers import ToolCallFormat, detect_tool_call_format
 from langchain_ascend.errors import InvalidRequestError, PromptTooLongError
 from langchain_ascend.structured.grammars import (
     GrammarSpec,
@@ -55,7 +56,6 @@ from langchain_ascend.structured.grammars import (
     no_tool_call_grammar,
     tool_call_grammar,
 )
-from langchain_ascend.tool_parsers import ToolCallFormat, detect_tool_call_format
 
 logger = logging.getLogger(__name__)
 
@@ -407,7 +407,7 @@ class AscendChatModel(BaseChatModel):
             tools: Tools whose forced-call grammar (``tool_choice="required"``) to pre-compile.
             schemas: Output schemas whose ``with_structured_output`` grammar to pre-compile.
         """
-        from langchain_ascend.engine.sampling_params import SamplingParams
+        from langchain_ascend.engine.core.sampling_params import SamplingParams
 
         engine = self._engine_for()
         engine.warmup()
@@ -478,7 +478,7 @@ class AscendChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> _PreparedRequest:
         """Validate and render one call into engine inputs (raises typed errors)."""
-        from langchain_ascend.engine.sampling_params import SamplingParams
+        from langchain_ascend.engine.core.sampling_params import SamplingParams
 
         unknown = set(kwargs) - _CALL_KWARGS
         if unknown:

@@ -27,10 +27,11 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import ValidationError
 
-from langchain_ascend import _tool_calls as calls_mod
 from langchain_ascend import platform
-from langchain_ascend._tool_calls import PreparedCall
-from langchain_ascend._tool_runtime import (
+from langchain_ascend.errors import InvalidRequestError, ToolCallError
+from langchain_ascend.executor import calls as calls_mod
+from langchain_ascend.executor.calls import PreparedCall
+from langchain_ascend.executor.runtime import (
     CallRecord,
     CallSpec,
     Limits,
@@ -38,8 +39,12 @@ from langchain_ascend._tool_runtime import (
     run_async,
     run_sync,
 )
-from langchain_ascend._tool_workers import CallerStreams, StreamResult, WorkerPool, device_tensors
-from langchain_ascend.errors import InvalidRequestError, ToolCallError
+from langchain_ascend.executor.workers import (
+    CallerStreams,
+    StreamResult,
+    WorkerPool,
+    device_tensors,
+)
 
 #: Calls run at once when neither ``max_concurrency`` nor the RunnableConfig sets a limit.
 DEFAULT_MAX_PARALLEL = 64

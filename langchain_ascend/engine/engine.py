@@ -34,13 +34,13 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_ascend.engine.batch import ScheduledBatch
+from langchain_ascend.engine.core.batch import ScheduledBatch
+from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.core.outputs import EngineStats, RequestOutput, TokenDelta
+from langchain_ascend.engine.core.request import Request, RequestStatus
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
 from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
-from langchain_ascend.engine.kv_cache_manager import KVCacheManager
-from langchain_ascend.engine.outputs import EngineStats, RequestOutput, TokenDelta
-from langchain_ascend.engine.request import Request, RequestStatus
-from langchain_ascend.engine.sampling_params import SamplingParams
-from langchain_ascend.engine.scheduler import Scheduler, StepOutput
 from langchain_ascend.errors import (
     EngineClosedError,
     EngineStepError,
@@ -136,7 +136,7 @@ class LLMEngine:
     ) -> None:
         from transformers import AutoTokenizer
 
-        from langchain_ascend.engine.model_runner import ModelRunner
+        from langchain_ascend.engine.worker.model_runner import ModelRunner
         from langchain_ascend.platform import resolve_device
 
         _check_positive(max_batch_size=max_batch_size,

@@ -20,14 +20,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_ascend.errors import InvalidRequestError
-from langchain_ascend.tool_parsers import (
+from langchain_ascend.chat.tool_parsers import (
     HERMES_CLOSE,
     HERMES_OPEN,
     MISTRAL_MARKER,
     PYTHON_TAG,
     ToolCallFormat,
 )
+from langchain_ascend.errors import InvalidRequestError
 
 GrammarKind = Literal["json_schema", "json_object", "structural_tag"]
 

@@ -17,7 +17,7 @@ from langchain_core.tools import tool
 from pydantic import BaseModel, Field
 from transformers import AutoTokenizer
 
-from langchain_ascend._messages import (
+from langchain_ascend.chat.messages import (
     content_to_text,
     merge_consecutive_roles,
     render_prompt,

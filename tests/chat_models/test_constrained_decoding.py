@@ -15,6 +15,7 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from pydantic import BaseModel, Field
 from transformers import AutoTokenizer
 
+from langchain_ascend.chat.tool_parsers import parse_tool_calls
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured import (
     GrammarSpec,
@@ -28,7 +29,6 @@ from langchain_ascend.structured.xgrammar_backend import (
     pack_mask,
     unpack_mask,
 )
-from langchain_ascend.tool_parsers import parse_tool_calls
 
 
 class Weather(BaseModel):

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_ascend._output import ReplyAssembler, special_marker_ids, text_with_markers
-from langchain_ascend._reasoning import ReasoningSplitter, prompt_opens_reasoning, split_reasoning
+from langchain_ascend.chat.reasoning import (
+    ReasoningSplitter,
+    prompt_opens_reasoning,
+    split_reasoning,
+)
+from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids, text_with_markers
 
 QWEN3 = "<think>\nThe user greets me.\nI should greet back.\n</think>\n\nHello! How can I help?"
 

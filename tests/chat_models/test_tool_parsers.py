@@ -8,7 +8,7 @@ import json
 import pytest
 from langchain_core.messages import AIMessageChunk
 
-from langchain_ascend.tool_parsers import (
+from langchain_ascend.chat.tool_parsers import (
     ToolCallStreamParser,
     detect_tool_call_format,
     new_tool_call_id,

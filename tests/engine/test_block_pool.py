@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_ascend.engine.block_pool import BlockPool, OutOfBlocksError, hash_block_tokens
+from langchain_ascend.engine.core.block_pool import BlockPool, OutOfBlocksError, hash_block_tokens
 
 
 def cache(pool: BlockPool, block, tokens, parent=None):

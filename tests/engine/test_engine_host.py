@@ -17,9 +17,9 @@ import zlib
 
 import pytest
 
-from langchain_ascend.engine.batch import ScheduledBatch
+from langchain_ascend.engine.core.batch import ScheduledBatch
+from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.engine import LLMEngine
-from langchain_ascend.engine.sampling_params import SamplingParams
 from langchain_ascend.errors import (
     EngineClosedError,
     EngineStepError,

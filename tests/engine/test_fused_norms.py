@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from langchain_ascend.engine.fused_norms import fuse_rms_norms, is_fusable
+from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms, is_fusable
 from langchain_ascend.native import rms_norm as native_rms_norm
 from langchain_ascend.testing import needs_native_kernels
 

@@ -6,12 +6,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from langchain_ascend.engine.fused_projections import (  # noqa: E402
+from langchain_ascend.engine.cpu.fused_projections import (  # noqa: E402
     FUSED_MEMBER,
     fusable,
     fuse_projections,
 )
-from langchain_ascend.engine.weight_layout import _linears, make_dual  # noqa: E402
+from langchain_ascend.engine.cpu.weight_layout import _linears, make_dual  # noqa: E402
 
 
 class Attention(torch.nn.Module):

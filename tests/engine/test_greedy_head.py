@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
-from langchain_ascend.engine.greedy_head import ScreenedGreedyHead, error_bound_scale
-from langchain_ascend.engine.model_runner import ModelRunner
-from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead, error_bound_scale
+from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import matvec
 from langchain_ascend.testing import needs_native_kernels
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_ascend.engine.kv_cache_manager import KVCacheManager
-from langchain_ascend.engine.request import Request
-from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.core.request import Request
+from langchain_ascend.engine.core.sampling_params import SamplingParams
 
 BS = 4
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
-from langchain_ascend.engine.compile import StepCompiler, batch_bucket, resolve_compile
-from langchain_ascend.engine.kv_cache import plan_num_blocks
-from langchain_ascend.engine.model_runner import ModelRunner
-from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.worker.compile import StepCompiler, batch_bucket, resolve_compile
+from langchain_ascend.engine.worker.kv_cache import plan_num_blocks
+from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.native import matvec
 from langchain_ascend.testing import ARCHITECTURES
@@ -78,7 +78,7 @@ def test_single_prefill_matches_full_forward(pair):
     runner, reference = pair
     tokens = prompt(1, 21)
     segment = seg("a", tokens, 0, Blocks().take(21))
-    from langchain_ascend.engine.model_runner import build_layout
+    from langchain_ascend.engine.worker.model_runner import build_layout
 
     layout, ids, positions = build_layout([segment], BLOCK, [0])
     logits = runner.compute_logits(layout, ids, positions, list(range(21)))  # every position
@@ -256,7 +256,7 @@ def test_compile_resolution_and_eager_fallback(qwen2_runner, caplog):
                                          compile_fn=broken_compile)
     assert qwen2_runner.compiler.enabled
     try:
-        with caplog.at_level(logging.WARNING, logger="langchain_ascend.engine.compile"):
+        with caplog.at_level(logging.WARNING, logger="langchain_ascend.engine.worker.compile"):
             fallback_logits = qwen2_runner.forward_batch([seg("c", [11], 9, table)])[1]
         assert compiled_calls == [4]  # the decode step went to the compiled callable first
         assert qwen2_runner.compiler.enabled is False
@@ -268,7 +268,11 @@ def test_compile_resolution_and_eager_fallback(qwen2_runner, caplog):
 
 
 def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
-    from langchain_ascend.engine.weight_layout import apply_layout, current_layout, resolve_layout
+    from langchain_ascend.engine.cpu.weight_layout import (
+        apply_layout,
+        current_layout,
+        resolve_layout,
+    )
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.float32)
     assert resolve_layout("auto", model) == "dual"  # CPU float32, copies fit easily
@@ -317,7 +321,7 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
 
 
 def test_dual_layout_without_the_native_kernel_keeps_outputs(tiny_model_paths, monkeypatch):
-    from langchain_ascend.engine.weight_layout import apply_layout
+    from langchain_ascend.engine.cpu.weight_layout import apply_layout
 
     monkeypatch.setattr(matvec, "applies_to", lambda *args: False)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.float32)
@@ -333,7 +337,7 @@ def test_dual_layout_without_the_native_kernel_keeps_outputs(tiny_model_paths, m
 
 
 def test_single_row_weight_halves_reproduce_the_product():
-    from langchain_ascend.engine.weight_layout import single_row_weight
+    from langchain_ascend.engine.cpu.weight_layout import single_row_weight
 
     torch.manual_seed(0)
     row = torch.randn(1, 6)

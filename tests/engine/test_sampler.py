@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from langchain_ascend.engine.sampler import Sampler, filter_logits
-from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.worker.sampler import Sampler, filter_logits
 
 VOCAB = 50
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from langchain_ascend.engine.batch import ScheduledBatch
-from langchain_ascend.engine.kv_cache_manager import KVCacheManager
-from langchain_ascend.engine.request import Request, RequestStatus
-from langchain_ascend.engine.sampling_params import SamplingParams
-from langchain_ascend.engine.scheduler import Scheduler
+from langchain_ascend.engine.core.batch import ScheduledBatch
+from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.core.request import Request, RequestStatus
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.core.scheduler import Scheduler
 
 BS = 4
 EOS = 2

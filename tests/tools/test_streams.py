@@ -19,8 +19,9 @@ import torch
 from langchain_core.tools import tool
 from tool_test_helpers import Gate, tool_call
 
-from langchain_ascend import NPUStreamToolExecutor, _tool_workers, platform
+from langchain_ascend import NPUStreamToolExecutor, platform
 from langchain_ascend.errors import DeviceUnavailableError
+from langchain_ascend.executor import workers as _tool_workers
 
 
 def test_cpu_is_a_no_op_path() -> None:

@@ -12,8 +12,8 @@ from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
 from langgraph.types import Command, Send
 from tool_test_helpers import ai, tool_call
 
-from langchain_ascend import _tool_calls as tc
 from langchain_ascend.errors import InvalidRequestError, ToolCallError, ToolTimeoutError
+from langchain_ascend.executor import calls as tc
 
 
 @tool

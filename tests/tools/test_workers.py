@@ -15,9 +15,9 @@ from langchain_core.tools import tool
 from tool_test_helpers import tool_call
 
 from langchain_ascend import NPUStreamToolExecutor
-from langchain_ascend._tool_runtime import RetryPolicy
-from langchain_ascend._tool_workers import WorkerPool
 from langchain_ascend.errors import ToolCallError, ToolTimeoutError, ToolWorkersExhaustedError
+from langchain_ascend.executor.runtime import RetryPolicy
+from langchain_ascend.executor.workers import WorkerPool
 
 
 def _wait_for(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]

@@ -80,7 +80,7 @@ class AttentionBackend(ABC):
     """Paged attention for one model: cache layout, cache writes and packed attention.
 
     A backend instance is bound to one model's attention geometry. Per-layer KV caches are
-    separate tensors allocated by :class:`~langchain_ascend.engine.kv_cache.KVCache` with
+    separate tensors allocated by :class:`~langchain_ascend.engine.worker.kv_cache.KVCache` with
     :meth:`kv_cache_shape`, zero-filled; index 0 of the first dimension holds keys, 1 values.
     The default layout is ``(2, num_blocks, block_size, num_kv_heads, head_dim)``, so
     ``kv_cache[0]`` and ``kv_cache[1]`` are the ``[num_blocks, block_size, kv_heads, head_dim]``

@@ -118,8 +118,8 @@ class StepCompiler:
         """
         if not self.enabled:
             return
-        from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
-        from langchain_ascend.engine.sampling_params import SamplingParams
+        from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+        from langchain_ascend.engine.core.sampling_params import SamplingParams
 
         segment = ScheduledSegment("__warmup__", [0], 1, block_ids, True, SamplingParams())
         runner.execute(ScheduledBatch(segments=[segment]))

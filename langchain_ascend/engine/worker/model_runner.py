@@ -22,15 +22,15 @@ from langchain_ascend import platform
 from langchain_ascend.attention import registry
 from langchain_ascend.attention.backends import backend_name_for, get_backend_class
 from langchain_ascend.attention.backends.base import BatchLayout
-from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
-from langchain_ascend.engine.compile import StepCompiler
-from langchain_ascend.engine.fused_norms import fuse_rms_norms
-from langchain_ascend.engine.fused_projections import fuse_projections
-from langchain_ascend.engine.greedy_head import ScreenedGreedyHead
-from langchain_ascend.engine.kv_cache import KVCache, plan_num_blocks
-from langchain_ascend.engine.sampler import Sampler
-from langchain_ascend.engine.sampling_params import SamplingParams
-from langchain_ascend.engine.weight_layout import apply_layout, resolve_layout
+from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
+from langchain_ascend.engine.cpu.fused_projections import fuse_projections
+from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
+from langchain_ascend.engine.cpu.weight_layout import apply_layout, resolve_layout
+from langchain_ascend.engine.worker.compile import StepCompiler
+from langchain_ascend.engine.worker.kv_cache import KVCache, plan_num_blocks
+from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.errors import InvalidRequestError
 
 if TYPE_CHECKING:

@@ -81,7 +81,7 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
     into one product."""
     import torch
 
-    from langchain_ascend.engine.weight_layout import make_dual
+    from langchain_ascend.engine.cpu.weight_layout import make_dual
 
     first = members[0]
     with torch.no_grad():

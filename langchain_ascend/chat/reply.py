@@ -6,9 +6,9 @@ calls. The pipeline is:
 
 1. special marker tokens the decoder dropped (``skip_special_tokens``), such as Mistral's
    ``[TOOL_CALLS]`` or Llama's ``<|python_tag|>``, are put back from the token ids;
-2. :class:`~langchain_ascend._reasoning.ReasoningSplitter` routes ``<think>...</think>`` to
+2. :class:`~langchain_ascend.chat.reasoning.ReasoningSplitter` routes ``<think>...</think>`` to
    reasoning;
-3. :class:`~langchain_ascend.tool_parsers.ToolCallStreamParser` splits the answer into content
+3. :class:`~langchain_ascend.chat.tool_parsers.ToolCallStreamParser` splits the answer into content
    and tool calls (only when tools are bound).
 
 The streamed and the one-shot path run the same code, so ``invoke`` and the aggregated
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from langchain_ascend._reasoning import ReasoningSplitter
-from langchain_ascend.tool_parsers import (
+from langchain_ascend.chat.reasoning import ReasoningSplitter
+from langchain_ascend.chat.tool_parsers import (
     MISTRAL_ARGS,
     MISTRAL_CALL_ID,
     MISTRAL_MARKER,

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
                         "info: show which device 'auto' picks and why")
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
-        from langchain_ascend.demo import main as demo_main
+        from langchain_ascend.app.demo import main as demo_main
 
         return demo_main(rest)
     from langchain_ascend import __version__

@@ -26,9 +26,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from langchain_ascend.engine.batch import ScheduledBatch, ScheduledSegment
-from langchain_ascend.engine.kv_cache_manager import KVCacheManager
-from langchain_ascend.engine.request import Request, RequestStatus
+from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.core.request import Request, RequestStatus
 
 
 @dataclass

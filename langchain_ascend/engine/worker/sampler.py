@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.core.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     import torch

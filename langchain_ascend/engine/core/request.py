@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from langchain_ascend.engine.outputs import FinishReason, RequestStats
-from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.core.outputs import FinishReason, RequestStats
+from langchain_ascend.engine.core.sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from langchain_ascend.engine.block_pool import (
+from langchain_ascend.engine.core.block_pool import (
     BlockPool,
     HashFn,
     KVBlock,
     RelocateFn,
     hash_block_tokens,
 )
-from langchain_ascend.engine.request import Request
+from langchain_ascend.engine.core.request import Request
 
 
 def cdiv(a: int, b: int) -> int:

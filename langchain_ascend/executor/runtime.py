@@ -1,6 +1,6 @@
 """When :class:`~langchain_ascend.tools.NPUStreamToolExecutor` runs each call: concurrency
 bound, deadlines, retries with backoff, per-call timing. It knows nothing about LangChain
-messages; threads and streams live in :mod:`langchain_ascend._tool_workers`.
+messages; threads and streams live in :mod:`langchain_ascend.executor.workers`.
 
 Sync bodies run on *lanes*: up to ``concurrency`` worker threads that each take the next call
 from a shared queue until none is left. Lanes settle a call and take the next one under one
@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_ascend._tool_workers import WorkerPool, _Job
 from langchain_ascend.errors import ToolTimeoutError, ToolWorkersExhaustedError
+from langchain_ascend.executor.workers import WorkerPool, _Job
 
 _clock = time.perf_counter
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from langchain_ascend.engine.sampling_params import SamplingParams
+from langchain_ascend.engine.core.sampling_params import SamplingParams
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The README's first command: a multi-hop tool-calling agent, offline, on this machine.
 
-``langchain-ascend demo`` (or ``python -m langchain_ascend.demo``) builds a small random-weight
+``langchain-ascend demo`` (or ``python -m langchain_ascend.app.demo``) builds a small random-weight
 Qwen2-shaped model on first run (no download) — or takes ``--model PATH`` for a real instruct
 model — and runs an agent loop through the public components:
 
@@ -99,7 +99,7 @@ def build_tools(retriever: Any) -> list[BaseTool]:
 
 def load_documents() -> list[dict[str, str]]:
     """The small bundled document set used by ``search_docs``."""
-    text = resources.files("langchain_ascend").joinpath("demo_data/docs.json").read_text("utf-8")
+    text = resources.files("langchain_ascend.app").joinpath("demo_data/docs.json").read_text("utf-8")
     return json.loads(text)
 
 

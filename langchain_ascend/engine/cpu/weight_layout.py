@@ -69,7 +69,7 @@ def _linears(model: Any) -> list[Any]:
     the group's, see ``engine.fused_projections``)."""
     import torch
 
-    from langchain_ascend.engine.fused_projections import FUSED_MEMBER
+    from langchain_ascend.engine.cpu.fused_projections import FUSED_MEMBER
 
     return [m for m in model.modules()
             if isinstance(m, torch.nn.Linear) and FUSED_MEMBER not in m.__dict__]
