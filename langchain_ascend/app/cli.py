@@ -1,30 +1,54 @@
-"""``langchain-ascend`` console script: ``demo`` runs the demo agent, ``info`` the device check."""
+"""``langchain-ascend`` console script: ``demo`` runs the demo agent, ``info`` the device check.
+
+Each command owns its options: ``langchain-ascend demo --help`` lists the demo's.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+_COMMANDS = {
+    "demo": "run the demo agent (see `langchain-ascend demo --help`)",
+    "info": "show which device 'auto' picks and why the others were not",
+}
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="langchain-ascend")
-    parser.add_argument("command", choices=["demo", "info"], help="demo: run the demo agent; "
-                        "info: show which device 'auto' picks and why")
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "demo":
-        from langchain_ascend.app.demo import main as demo_main
 
-        return demo_main(rest)
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="langchain-ascend",
+        description="; ".join(f"{name}: {text}" for name, text in _COMMANDS.items()))
+    parser.add_argument("command", choices=sorted(_COMMANDS))
+    return parser
+
+
+def _info(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="langchain-ascend info", description=_COMMANDS["info"])
+    parser.add_argument("device", nargs="?", default="auto",
+                        help="the device string to resolve (default: auto)")
+    args = parser.parse_args(argv)
     from langchain_ascend import __version__
     from langchain_ascend.platform import describe
 
-    info = describe(rest[0] if rest else "auto")
+    info = describe(args.device)
     print(f"langchain-ascend {__version__}")
     print(f"device: {info.device}  dtype: {info.dtype}  compile backend: {info.compile_backend}")
     print(f"npu: {info.npu_reason or 'available'}")
     print(f"cuda: {info.cuda_reason or 'available'}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in _COMMANDS:
+        _top_parser().parse_args(argv[:1] or ["--help"])  # prints usage/help and exits
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "demo":
+        from langchain_ascend.app.demo import main as demo_main
+
+        return demo_main(rest)
+    return _info(rest)
 
 
 if __name__ == "__main__":
