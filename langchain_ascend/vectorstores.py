@@ -14,36 +14,28 @@ torch is imported lazily (by the index modules and :mod:`langchain_ascend.platfo
 
 from __future__ import annotations
 
-import contextvars
-import logging
 import tempfile
-import threading
-import uuid
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForRetrieverRun,
-)
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
-from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
+from langchain_core.vectorstores import VectorStore
 
 from langchain_ascend.errors import (
-    EmbeddingDimensionError,
     IndexFormatError,
-    UnsafeDeserializationError,
     VectorStoreInputError,
 )
+from langchain_ascend.index import embedding_calls, search
 from langchain_ascend.index.distance import DistanceStrategy, as_strategy, metric_of_strategy
 from langchain_ascend.index.docstore import DocumentStore, RowIdView
-from langchain_ascend.index.filters import FilterSpec, MetadataColumns, Node, parse_filter
+from langchain_ascend.index.filters import FilterSpec
+from langchain_ascend.index.retriever import AscendFAISSRetriever
+from langchain_ascend.index.search import ScoredDocs
+from langchain_ascend.index.store_state import INDEX_TYPES, IndexOptions, StoreState, validated_rows
 
 if TYPE_CHECKING:
     import torch
@@ -51,19 +43,7 @@ if TYPE_CHECKING:
     from langchain_ascend.index.device_index import FlatIndex
     from langchain_ascend.index.faiss_io import FaissIndex
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["AscendFAISS", "AscendFAISSRetriever", "DistanceStrategy"]
-
-INDEX_TYPES = ("flat", "ivf", "faiss")
-_DANGEROUS_MESSAGE = (
-    "this folder was written by langchain_community FAISS and loading it unpickles "
-    "{path}; pickle files can run arbitrary code. Pass allow_dangerous_deserialization=True "
-    "only for a folder you created or trust (then re-save it with save_local to get a "
-    "pickle-free copy)."
-)
-
-ScoredDocs = list[tuple[Document, float]]
 
 
 class AscendFAISS(VectorStore):
@@ -153,19 +133,14 @@ class AscendFAISS(VectorStore):
             self._dtype = resolve_dtype(dtype, self._device)
         except ValueError as exc:
             raise VectorStoreInputError(str(exc)) from None
-        self._index_type = index_type
-        self._nlist = nlist
-        self._nprobe = nprobe
-        self._faiss_factory = faiss_factory
-        self._ivf_min_train_size = ivf_min_train_size
-        self._index: FlatIndex | FaissIndex | None = None
-        self._docs: dict[str, Document] = {}
-        self._row_ids: list[str] = []
-        self._id_to_row: dict[str, int] = {}
-        self._columns: MetadataColumns | None = None
-        self._lock = threading.RLock()
+        self._options = IndexOptions(index_type, self._metric, self._device, self._dtype, nlist,
+                                     nprobe, faiss_factory, ivf_min_train_size)
+        self._state = StoreState(self._device)
         if index is not None:
-            self._adopt(index, docstore, index_to_docstore_id)
+            from langchain_ascend.index.store_io import adopt
+
+            adopt(self._state, self._options, self.distance_strategy, index, docstore,
+                  index_to_docstore_id)
 
     # ---- properties -------------------------------------------------------------------------
     @property
@@ -181,17 +156,17 @@ class AscendFAISS(VectorStore):
     @property
     def index(self) -> FlatIndex | FaissIndex | None:
         """The search index (``.ntotal`` as in faiss); None until the first add."""
-        return self._index
+        return self._state.index
 
     @property
     def docstore(self) -> DocumentStore:
         """Documents by id (read-only use: ``docstore.search(id)``)."""
-        return DocumentStore(self._docs)
+        return DocumentStore(self._state.docs)
 
     @property
     def index_to_docstore_id(self) -> Mapping[int, str]:
         """Read-only row -> id mapping."""
-        return RowIdView(lambda: self._row_ids)
+        return RowIdView(lambda: self._state.row_ids)
 
     @property
     def device(self) -> torch.device:
@@ -201,160 +176,19 @@ class AscendFAISS(VectorStore):
     @property
     def dim(self) -> int | None:
         """Vector dimension (None before the first add)."""
-        return None if self._index is None else self._index.dim
+        return self._state.dim
 
     def __len__(self) -> int:
-        return len(self._row_ids)
-
-    # ---- index construction ----------------------------------------------------------------
-    def _new_index(self, dim: int) -> FlatIndex | FaissIndex:
-        from langchain_ascend.index.device_index import FlatIndex
-        from langchain_ascend.index.faiss_io import FaissIndex
-        from langchain_ascend.index.ivf import IVFIndex
-
-        if self._index_type == "ivf":
-            return IVFIndex(dim, self._metric, device=self._device, dtype=self._dtype,
-                            nlist=self._nlist, nprobe=self._nprobe,
-                            min_train_size=self._ivf_min_train_size)
-        if self._index_type == "faiss":
-            return FaissIndex.create(self._faiss_factory, dim, self._metric, device=self._device,
-                                     nprobe=self._nprobe)
-        return FlatIndex(dim, self._metric, device=self._device, dtype=self._dtype)
-
-    def _adopt(self, index: Any, docstore: Any, mapping: Mapping[int, str] | None) -> None:
-        """Take over a populated index plus its documents (lc FAISS construction)."""
-        from langchain_ascend.index.device_index import FlatIndex
-        from langchain_ascend.index.faiss_io import FaissIndex
-
-        if isinstance(index, (FlatIndex, FaissIndex)):
-            backend = index
-            labels = list(range(backend.ntotal))
-        else:
-            backend, labels = self._from_faiss_object(index)
-        count = backend.ntotal
-        if count and (docstore is None or mapping is None):
-            raise VectorStoreInputError(
-                f"the index holds {count} vectors: pass docstore and index_to_docstore_id too")
-        ids: list[str] = []
-        for row, label in enumerate(labels):
-            doc_id = mapping.get(label) if mapping is not None else None
-            if doc_id is None:
-                raise VectorStoreInputError(f"index_to_docstore_id has no id for row {row}")
-            found = docstore.search(doc_id)
-            if not isinstance(found, Document):
-                raise VectorStoreInputError(f"docstore has no document for id {doc_id!r}")
-            ids.append(str(doc_id))
-            self._docs[str(doc_id)] = Document(id=str(doc_id), page_content=found.page_content,
-                                               metadata=dict(found.metadata))
-        if len(set(ids)) != len(ids):
-            raise VectorStoreInputError("index_to_docstore_id maps several rows to one id")
-        self._index = backend
-        self._row_ids = ids
-        self._id_to_row = {doc_id: row for row, doc_id in enumerate(ids)}
-
-    def _from_faiss_object(self, index: Any) -> tuple[FlatIndex | FaissIndex, list[int]]:
-        import numpy as np
-        import torch
-
-        from langchain_ascend.index.faiss_io import (
-            FaissIndex,
-            flat_vectors,
-            import_faiss,
-            metric_of,
-        )
-
-        faiss = import_faiss()
-        source_metric = metric_of(index)
-        if self._metric != "cosine" and source_metric != self._metric:
-            raise VectorStoreInputError(
-                f"the faiss index uses {source_metric.upper()} but distance_strategy is "
-                f"{self.distance_strategy.value}; pass the matching distance_strategy")
-        vectors = flat_vectors(index)
-        if vectors is not None and self._index_type != "faiss":
-            backend = self._new_index(int(index.d))
-            backend.add(torch.from_numpy(vectors).to(self._device))
-            return backend, list(range(len(vectors)))
-        concrete = faiss.downcast_index(index)
-        labels = None
-        if isinstance(concrete, (faiss.IndexIDMap, faiss.IndexIDMap2)):
-            labels = faiss.vector_to_array(concrete.id_map).astype(np.int64)
-        self._index_type = "faiss"
-        backend = FaissIndex(concrete, self._metric, device=self._device, row_labels=labels)
-        return backend, [int(x) for x in backend.row_labels]
-
-    # ---- embedding helpers ------------------------------------------------------------------
-    def _require_embedding(self) -> Any:
-        if self._embedding is None:
-            raise VectorStoreInputError(
-                "this store has no embedding model: pass embedding=... or use the *_by_vector "
-                "methods")
-        return self._embedding
-
-    def _embed_documents(self, texts: list[str]) -> Any:
-        emb = self._require_embedding()
-        if hasattr(emb, "embed_documents_tensor"):
-            return emb.embed_documents_tensor(texts)
-        if isinstance(emb, Embeddings):
-            return emb.embed_documents(texts)
-        return [emb(text) for text in texts]
-
-    async def _aembed_documents(self, texts: list[str]) -> Any:
-        emb = self._require_embedding()
-        if hasattr(emb, "aembed_documents_tensor"):
-            return await emb.aembed_documents_tensor(texts)
-        if isinstance(emb, Embeddings):
-            return await emb.aembed_documents(texts)
-        return await run_in_executor(None, lambda: [emb(text) for text in texts])
-
-    def _embed_queries(self, queries: list[str]) -> Any:
-        emb = self._require_embedding()
-        if hasattr(emb, "embed_queries_tensor"):
-            return emb.embed_queries_tensor(queries)
-        if isinstance(emb, Embeddings):
-            return [emb.embed_query(q) for q in queries]
-        return [emb(q) for q in queries]
-
-    async def _aembed_queries(self, queries: list[str]) -> Any:
-        emb = self._require_embedding()
-        if hasattr(emb, "aembed_queries_tensor"):
-            return await emb.aembed_queries_tensor(queries)
-        if isinstance(emb, Embeddings):
-            return [await emb.aembed_query(q) for q in queries]
-        return await run_in_executor(None, self._embed_queries, queries)
+        return len(self._state.row_ids)
 
     # ---- writes -------------------------------------------------------------------------------
-    def _validated_rows(self, texts: list[str], metadatas: Any,
-                        ids: Any) -> tuple[list[str], list[dict[str, Any]]]:
-        count = len(texts)
-        metas = [{} for _ in range(count)] if metadatas is None else list(metadatas)
-        if len(metas) != count:
-            raise VectorStoreInputError(
-                f"texts and metadatas expected to be equal length but len(texts)={count} and "
-                f"len(metadatas)={len(metas)}")
-        for i, meta in enumerate(metas):
-            if meta is not None and not isinstance(meta, Mapping):
-                raise VectorStoreInputError(
-                    f"metadata at position {i} must be a dict, got {type(meta).__name__}")
-        id_list = [None] * count if ids is None else list(ids)
-        if len(id_list) != count:
-            raise VectorStoreInputError(
-                f"texts and ids expected to be equal length but len(texts)={count} and "
-                f"len(ids)={len(id_list)}")
-        final_ids = [str(uuid.uuid4()) if i is None else str(i) for i in id_list]
-        if len(set(final_ids)) != count:
-            dupes = sorted(i for i, n in Counter(final_ids).items() if n > 1)
-            raise VectorStoreInputError(f"Duplicate ids found in the ids list: {dupes}")
-        return final_ids, [dict(m or {}) for m in metas]
-
     def _add(self, texts: Iterable[str], vectors: Any, metadatas: Any = None,
              ids: Any = None) -> list[str]:
         """Validate everything, then write vectors, rows and documents (upsert by id)."""
-        import torch
-
-        from langchain_ascend.index.device_index import FlatIndex, l2_normalize, to_matrix
+        from langchain_ascend.index.device_index import l2_normalize, to_matrix
 
         texts = [str(t) for t in texts]
-        final_ids, metas = self._validated_rows(texts, metadatas, ids)
+        final_ids, metas = validated_rows(texts, metadatas, ids)
         matrix = to_matrix(vectors, device=self._device, dim=self.dim)
         if matrix.shape[0] != len(texts):
             raise VectorStoreInputError(
@@ -365,47 +199,8 @@ class AscendFAISS(VectorStore):
             matrix = l2_normalize(matrix)
         docs = [Document(id=i, page_content=t, metadata=m)
                 for i, t, m in zip(final_ids, texts, metas, strict=True)]
-        with self._lock:
-            if self._index is None:
-                index = self._new_index(int(matrix.shape[1]))
-            else:
-                index = self._index
-            existing = [j for j, i in enumerate(final_ids) if i in self._id_to_row]
-            if existing and isinstance(index, FlatIndex):  # in-place upsert on the device
-                rows = torch.tensor([self._id_to_row[final_ids[j]] for j in existing])
-                positions = torch.tensor(existing, device=matrix.device)
-                index.update(rows, matrix.index_select(0, positions))
-                fresh = [j for j, i in enumerate(final_ids) if i not in self._id_to_row]
-                stale_rows: list[int] = []
-            else:
-                fresh = list(range(len(final_ids)))
-                stale_rows = [self._id_to_row[final_ids[j]] for j in existing]
-            if fresh:
-                positions = torch.tensor(fresh, device=matrix.device)
-                index.add(matrix if len(fresh) == len(final_ids)
-                          else matrix.index_select(0, positions))
-            self._index = index
-            self._row_ids.extend(final_ids[j] for j in fresh)
-            if stale_rows:
-                self._remove_rows(stale_rows)
-            else:
-                for j in fresh:
-                    self._id_to_row[final_ids[j]] = len(self._id_to_row)
-            self._docs.update(zip(final_ids, docs, strict=True))
-            self._columns = None
+        self._state.upsert(final_ids, docs, matrix, self._options.new_index)
         return final_ids
-
-    def _remove_rows(self, rows: Sequence[int]) -> None:
-        """Delete rows from the index and the row list; rebuild the id -> row map."""
-        import torch
-
-        assert self._index is not None
-        drop = sorted(set(rows))
-        self._index.remove(torch.tensor(drop, dtype=torch.int64))
-        dropped = set(drop)
-        self._row_ids = [doc_id for row, doc_id in enumerate(self._row_ids) if row not in dropped]
-        self._id_to_row = {doc_id: row for row, doc_id in enumerate(self._row_ids)}
-        self._columns = None
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None,
                   ids: list[str] | None = None, **kwargs: Any) -> list[str]:
@@ -416,18 +211,18 @@ class AscendFAISS(VectorStore):
         """
         texts = list(texts)
         if not texts:
-            self._validated_rows(texts, metadatas, ids)
+            validated_rows(texts, metadatas, ids)
             return []
-        return self._add(texts, self._embed_documents(texts), metadatas, ids)
+        return self._add(texts, embedding_calls.documents(self._embedding, texts), metadatas, ids)
 
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None,
                          ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         """Async :meth:`add_texts` (embedding awaited, the index write in an executor)."""
         texts = list(texts)
         if not texts:
-            self._validated_rows(texts, metadatas, ids)
+            validated_rows(texts, metadatas, ids)
             return []
-        vectors = await self._aembed_documents(texts)
+        vectors = await embedding_calls.adocuments(self._embedding, texts)
         return await run_in_executor(None, self._add, texts, vectors, metadatas, ids)
 
     def add_embeddings(self, text_embeddings: Iterable[tuple[str, Any]],
@@ -445,53 +240,17 @@ class AscendFAISS(VectorStore):
         """
         if ids is None:
             raise VectorStoreInputError("No ids provided to delete.")
-        with self._lock:
-            rows = [self._id_to_row[i] for i in set(ids) if i in self._id_to_row]
-            if rows:
-                self._remove_rows(rows)
-            for doc_id in ids:
-                self._docs.pop(doc_id, None)
+        self._state.delete(ids)
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """Documents for the ids that exist, in the order asked."""
-        with self._lock:
-            return [self._docs[i] for i in ids if i in self._docs]
+        return self._state.get_by_ids(ids)
 
     # ---- search core --------------------------------------------------------------------------
-    def _mask(self, node: Node | None) -> torch.Tensor | None:
-        """(N,) device mask of the rows a parsed filter keeps; caller holds the lock."""
-        if node is None:
-            return None
-        if self._columns is None:
-            self._columns = MetadataColumns([self._docs[i].metadata for i in self._row_ids],
-                                            self._device)
-        return self._columns.mask(node)
-
-    def _search_rows(self, queries: Any, k: int, filter: FilterSpec | None,
-                     ) -> list[list[tuple[int, float]]]:
-        """(row, raw score) lists per query; caller holds the lock."""
-        from langchain_ascend.index.device_index import l2_normalize, to_matrix
-
-        node = None if filter is None else parse_filter(filter)
-        if k < 0:
-            raise VectorStoreInputError(f"k must be >= 0, got {k}")
-        matrix = to_matrix(queries, device=self._device, dim=self.dim)
-        if self._index is None or self._index.ntotal == 0 or k == 0:
-            return [[] for _ in range(matrix.shape[0])]
-        if self._normalize_L2 or self._metric == "cosine":
-            matrix = l2_normalize(matrix)
-        result = self._index.search(matrix, k, self._mask(node))
-        rows, scores = result.rows.tolist(), result.scores.tolist()
-        return [[(r, s) for r, s in zip(row_list, score_list, strict=True) if r >= 0]
-                for row_list, score_list in zip(rows, scores, strict=True)]
-
-    def _threshold(self, pairs: ScoredDocs, score_threshold: float | None) -> ScoredDocs:
-        if score_threshold is None:
-            return pairs
-        if self._metric == "ip":
-            return [(d, s) for d, s in pairs if s >= score_threshold]
-        return [(d, s) for d, s in pairs if s <= score_threshold]
+    @property
+    def _normalize_queries(self) -> bool:
+        return self._normalize_L2 or self._metric == "cosine"
 
     def similarity_search_with_score_by_vectors(
         self, embeddings: Any, k: int = 4, filter: FilterSpec | None = None,
@@ -509,20 +268,17 @@ class AscendFAISS(VectorStore):
         Returns:
             One ``[(Document, score), ...]`` list per query.
         """
-        with self._lock:
-            hits = self._search_rows(embeddings, k, filter)
-            out = [[(self._docs[self._row_ids[r]], float(s)) for r, s in pairs] for pairs in hits]
-        threshold = kwargs.get("score_threshold")
-        return [self._threshold(pairs, threshold) for pairs in out]
+        return search.search_by_vectors(
+            self._state, embeddings, k, filter, normalize=self._normalize_queries,
+            metric=self._metric, score_threshold=kwargs.get("score_threshold"))
 
     def similarity_search_with_score_by_vector(
         self, embedding: Any, k: int = 4, filter: FilterSpec | None = None,
         fetch_k: int = 20, **kwargs: Any,
     ) -> ScoredDocs:
         """Documents most similar to a vector, with raw scores (see the class docstring)."""
-        vector = embedding.reshape(1, -1) if hasattr(embedding, "reshape") else [embedding]
-        return self.similarity_search_with_score_by_vectors(vector, k, filter, fetch_k,
-                                                            **kwargs)[0]
+        return self.similarity_search_with_score_by_vectors(search.one_query(embedding), k,
+                                                            filter, fetch_k, **kwargs)[0]
 
     def similarity_search_with_score(
         self, query: str, k: int = 4, filter: FilterSpec | None = None, fetch_k: int = 20,
@@ -530,7 +286,7 @@ class AscendFAISS(VectorStore):
     ) -> ScoredDocs:
         """Documents most similar to a query text, with raw scores."""
         return self.similarity_search_with_score_by_vectors(
-            self._embed_queries([query]), k, filter, fetch_k, **kwargs)[0]
+            embedding_calls.queries(self._embedding, [query]), k, filter, fetch_k, **kwargs)[0]
 
     def similarity_search_by_vector(
         self, embedding: Any, k: int = 4, filter: FilterSpec | None = None,
@@ -556,7 +312,7 @@ class AscendFAISS(VectorStore):
         if not queries:
             return []
         return self.similarity_search_with_score_by_vectors(
-            self._embed_queries(list(queries)), k, filter, fetch_k, **kwargs)
+            embedding_calls.queries(self._embedding, list(queries)), k, filter, fetch_k, **kwargs)
 
     def similarity_search_batch(
         self, queries: Sequence[str], k: int = 4, filter: FilterSpec | None = None,
@@ -598,45 +354,22 @@ class AscendFAISS(VectorStore):
         **kwargs: Any,
     ) -> list[ScoredDocs]:
         """Batch version of ``similarity_search_with_relevance_scores`` (one matmul)."""
-        relevance = self._select_relevance_score_fn()
-        out = []
-        for pairs in self.similarity_search_with_score_batch(queries, k, **kwargs):
-            scored = [(d, relevance(s)) for d, s in pairs]
-            if score_threshold is not None:
-                scored = [(d, s) for d, s in scored if s >= score_threshold]
-            out.append(scored)
-        return out
+        return search.with_relevance(self.similarity_search_with_score_batch(queries, k, **kwargs),
+                                     self._select_relevance_score_fn(), score_threshold)
 
     # ---- MMR -----------------------------------------------------------------------------------
     def _mmr_by_vectors(self, embeddings: Any, k: int, fetch_k: int, lambda_mult: float,
                         filter: FilterSpec | None) -> list[ScoredDocs]:
-        import torch
-
-        from langchain_ascend.index.device_index import to_matrix
-        from langchain_ascend.index.mmr import mmr_select
-
-        with self._lock:
-            queries = to_matrix(embeddings, device=self._device, dim=self.dim)
-            hits = self._search_rows(queries, fetch_k, filter)
-            out: list[ScoredDocs] = []
-            for q, pairs in zip(queries, hits, strict=True):
-                if not pairs or k <= 0:
-                    out.append([])
-                    continue
-                rows = torch.tensor([r for r, _ in pairs], dtype=torch.int64)
-                assert self._index is not None
-                chosen = mmr_select(q, self._index.reconstruct(rows), k, lambda_mult)
-                out.append([(self._docs[self._row_ids[pairs[i][0]]], float(pairs[i][1]))
-                            for i in chosen])
-        return out
+        return search.mmr_by_vectors(self._state, embeddings, k, fetch_k, lambda_mult, filter,
+                                     normalize=self._normalize_queries)
 
     def max_marginal_relevance_search_with_score_by_vector(
         self, embedding: Any, *, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
         filter: FilterSpec | None = None,
     ) -> ScoredDocs:
         """MMR over the ``fetch_k`` best matches (filter applied first), with their scores."""
-        vector = embedding.reshape(1, -1) if hasattr(embedding, "reshape") else [embedding]
-        return self._mmr_by_vectors(vector, k, fetch_k, lambda_mult, filter)[0]
+        return self._mmr_by_vectors(search.one_query(embedding), k, fetch_k, lambda_mult,
+                                    filter)[0]
 
     def max_marginal_relevance_search_by_vector(
         self, embedding: Any, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
@@ -652,7 +385,7 @@ class AscendFAISS(VectorStore):
     ) -> list[Document]:
         """Documents selected by maximal marginal relevance for a query text."""
         return [d for d, _ in self._mmr_by_vectors(
-            self._embed_queries([query]), k, fetch_k, lambda_mult, filter)[0]]
+            embedding_calls.queries(self._embedding, [query]), k, fetch_k, lambda_mult, filter)[0]]
 
     def max_marginal_relevance_search_batch(
         self, queries: Sequence[str], k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
@@ -662,7 +395,7 @@ class AscendFAISS(VectorStore):
         if not queries:
             return []
         return [[d for d, _ in pairs] for pairs in self._mmr_by_vectors(
-            self._embed_queries(list(queries)), k, fetch_k, lambda_mult, filter)]
+            embedding_calls.queries(self._embedding, list(queries)), k, fetch_k, lambda_mult, filter)]
 
     # ---- async search -------------------------------------------------------------------------
     async def asimilarity_search_with_score_by_vector(
@@ -678,7 +411,7 @@ class AscendFAISS(VectorStore):
         **kwargs: Any,
     ) -> ScoredDocs:
         """Async :meth:`similarity_search_with_score` (embedding awaited)."""
-        vectors = await self._aembed_queries([query])
+        vectors = await embedding_calls.aqueries(self._embedding, [query])
         return (await run_in_executor(None, lambda: self.similarity_search_with_score_by_vectors(
             vectors, k, filter, fetch_k, **kwargs)))[0]
 
@@ -705,7 +438,7 @@ class AscendFAISS(VectorStore):
         """Async :meth:`similarity_search_with_score_batch`."""
         if not queries:
             return []
-        vectors = await self._aembed_queries(list(queries))
+        vectors = await embedding_calls.aqueries(self._embedding, list(queries))
         return await run_in_executor(None, lambda: self.similarity_search_with_score_by_vectors(
             vectors, k, filter, fetch_k, **kwargs))
 
@@ -739,7 +472,7 @@ class AscendFAISS(VectorStore):
         filter: FilterSpec | None = None, **kwargs: Any,
     ) -> list[Document]:
         """Async :meth:`max_marginal_relevance_search` (embedding awaited)."""
-        vectors = await self._aembed_queries([query])
+        vectors = await embedding_calls.aqueries(self._embedding, [query])
         pairs = await run_in_executor(
             None, lambda: self._mmr_by_vectors(vectors, k, fetch_k, lambda_mult, filter))
         return [d for d, _ in pairs[0]]
@@ -751,7 +484,7 @@ class AscendFAISS(VectorStore):
         """Async :meth:`max_marginal_relevance_search_batch`."""
         if not queries:
             return []
-        vectors = await self._aembed_queries(list(queries))
+        vectors = await embedding_calls.aqueries(self._embedding, list(queries))
         results = await run_in_executor(
             None, lambda: self._mmr_by_vectors(vectors, k, fetch_k, lambda_mult, filter))
         return [[d for d, _ in pairs] for pairs in results]
@@ -761,14 +494,9 @@ class AscendFAISS(VectorStore):
         **kwargs: Any,
     ) -> list[ScoredDocs]:
         """Async :meth:`similarity_search_with_relevance_scores_batch`."""
-        relevance = self._select_relevance_score_fn()
-        out = []
-        for pairs in await self.asimilarity_search_with_score_batch(queries, k, **kwargs):
-            scored = [(d, relevance(s)) for d, s in pairs]
-            if score_threshold is not None:
-                scored = [(d, s) for d, s in scored if s >= score_threshold]
-            out.append(scored)
-        return out
+        return search.with_relevance(
+            await self.asimilarity_search_with_score_batch(queries, k, **kwargs),
+            self._select_relevance_score_fn(), score_threshold)
 
     # ---- merge ---------------------------------------------------------------------------------
     def merge_from(self, target: Any) -> None:
@@ -778,53 +506,18 @@ class AscendFAISS(VectorStore):
             VectorStoreInputError: Ids present in both stores, or different strategies.
             EmbeddingDimensionError: Different vector dimensions.
         """
-        import torch
+        from langchain_ascend.index.store_io import merge_input
 
-        from langchain_ascend.index.store_io import read_foreign_store
-
-        if isinstance(target, AscendFAISS):
-            with target._lock:
-                ids = list(target._row_ids)
-                docs = [target._docs[i] for i in ids]
-                vectors = (target._index.reconstruct(torch.arange(len(ids)))
-                           if target._index is not None and ids else None)
-                strategy = target.distance_strategy
-        else:
-            ids, docs, vectors, strategy = read_foreign_store(target)
-        if as_strategy(strategy) != self.distance_strategy:
-            raise VectorStoreInputError(
-                f"cannot merge a {as_strategy(strategy).value} store into a "
-                f"{self.distance_strategy.value} store")
+        ids, docs, vectors = merge_input(target, self.distance_strategy, self.dim)
         if not ids:
             return
-        assert vectors is not None
-        if self.dim is not None and vectors.shape[1] != self.dim:
-            raise EmbeddingDimensionError(
-                f"cannot merge vectors of dimension {vectors.shape[1]} into an index of "
-                f"dimension {self.dim}")
-        with self._lock:
-            clash = sorted(set(ids) & set(self._id_to_row))
+        with self._state.lock:
+            clash = sorted(set(ids) & set(self._state.id_to_row))
             if clash:
                 raise VectorStoreInputError(f"ids present in both stores: {clash[:10]}")
             self._add([d.page_content for d in docs], vectors, [d.metadata for d in docs], ids)
 
     # ---- persistence ---------------------------------------------------------------------------
-    def _config(self) -> dict[str, Any]:
-        index = self._index
-        config: dict[str, Any] = {
-            "distance_strategy": self.distance_strategy.value,
-            "normalize_L2": self._normalize_L2,
-            "index_type": self._index_type,
-            "dtype": str(self._dtype).removeprefix("torch."),
-            "dim": self.dim,
-            "num_vectors": len(self._row_ids),
-            "nlist": self._nlist,
-            "nprobe": self._nprobe,
-            "faiss_factory": getattr(index, "factory", None) or self._faiss_factory,
-            "ivf_min_train_size": self._ivf_min_train_size,
-        }
-        return config
-
     def save_local(self, folder_path: str | Path, index_name: str = "index") -> None:
         """Save to ``folder_path`` atomically (safetensors + JSON with checksums; no pickle).
 
@@ -837,9 +530,11 @@ class AscendFAISS(VectorStore):
         from langchain_ascend.index.persistence import save_folder
         from langchain_ascend.index.store_io import snapshot
 
-        with self._lock:
-            documents = [self._docs[i] for i in self._row_ids]
-            saved = snapshot(self._index, documents, self._config())
+        state = self._state
+        with state.lock:
+            saved = snapshot(state.index, state.documents(), self._options.saved_config(
+                state.index, distance_strategy=self.distance_strategy.value,
+                normalize_L2=self._normalize_L2, num_vectors=len(state.row_ids)))
         save_folder(Path(folder_path), index_name, saved)
 
     @classmethod
@@ -864,71 +559,26 @@ class AscendFAISS(VectorStore):
             ChecksumMismatchError: A file changed since it was saved.
             UnsafeDeserializationError: An lc folder without the flag.
         """
-        from langchain_ascend.index.faiss_io import read_langchain_folder
         from langchain_ascend.index.persistence import has_saved_index, load_folder
+        from langchain_ascend.index.store_io import read_lc_folder
 
         folder = Path(folder_path)
         if has_saved_index(folder, index_name):
             return cls._from_saved(load_folder(folder, index_name), embeddings, **kwargs)
-        pkl = folder / f"{index_name}.pkl"
-        if pkl.exists() or (folder / f"{index_name}.faiss").exists():
-            if not allow_dangerous_deserialization:
-                raise UnsafeDeserializationError(_DANGEROUS_MESSAGE.format(path=pkl))
-            index, docstore, mapping = read_langchain_folder(folder, index_name)
-            if "distance_strategy" not in kwargs:
-                from langchain_ascend.index.faiss_io import metric_of
-
-                kwargs["distance_strategy"] = (DistanceStrategy.MAX_INNER_PRODUCT
-                                               if metric_of(index) == "ip"
-                                               else DistanceStrategy.EUCLIDEAN_DISTANCE)
-            return cls(embeddings, index, docstore, mapping, **kwargs)
+        lc_parts = read_lc_folder(folder, index_name, allow_dangerous_deserialization, kwargs)
+        if lc_parts is not None:
+            return cls(embeddings, *lc_parts, **kwargs)
         raise IndexFormatError(f"no saved index named {index_name!r} in {folder}")
 
     @classmethod
     def _from_saved(cls, saved: Any, embeddings: Embeddings | None,
                     **kwargs: Any) -> AscendFAISS:
-        from langchain_ascend.index.store_io import restore_index
+        from langchain_ascend.index.store_io import options_from_config, restore_state
 
-        config = saved.config
-        try:
-            strategy = as_strategy(config["distance_strategy"])
-            options = {
-                "normalize_L2": bool(config["normalize_L2"]),
-                "distance_strategy": strategy,
-                "index_type": config["index_type"],
-                "dtype": config.get("dtype", "float32"),
-                "nlist": config.get("nlist"),
-                "nprobe": config.get("nprobe"),
-                "faiss_factory": config.get("faiss_factory") or "Flat",
-                "ivf_min_train_size": config.get("ivf_min_train_size"),
-            }
-            dim, count = config["dim"], int(config["num_vectors"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise IndexFormatError(f"saved index config is incomplete: {exc}") from exc
-        if "distance_strategy" in kwargs and as_strategy(kwargs["distance_strategy"]) != strategy:
-            raise VectorStoreInputError(
-                f"the saved index uses {strategy.value}; it cannot be loaded as "
-                f"{as_strategy(kwargs['distance_strategy']).value}")
-        options.update(kwargs)
+        options, count, dim = options_from_config(saved.config, kwargs)
         store = cls(embeddings, **options)
-        if len(saved.documents) != count:
-            raise IndexFormatError(
-                f"docstore.json holds {len(saved.documents)} documents, expected {count}")
-        if count == 0:
-            return store
-        index = restore_index(saved, store._new_index, metric=store._metric,
-                              device=store._device, factory=options["faiss_factory"],
-                              count=count, dim=dim, index_type=store._index_type)
-        if index.ntotal != count:
-            raise IndexFormatError(f"index holds {index.ntotal} vectors, expected {count}")
-        ids = [row["id"] for row in saved.documents]
-        if len(set(ids)) != len(ids):
-            raise IndexFormatError("docstore.json repeats a document id")
-        store._index = index
-        store._row_ids = ids
-        store._id_to_row = {doc_id: row for row, doc_id in enumerate(ids)}
-        store._docs = {row["id"]: Document(id=row["id"], page_content=row["page_content"],
-                                           metadata=row["metadata"]) for row in saved.documents}
+        restore_state(saved, store._state, store._options, factory=options["faiss_factory"],
+                      count=count, dim=dim)
         return store
 
     def serialize_to_bytes(self) -> bytes:
@@ -950,17 +600,13 @@ class AscendFAISS(VectorStore):
                 without the flag; with it, they are loaded as lc does).
             IndexFormatError: The bytes are neither format.
         """
-        from langchain_ascend.index.store_io import extract_tar
+        from langchain_ascend.index.store_io import extract_tar, read_lc_pickle
 
         if not serialized.startswith(b"\x80"):
             with tempfile.TemporaryDirectory() as tmp:
                 extract_tar(serialized, Path(tmp))
                 return cls.load_local(tmp, embeddings, **kwargs)
-        if not allow_dangerous_deserialization:
-            raise UnsafeDeserializationError(_DANGEROUS_MESSAGE.format(path="the given bytes"))
-        import pickle
-
-        index, docstore, mapping = pickle.loads(serialized)  # noqa: S301 - explicit opt-in
+        index, docstore, mapping = read_lc_pickle(serialized, allow_dangerous_deserialization)
         return cls(embeddings, index, docstore, mapping, **kwargs)
 
     # ---- constructors --------------------------------------------------------------------------
@@ -976,7 +622,7 @@ class AscendFAISS(VectorStore):
         texts = list(texts)
         _require_texts(texts)
         store = cls(embedding, **kwargs)
-        store._add(texts, store._embed_documents(texts), metadatas, ids)
+        store._add(texts, embedding_calls.documents(store._embedding, texts), metadatas, ids)
         return store
 
     @classmethod
@@ -987,7 +633,7 @@ class AscendFAISS(VectorStore):
         texts = list(texts)
         _require_texts(texts)
         store = cls(embedding, **kwargs)
-        vectors = await store._aembed_documents(texts)
+        vectors = await embedding_calls.adocuments(store._embedding, texts)
         await run_in_executor(None, store._add, texts, vectors, metadatas, ids)
         return store
 
@@ -1028,90 +674,3 @@ def _require_texts(texts: Sequence[Any]) -> None:
         raise VectorStoreInputError(
             "cannot build a store from no texts (the dimension is unknown); start an empty "
             "store with AscendFAISS(embedding=...) and add texts later")
-
-
-_PRECOMPUTED: contextvars.ContextVar[dict[str, list[Document]] | None] = contextvars.ContextVar(
-    "langchain_ascend_precomputed_retrievals", default=None)
-
-
-class AscendFAISSRetriever(VectorStoreRetriever):
-    """``VectorStoreRetriever`` whose ``batch``/``abatch`` search all queries in one call.
-
-    Callbacks, tags and ``return_exceptions`` behave as in the base class: the results of
-    the one batched search are handed to the per-query runs. If the batched search fails,
-    each query runs on its own and reports its own error.
-    """
-
-    def _search_all(self, queries: list[str]) -> list[list[Document]]:
-        store = self.vectorstore
-        assert isinstance(store, AscendFAISS)
-        kwargs = dict(self.search_kwargs)
-        if self.search_type == "similarity":
-            return store.similarity_search_batch(queries, **kwargs)
-        if self.search_type == "similarity_score_threshold":
-            return [[d for d, _ in pairs] for pairs in
-                    store.similarity_search_with_relevance_scores_batch(queries, **kwargs)]
-        return store.max_marginal_relevance_search_batch(queries, **kwargs)
-
-    async def _asearch_all(self, queries: list[str]) -> list[list[Document]]:
-        store = self.vectorstore
-        assert isinstance(store, AscendFAISS)
-        kwargs = dict(self.search_kwargs)
-        if self.search_type == "similarity":
-            return await store.asimilarity_search_batch(queries, **kwargs)
-        if self.search_type == "similarity_score_threshold":
-            return [[d for d, _ in pairs] for pairs in
-                    await store.asimilarity_search_with_relevance_scores_batch(queries, **kwargs)]
-        return await store.amax_marginal_relevance_search_batch(queries, **kwargs)
-
-    @staticmethod
-    def _batchable(inputs: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-        return len(inputs) > 1 and not kwargs and all(isinstance(q, str) for q in inputs)
-
-    def batch(self, inputs: list[str], config: RunnableConfig | list[RunnableConfig] | None = None,
-              *, return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
-        """Retrieve for several queries with one batched search (see the class docstring)."""
-        precomputed = None
-        if self._batchable(inputs, kwargs):
-            try:
-                precomputed = dict(zip(inputs, self._search_all(list(inputs)), strict=True))
-            except Exception:  # noqa: BLE001 - each query then reports its own error
-                logger.debug("batched retrieval failed; retrieving one by one", exc_info=True)
-        token = _PRECOMPUTED.set(precomputed)
-        try:
-            return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
-        finally:
-            _PRECOMPUTED.reset(token)
-
-    async def abatch(self, inputs: list[str],
-                     config: RunnableConfig | list[RunnableConfig] | None = None,
-                     *, return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
-        """Async :meth:`batch`."""
-        precomputed = None
-        if self._batchable(inputs, kwargs):
-            try:
-                precomputed = dict(zip(inputs, await self._asearch_all(list(inputs)),
-                                             strict=True))
-            except Exception:  # noqa: BLE001 - each query then reports its own error
-                logger.debug("batched retrieval failed; retrieving one by one", exc_info=True)
-        token = _PRECOMPUTED.set(precomputed)
-        try:
-            return await super().abatch(inputs, config, return_exceptions=return_exceptions,
-                                        **kwargs)
-        finally:
-            _PRECOMPUTED.reset(token)
-
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
-                                **kwargs: Any) -> list[Document]:
-        precomputed = _PRECOMPUTED.get()
-        if precomputed is not None and not kwargs and query in precomputed:
-            return list(precomputed[query])
-        return super()._get_relevant_documents(query, run_manager=run_manager, **kwargs)
-
-    async def _aget_relevant_documents(self, query: str, *,
-                                       run_manager: AsyncCallbackManagerForRetrieverRun,
-                                       **kwargs: Any) -> list[Document]:
-        precomputed = _PRECOMPUTED.get()
-        if precomputed is not None and not kwargs and query in precomputed:
-            return list(precomputed[query])
-        return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)

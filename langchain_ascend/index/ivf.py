@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from langchain_ascend.index.checks import check_number
 from langchain_ascend.index.device_index import (
     FlatIndex,
     SearchResult,
@@ -144,10 +145,8 @@ class IVFIndex(FlatIndex):
                  min_train_size: int | None = None, kmeans_iters: int = 12,
                  seed: int = 0) -> None:
         super().__init__(dim, metric, device=device, dtype=dtype)
-        if nlist is not None and nlist < 1:
-            raise ValueError(f"nlist must be >= 1, got {nlist}")
-        if nprobe is not None and nprobe < 1:
-            raise ValueError(f"nprobe must be >= 1, got {nprobe}")
+        check_number("nlist", nlist, minimum=1, allow_none=True, integer=True)
+        check_number("nprobe", nprobe, minimum=1, allow_none=True, integer=True)
         self.nlist_setting = nlist
         self.nprobe_setting = nprobe
         self.min_train_size = min_train_size
@@ -182,8 +181,7 @@ class IVFIndex(FlatIndex):
 
     @nprobe.setter
     def nprobe(self, value: int) -> None:
-        if value < 1:
-            raise ValueError(f"nprobe must be >= 1, got {value}")
+        check_number("nprobe", value, minimum=1, integer=True)
         self.nprobe_setting = int(value)
 
     def _train_threshold(self) -> int:

@@ -1,0 +1,220 @@
+"""The in-memory state of a vector store: its index, documents and row <-> id bookkeeping.
+
+:class:`IndexOptions` says which index a store builds (and what a save records about it);
+:class:`StoreState` holds the index, the documents by id, the id of every row and the filter
+columns, and keeps them in step under one lock: writes upsert by id, deletes compact the rows.
+:func:`validated_rows` checks a write's metadatas and ids before anything changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.documents import Document
+
+from langchain_ascend.errors import VectorStoreInputError
+from langchain_ascend.index.filters import MetadataColumns, Node
+
+if TYPE_CHECKING:
+    import torch
+
+    from langchain_ascend.index.device_index import FlatIndex
+    from langchain_ascend.index.faiss_io import FaissIndex
+
+INDEX_TYPES = ("flat", "ivf", "faiss")
+
+
+@dataclass
+class IndexOptions:
+    """Which index a store builds on its first write (``index_type`` may become ``"faiss"``
+    when a store adopts a non-flat faiss index)."""
+
+    index_type: str
+    metric: str
+    device: Any
+    dtype: Any
+    nlist: int | None
+    nprobe: int | None
+    faiss_factory: str
+    ivf_min_train_size: int | None
+
+    def new_index(self, dim: int) -> FlatIndex | FaissIndex:
+        """An empty index of the configured kind for ``dim``-dimensional vectors."""
+        from langchain_ascend.index.device_index import FlatIndex
+        from langchain_ascend.index.faiss_io import FaissIndex
+        from langchain_ascend.index.ivf import IVFIndex
+
+        if self.index_type == "ivf":
+            return IVFIndex(dim, self.metric, device=self.device, dtype=self.dtype,
+                            nlist=self.nlist, nprobe=self.nprobe,
+                            min_train_size=self.ivf_min_train_size)
+        if self.index_type == "faiss":
+            return FaissIndex.create(self.faiss_factory, dim, self.metric, device=self.device,
+                                     nprobe=self.nprobe)
+        return FlatIndex(dim, self.metric, device=self.device, dtype=self.dtype)
+
+    def saved_config(self, index: Any, *, distance_strategy: str, normalize_L2: bool,  # noqa: N803
+                     num_vectors: int) -> dict[str, Any]:
+        """The ``config`` a save records (read back by ``store_io.options_from_config``)."""
+        return {
+            "distance_strategy": distance_strategy,
+            "normalize_L2": normalize_L2,
+            "index_type": self.index_type,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "dim": None if index is None else index.dim,
+            "num_vectors": num_vectors,
+            "nlist": self.nlist,
+            "nprobe": self.nprobe,
+            "faiss_factory": getattr(index, "factory", None) or self.faiss_factory,
+            "ivf_min_train_size": self.ivf_min_train_size,
+        }
+
+
+def validated_rows(texts: list[str], metadatas: Any,
+                   ids: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """Final ids (a uuid4 for each missing one) and metadata dicts of a write.
+
+    Raises:
+        VectorStoreInputError: Lengths differ, a metadata is not a mapping, or ids repeat.
+    """
+    count = len(texts)
+    metas = [{} for _ in range(count)] if metadatas is None else list(metadatas)
+    if len(metas) != count:
+        raise VectorStoreInputError(
+            f"texts and metadatas expected to be equal length but len(texts)={count} and "
+            f"len(metadatas)={len(metas)}")
+    for i, meta in enumerate(metas):
+        if meta is not None and not isinstance(meta, Mapping):
+            raise VectorStoreInputError(
+                f"metadata at position {i} must be a dict, got {type(meta).__name__}")
+    id_list = [None] * count if ids is None else list(ids)
+    if len(id_list) != count:
+        raise VectorStoreInputError(
+            f"texts and ids expected to be equal length but len(texts)={count} and "
+            f"len(ids)={len(id_list)}")
+    final_ids = [str(uuid.uuid4()) if i is None else str(i) for i in id_list]
+    if len(set(final_ids)) != count:
+        dupes = sorted(i for i, n in Counter(final_ids).items() if n > 1)
+        raise VectorStoreInputError(f"Duplicate ids found in the ids list: {dupes}")
+    return final_ids, [dict(m or {}) for m in metas]
+
+
+class StoreState:
+    """Index, documents, row ids and filter columns of one store, changed under ``lock``.
+
+    Row ``r`` of the index holds the vector of document ``row_ids[r]``; ``id_to_row`` is the
+    inverse. The filter columns are built on the first filtered search after a write.
+    """
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.index: FlatIndex | FaissIndex | None = None
+        self.docs: dict[str, Document] = {}
+        self.row_ids: list[str] = []
+        self.id_to_row: dict[str, int] = {}
+        self.columns: MetadataColumns | None = None
+        self.lock = threading.RLock()
+
+    @property
+    def dim(self) -> int | None:
+        """Vector dimension (None before the first write)."""
+        return None if self.index is None else self.index.dim
+
+    def install(self, index: FlatIndex | FaissIndex, ids: list[str],
+                docs: dict[str, Document]) -> None:
+        """Take over a populated index whose row ``r`` holds ``docs[ids[r]]``."""
+        self.index = index
+        self.row_ids = ids
+        self.id_to_row = {doc_id: row for row, doc_id in enumerate(ids)}
+        self.docs = docs
+        self.columns = None
+
+    def upsert(self, final_ids: list[str], docs: Sequence[Document], matrix: torch.Tensor,
+               new_index: Callable[[int], FlatIndex | FaissIndex]) -> None:
+        """Write validated rows: a flat index overwrites known ids in place, other indexes
+        add the new vectors and then drop the stale rows."""
+        import torch
+
+        from langchain_ascend.index.device_index import FlatIndex
+
+        with self.lock:
+            index = self.index if self.index is not None else new_index(int(matrix.shape[1]))
+            existing = [j for j, i in enumerate(final_ids) if i in self.id_to_row]
+            if existing and isinstance(index, FlatIndex):  # in-place upsert on the device
+                rows = torch.tensor([self.id_to_row[final_ids[j]] for j in existing])
+                positions = torch.tensor(existing, device=matrix.device)
+                index.update(rows, matrix.index_select(0, positions))
+                fresh = [j for j, i in enumerate(final_ids) if i not in self.id_to_row]
+                stale_rows: list[int] = []
+            else:
+                fresh = list(range(len(final_ids)))
+                stale_rows = [self.id_to_row[final_ids[j]] for j in existing]
+            if fresh:
+                positions = torch.tensor(fresh, device=matrix.device)
+                index.add(matrix if len(fresh) == len(final_ids)
+                          else matrix.index_select(0, positions))
+            self.index = index
+            self.row_ids.extend(final_ids[j] for j in fresh)
+            if stale_rows:
+                self.remove_rows(stale_rows)
+            else:
+                for j in fresh:
+                    self.id_to_row[final_ids[j]] = len(self.id_to_row)
+            self.docs.update(zip(final_ids, docs, strict=True))
+            self.columns = None
+
+    def remove_rows(self, rows: Sequence[int]) -> None:
+        """Delete rows from the index and the row list; rebuild the id -> row map."""
+        import torch
+
+        assert self.index is not None
+        drop = sorted(set(rows))
+        self.index.remove(torch.tensor(drop, dtype=torch.int64))
+        dropped = set(drop)
+        self.row_ids = [doc_id for row, doc_id in enumerate(self.row_ids) if row not in dropped]
+        self.id_to_row = {doc_id: row for row, doc_id in enumerate(self.row_ids)}
+        self.columns = None
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Delete documents by id; unknown ids are ignored."""
+        ids = list(ids)
+        with self.lock:
+            rows = [self.id_to_row[i] for i in set(ids) if i in self.id_to_row]
+            if rows:
+                self.remove_rows(rows)
+            for doc_id in ids:
+                self.docs.pop(doc_id, None)
+
+    def get_by_ids(self, ids: Sequence[str]) -> list[Document]:
+        """Documents for the ids that exist, in the order asked."""
+        with self.lock:
+            return [self.docs[i] for i in ids if i in self.docs]
+
+    def documents(self) -> list[Document]:
+        """Documents in row order; caller holds the lock."""
+        return [self.docs[i] for i in self.row_ids]
+
+    def export(self) -> tuple[list[str], list[Document], torch.Tensor | None]:
+        """Ids, documents and (N, D) vectors in row order (for a merge into another store)."""
+        import torch
+
+        with self.lock:
+            ids = list(self.row_ids)
+            docs = [self.docs[i] for i in ids]
+            vectors = (self.index.reconstruct(torch.arange(len(ids)))
+                       if self.index is not None and ids else None)
+        return ids, docs, vectors
+
+    def mask(self, node: Node | None) -> torch.Tensor | None:
+        """(N,) device mask of the rows a parsed filter keeps; caller holds the lock."""
+        if node is None:
+            return None
+        if self.columns is None:
+            self.columns = MetadataColumns([self.docs[i].metadata for i in self.row_ids],
+                                           self.device)
+        return self.columns.mask(node)
