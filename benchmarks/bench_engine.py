@@ -104,7 +104,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from langchain_ascend.engine.engine import LLMEngine
+    from langchain_ascend.engine.llm_engine import LLMEngine
     from langchain_ascend.platform import resolve_device, resolve_dtype
     from langchain_ascend.testing import build_model
 

@@ -373,7 +373,7 @@ class AscendChatModel(BaseChatModel):
             engine = self._engines.get(name)
             if engine is not None and not engine.is_closed:
                 return engine
-        from langchain_ascend.engine.engine import get_engine
+        from langchain_ascend.engine.registry import get_engine
 
         engine_kwargs: dict[str, Any] = {
             "enable_prefix_caching": self.enable_prefix_caching,
@@ -904,19 +904,9 @@ def _generation_defaults(engine: Any) -> dict[str, Any]:
         cached = _GENERATION_DEFAULTS.get(key)
     if cached is not None:
         return cached
-    defaults: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
-    try:
-        from transformers import GenerationConfig
+    from langchain_ascend.engine.hf_config import generation_defaults
 
-        config = GenerationConfig.from_pretrained(key)
-    except (OSError, ValueError):
-        config = None
-    if config is not None and getattr(config, "do_sample", False):
-        defaults = {
-            "temperature": float(config.temperature if config.temperature is not None else 1.0),
-            "top_p": float(config.top_p if config.top_p is not None else 1.0),
-            "top_k": int(config.top_k or 0),
-        }
+    defaults = generation_defaults(key)
     with _GENERATION_DEFAULTS_LOCK:
         _GENERATION_DEFAULTS[key] = defaults
     return defaults

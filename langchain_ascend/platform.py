@@ -162,6 +162,17 @@ def device_type(device: torch.device | str) -> str:
     return str(device).split(":")[0]
 
 
+def callers_drive_steps(device: Any) -> bool:
+    """Whether a thread blocked on its own request runs the engine's steps itself (the CPU)
+    rather than leaving them to the engine's loop thread (accelerators).
+
+    On the CPU torch's kernels run on a per-thread OpenMP pool; more pool threads than cores
+    make every pool sleep between parallel regions, so the steps run on the caller's pool.
+    ``device`` is a ``torch.device`` (anything with a ``type``).
+    """
+    return getattr(device, "type", None) == "cpu"
+
+
 def _backend_module(device: torch.device) -> Any:
     torch = _import_torch()
     kind = device_type(device)

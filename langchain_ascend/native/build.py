@@ -8,7 +8,7 @@ callers keep their torch path:
 * torch runs its CPU kernels on libgomp (OpenMP), already loaded in this process: the kernel
   is linked against THAT file, so its ``#pragma omp`` regions use the same per-thread pools
   as torch's ops. A second OpenMP runtime would add a second pool of busy threads, which on
-  a 2-core host slows every op (see ``engine.engine``);
+  a 2-core host slows every op (see ``engine.driver``);
 * a C compiler (``$CC``, ``cc``, ``gcc`` or ``clang``) is there;
 * ``LANGCHAIN_ASCEND_NATIVE`` is not ``0``.
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from langchain_ascend.engine.core.sampling_params import SamplingParams  # noqa: E402
-from langchain_ascend.engine.engine import LLMEngine  # noqa: E402
+from langchain_ascend.engine.llm_engine import LLMEngine  # noqa: E402
 from langchain_ascend.testing import accelerator_params  # noqa: E402
 
 DEVICES = accelerator_params()

@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from langchain_ascend.engine import LLMEngine, get_engine  # noqa: E402
 from langchain_ascend.engine.core.sampling_params import SamplingParams  # noqa: E402
-from langchain_ascend.engine.engine import LLMEngine, get_engine  # noqa: E402
 from langchain_ascend.errors import (  # noqa: E402
     DeviceUnavailableError,
     InvalidRequestError,

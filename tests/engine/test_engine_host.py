@@ -19,7 +19,7 @@ import pytest
 
 from langchain_ascend.engine.core.batch import ScheduledBatch
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.engine import LLMEngine
+from langchain_ascend.engine.llm_engine import LLMEngine
 from langchain_ascend.errors import (
     EngineClosedError,
     EngineStepError,
@@ -124,7 +124,7 @@ class FakeDevice:
 
 
 # Who runs the steps: "loop" - the background loop thread (accelerators); "caller" - on a CPU
-# device a thread blocked in generate() drives the steps itself (see engine.py's docstring).
+# device a thread blocked in generate() drives the steps itself (see engine/driver.py's docstring).
 DRIVERS = {"loop": "fake", "caller": "cpu"}
 
 

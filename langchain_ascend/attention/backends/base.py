@@ -22,6 +22,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from langchain_ascend.engine.core.util import cdiv
+
 if TYPE_CHECKING:
     import torch
 
@@ -73,7 +75,7 @@ class BatchLayout:
 
 def num_blocks_for(num_tokens: int, block_size: int) -> int:
     """Blocks needed to hold ``num_tokens`` slots."""
-    return -(-num_tokens // block_size)
+    return cdiv(num_tokens, block_size)
 
 
 class AttentionBackend(ABC):

@@ -23,10 +23,7 @@ from langchain_ascend.engine.core.block_pool import (
     hash_block_tokens,
 )
 from langchain_ascend.engine.core.request import Request
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from langchain_ascend.engine.core.util import cdiv
 
 
 class KVCacheManager:

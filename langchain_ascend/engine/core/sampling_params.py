@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from langchain_ascend.engine.core.util import check_positive
 from langchain_ascend.errors import InvalidRequestError
 
 
@@ -56,8 +57,7 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise :class:`InvalidRequestError` naming the first bad field."""
-        if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
-            raise InvalidRequestError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        check_positive(allow_none=False, max_tokens=self.max_tokens)
         if self.temperature < 0:
             raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:

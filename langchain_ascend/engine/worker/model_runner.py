@@ -22,6 +22,7 @@ from langchain_ascend import platform
 from langchain_ascend.attention import registry
 from langchain_ascend.attention.backends import backend_name_for, get_backend_class
 from langchain_ascend.attention.backends.base import BatchLayout
+from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
@@ -37,20 +38,6 @@ if TYPE_CHECKING:
     import torch
 
 logger = logging.getLogger(__name__)
-
-
-def _text_config(config: Any) -> Any:
-    getter = getattr(config, "get_text_config", None)
-    return getter() if callable(getter) else config
-
-
-def attention_geometry(config: Any) -> tuple[int, int, int, int]:
-    """``(num_layers, num_heads, num_kv_heads, head_dim)`` of a decoder-only HF config."""
-    text = _text_config(config)
-    num_heads = text.num_attention_heads
-    num_kv_heads = getattr(text, "num_key_value_heads", None) or num_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // num_heads
-    return text.num_hidden_layers, num_heads, num_kv_heads, head_dim
 
 
 def build_layout(segments: Sequence[ScheduledSegment], block_size: int,
@@ -106,7 +93,7 @@ def build_layout(segments: Sequence[ScheduledSegment], block_size: int,
 
 def _without_autocast(device_type: str) -> contextlib.AbstractContextManager[object]:
     """The model runs in its own dtype even when the calling thread has autocast on (on the
-    CPU a synchronous caller's thread runs the steps itself, see ``engine.engine``)."""
+    CPU a synchronous caller's thread runs the steps itself, see ``engine.driver``)."""
     import torch
 
     try:
@@ -149,9 +136,8 @@ class ModelRunner:
         self.block_size = kv_cache.block_size
         self.num_blocks = kv_cache.num_blocks - 1  # the last block is scratch (warmup, padding)
         self.scratch_block_id = kv_cache.num_blocks - 1
-        text = _text_config(self.config)
-        self.max_model_len = int(getattr(text, "max_position_embeddings", 0) or 0) or 2**31 - 1
-        self.vocab_size = int(text.vocab_size)
+        self.max_model_len = hf_config.max_position_embeddings(self.config)
+        self.vocab_size = int(hf_config.text_config(self.config).vocab_size)
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_batch_size = max_batch_size
         self.sampler = Sampler(self.device)
@@ -219,7 +205,7 @@ class ModelRunner:
             fuse_projections(model)
         apply_layout(model, layout)
         fuse_rms_norms(model)
-        num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(model.config)
+        num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))
         backend = backend_cls(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,

@@ -1,0 +1,81 @@
+"""What the engine reads from a Hugging Face model's configuration, read in one place.
+
+``config.json`` arrives as the loaded model's ``config`` (multimodal configs nest the decoder's
+as ``get_text_config()``); ``generation_config.json`` is read from the model folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def text_config(config: Any) -> Any:
+    """The decoder's config: ``config.get_text_config()`` where it exists, else ``config``."""
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def vocab_size(config: Any) -> int | None:
+    """The vocabulary size, or None where the config does not say."""
+    size = getattr(config, "vocab_size", None)
+    if size is None:
+        size = getattr(text_config(config), "vocab_size", None)
+    return int(size) if size else None
+
+
+def max_position_embeddings(config: Any) -> int:
+    """The longest context the model supports (``2**31 - 1`` where the config has none)."""
+    return int(getattr(text_config(config), "max_position_embeddings", 0) or 0) or 2**31 - 1
+
+
+def attention_geometry(config: Any) -> tuple[int, int, int, int]:
+    """``(num_layers, num_heads, num_kv_heads, head_dim)`` of a decoder-only HF config."""
+    text = text_config(config)
+    num_heads = text.num_attention_heads
+    num_kv_heads = getattr(text, "num_key_value_heads", None) or num_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // num_heads
+    return text.num_hidden_layers, num_heads, num_kv_heads, head_dim
+
+
+def generation_config(model_path: str) -> Any:
+    """The folder's ``generation_config.json`` as a ``GenerationConfig``, or None without one."""
+    try:
+        from transformers import GenerationConfig
+
+        return GenerationConfig.from_pretrained(model_path)
+    except (OSError, ValueError):
+        return None
+
+
+def _as_id_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+def default_eos_token_ids(model_path: str, config: Any, tokenizer: Any) -> list[int]:
+    """EOS ids of a model: ``generation_config.json``'s ``eos_token_id`` (int or list; the
+    model config's when that file is missing) plus the tokenizer's EOS token."""
+    ids: list[int] = []
+    generation = generation_config(model_path)
+    if generation is not None:
+        ids += _as_id_list(generation.eos_token_id)
+    else:
+        ids += _as_id_list(getattr(text_config(config), "eos_token_id", None))
+    ids += _as_id_list(getattr(tokenizer, "eos_token_id", None))
+    return list(dict.fromkeys(ids))
+
+
+def generation_defaults(model_path: str) -> dict[str, Any]:
+    """Sampling defaults from ``generation_config.json``: its temperature, top-p and top-k
+    where it samples (``do_sample``), greedy otherwise or without the file."""
+    config = generation_config(model_path)
+    if config is not None and getattr(config, "do_sample", False):
+        return {
+            "temperature": float(config.temperature if config.temperature is not None else 1.0),
+            "top_p": float(config.top_p if config.top_p is not None else 1.0),
+            "top_k": int(config.top_k or 0),
+        }
+    return {"temperature": 0.0, "top_p": 1.0, "top_k": 0}

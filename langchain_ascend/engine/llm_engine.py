@@ -1,0 +1,430 @@
+"""LLMEngine: one model, one paged KV cache, one batch shared by every caller.
+
+Threads and asyncio tasks submit token-id requests (validated here, before anything runs);
+requests join and leave the running batch at every step. Each request's output goes back
+through its own sink (``streams``): a ``queue.Queue`` for threads, an ``asyncio.Queue`` fed
+through ``loop.call_soon_threadsafe`` for coroutines. Who runs the steps, and how their results
+are delivered, is the ``driver``'s part.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_ascend import platform
+from langchain_ascend.engine import hf_config, registry
+from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.core.outputs import EngineStats, RequestOutput, TokenDelta
+from langchain_ascend.engine.core.request import Request
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.core.scheduler import Scheduler
+from langchain_ascend.engine.core.util import check_positive
+from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
+from langchain_ascend.engine.driver import EngineDriver
+from langchain_ascend.engine.streams import (
+    AsyncSink,
+    LazyText,
+    SyncTokenStream,
+    ThreadSink,
+    Tracked,
+)
+from langchain_ascend.errors import (
+    EngineClosedError,
+    InvalidRequestError,
+    PromptTooLongError,
+    RequestAbortedError,
+)
+
+__all__ = ["LLMEngine", "SyncTokenStream"]
+
+
+class LLMEngine(EngineDriver):
+    """A Hugging Face causal LM served with a paged KV cache, prefix caching and continuous
+    batching.
+
+    All public methods are thread-safe; ``agenerate``/``astream`` never block the event loop
+    for longer than a lock hand-over.
+
+    Args:
+        model_path: Folder with the model and its tokenizer.
+        device: ``"auto"``, ``"npu"``, ``"cuda:0"``, ``"cpu"``...
+        dtype: ``"auto"`` or a dtype name.
+        max_context_length: Most tokens (prompt + generated) per request; default the model's
+            ``max_position_embeddings``.
+        block_size: Tokens per KV block; default chosen by the attention backend.
+        num_blocks: KV blocks; default sized from ``kv_cache_memory_fraction``.
+        kv_cache_memory_fraction: Share of free device memory for the KV cache.
+        enable_prefix_caching: Reuse the K/V of shared prompt prefixes across requests.
+        max_batch_size: Most requests in one step.
+        max_num_batched_tokens: Token budget of one step; longer prompts are prefilled in
+            chunks.
+        compile: ``"auto"``, True or False: compile the decode step.
+
+    Example:
+        >>> engine = LLMEngine(path, device="cpu")  # doctest: +SKIP
+        >>> out = engine.generate(engine.tokenizer.encode("Hi"), SamplingParams(max_tokens=8))
+        >>> out.finish_reason, out.stats.num_generated_tokens  # doctest: +SKIP
+        ('length', 8)
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        device: Any = "auto",
+        dtype: Any = "auto",
+        max_context_length: int | None = None,
+        block_size: int | None = None,
+        num_blocks: int | None = None,
+        kv_cache_memory_fraction: float = 0.5,
+        enable_prefix_caching: bool = True,
+        max_batch_size: int = 64,
+        max_num_batched_tokens: int = 2048,
+        compile: bool | str = "auto",
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        from langchain_ascend.engine.worker.model_runner import ModelRunner
+
+        check_positive(max_batch_size=max_batch_size,
+                       max_num_batched_tokens=max_num_batched_tokens,
+                       block_size=block_size, num_blocks=num_blocks,
+                       max_context_length=max_context_length)
+        platform.resolve_device(device)  # an unusable device fails here, before anything loads
+        path = os.fspath(model_path)
+        runner = ModelRunner.load(
+            path, device=str(device), dtype=_dtype_name(dtype), block_size=block_size,
+            num_blocks=num_blocks, kv_cache_memory_fraction=kv_cache_memory_fraction,
+            max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
+            compile=compile,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        self._setup(
+            runner, tokenizer, model_path=path,
+            eos_token_ids=hf_config.default_eos_token_ids(path, runner.config, tokenizer),
+            max_context_length=max_context_length, enable_prefix_caching=enable_prefix_caching,
+            max_batch_size=max_batch_size, max_num_batched_tokens=max_num_batched_tokens,
+        )
+
+    @classmethod
+    def from_runner(
+        cls,
+        runner: Any,
+        tokenizer: Any,
+        *,
+        model_path: str = "",
+        eos_token_ids: Iterable[int] | None = None,
+        max_context_length: int | None = None,
+        enable_prefix_caching: bool = True,
+        max_batch_size: int = 64,
+        max_num_batched_tokens: int = 2048,
+    ) -> LLMEngine:
+        """An engine over an already loaded model runner (anything with the ModelRunner
+        interface: ``block_size``, ``num_blocks``, ``max_model_len``, ``config``, ``device``,
+        ``dtype``, ``execute``, ``release``, ``warmup``)."""
+        check_positive(max_batch_size=max_batch_size,
+                       max_num_batched_tokens=max_num_batched_tokens,
+                       max_context_length=max_context_length)
+        engine = cls.__new__(cls)
+        if eos_token_ids is None:
+            eos_token_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        engine._setup(
+            runner, tokenizer, model_path=model_path, eos_token_ids=eos_token_ids,
+            max_context_length=max_context_length, enable_prefix_caching=enable_prefix_caching,
+            max_batch_size=max_batch_size, max_num_batched_tokens=max_num_batched_tokens,
+        )
+        return engine
+
+    def _setup(
+        self,
+        runner: Any,
+        tokenizer: Any,
+        *,
+        model_path: str,
+        eos_token_ids: Iterable[int],
+        max_context_length: int | None,
+        enable_prefix_caching: bool,
+        max_batch_size: int,
+        max_num_batched_tokens: int,
+    ) -> None:
+        model_max = int(runner.max_model_len)
+        if max_context_length is None:
+            max_context_length = model_max
+        elif max_context_length > model_max:
+            raise InvalidRequestError(
+                f"max_context_length={max_context_length} exceeds the model's "
+                f"max_position_embeddings={model_max}")
+        self.model_path = model_path
+        self.tokenizer = tokenizer
+        self.device = runner.device
+        self.dtype = runner.dtype
+        self.max_context_length = max_context_length
+        self.eos_token_ids: list[int] = list(dict.fromkeys(int(t) for t in eos_token_ids))
+        self.block_size = int(runner.block_size)
+        self.num_blocks = int(runner.num_blocks)
+        self.vocab_size = hf_config.vocab_size(runner.config)
+        self._runner = runner
+        self._kv = KVCacheManager(self.num_blocks, self.block_size,
+                                  enable_prefix_caching=enable_prefix_caching,
+                                  relocate=getattr(runner, "copy_block", None))
+        self._scheduler = Scheduler(
+            self._kv, max_num_batched_tokens=max_num_batched_tokens,
+            max_batch_size=max_batch_size,
+            max_model_len=min(max_context_length, self._kv.capacity_tokens),
+        )
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._runner_lock = threading.Lock()
+        self._tracked = {}
+        self._thread = None
+        self._driver = None  # the loop thread or a caller in generate(), while it drives
+        self._callers_drive = platform.callers_drive_steps(self.device)
+        self._closed = False
+        self._close_reason = ""
+        self._engine_kwargs: dict[str, Any] = {}
+        self._pending_aborts = collections.deque()
+        registry.track_live(self)
+
+    # ----------------------------------------------------------------- public API
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def generate(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> RequestOutput:
+        """Run one request to completion, blocking the calling thread.
+
+        Raises:
+            InvalidRequestError / PromptTooLongError: Bad input (raised before anything runs).
+            RequestAbortedError: Someone called :meth:`abort` on it.
+            EngineStepError: A model step with this request failed.
+            EngineClosedError: The engine was shut down or its loop died.
+        """
+        sink = ThreadSink()
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=False,
+                               caller_drives=self._callers_drive)
+        done = False
+        try:
+            while True:
+                item = self._next_item(sink)
+                if isinstance(item, BaseException):
+                    done = True
+                    raise item
+                if item.finished:
+                    done = True
+                    assert item.output is not None
+                    return item.output
+        finally:
+            if not done:
+                self._abort_own(request)
+
+    def stream(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> SyncTokenStream:
+        """Submit now and iterate the request's :class:`TokenDelta` s as they come.
+
+        Closing the iterator (``close()``, leaving a ``with`` block, or dropping it) aborts the
+        request and frees its blocks. Errors as for :meth:`generate`, bad input raised here.
+        """
+        sink = ThreadSink()
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=True)
+        return SyncTokenStream(self, request, sink)
+
+    async def agenerate(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> RequestOutput:
+        """Like :meth:`generate` for coroutines; cancelling the task aborts the request."""
+        sink = AsyncSink()
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=False)
+        while True:
+            delta = await self._receive(request, sink)
+            if delta.finished:
+                assert delta.output is not None
+                return delta.output
+
+    async def astream(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> AsyncIterator[TokenDelta]:
+        """Async iterator of the request's deltas; closing it or cancelling the task that
+        consumes it aborts the request and frees its blocks."""
+        sink = AsyncSink()
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=True)
+        try:
+            while True:
+                delta = await self._receive(request, sink)
+                yield delta
+                if delta.finished:
+                    return
+        finally:  # closed early: abort (a no-op once the request finished or failed)
+            self._abort_own(request)
+
+    async def _receive(self, request: Request, sink: AsyncSink) -> TokenDelta:
+        """The request's next delta; a failure item is raised, and a cancelled wait aborts
+        the request."""
+        try:
+            item = await sink.queue.get()
+        except BaseException:
+            self._abort_own(request)
+            raise
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def abort(self, request_id: str) -> None:
+        """Abort a live request now: its blocks are freed before this returns and its caller
+        gets :class:`RequestAbortedError`. Unknown or finished ids are ignored."""
+        with self._lock:
+            tracked = self._tracked.get(request_id)
+            if tracked is not None:
+                self._abort_locked(tracked)
+                tracked.sink.put(RequestAbortedError(f"request {request_id!r} was aborted"))
+
+    def stats(self) -> EngineStats:
+        """A consistent snapshot of the engine-wide counters."""
+        with self._lock:
+            pool = self._kv.pool
+            return EngineStats(
+                num_blocks_total=pool.num_blocks,
+                num_blocks_used=pool.num_used_blocks,
+                num_blocks_free=pool.num_free_blocks,
+                num_blocks_cached=pool.num_cached_blocks,
+                prefix_cache_queries=self._kv.num_queried_tokens,
+                prefix_cache_hits=self._kv.num_hit_tokens,
+                num_running=len(self._scheduler.running),
+                num_waiting=len(self._scheduler.waiting),
+                num_preemptions=self._scheduler.num_preemptions,
+                num_steps=self._scheduler.num_steps,
+            )
+
+    def warmup(self) -> None:
+        """Run the model runner's warm-up (compilation, first-call allocations)."""
+        if self._closed:
+            raise EngineClosedError(self._closed_message())
+        with self._runner_lock:
+            self._runner.warmup()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget all cached prefixes; False (nothing done) while requests hold blocks."""
+        with self._lock:
+            return self._kv.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        """Stop the loop, fail every live request with :class:`EngineClosedError` and drop
+        the model. Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._close_reason = "the engine was shut down"
+                self._fail_all_locked(EngineClosedError(self._closed_message()))
+            self._work.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        registry.forget_engine(self)
+        with self._runner_lock:
+            self._runner = None
+
+    # ----------------------------------------------------------------- submission
+
+    def _submit(
+        self,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams | None,
+        request_id: str | None,
+        sink: ThreadSink | AsyncSink,
+        *,
+        stream: bool,
+        caller_drives: bool = False,
+    ) -> Request:
+        params = SamplingParams() if params is None else params
+        prompt = self._validate(prompt_token_ids, params)
+        rid = uuid.uuid4().hex if request_id is None else request_id
+        if not isinstance(rid, str) or not rid:
+            raise InvalidRequestError(f"request_id must be a non-empty string, got {rid!r}")
+        request = Request(rid, prompt, params, eos_token_ids=self.eos_token_ids,
+                          arrival_time=time.monotonic())
+        incremental = stream or bool(params.stop)
+        detok = IncrementalDetokenizer(self.tokenizer, params.stop) if incremental else None
+        with self._lock:
+            if self._closed:
+                raise EngineClosedError(self._closed_message())
+            if rid in self._tracked:
+                raise InvalidRequestError(f"request_id {rid!r} is already in flight")
+            self._scheduler.add_request(request)
+            self._tracked[rid] = Tracked(request, sink, detok or LazyText(self.tokenizer),
+                                          stream)
+            if not caller_drives:  # else the caller drives, or the current driver serves it
+                self._ensure_loop_locked()
+                self._work.notify()
+        return request
+
+    def _validate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> list[int]:
+        if not isinstance(params, SamplingParams):
+            raise InvalidRequestError(
+                f"params must be a SamplingParams, got {type(params).__name__}")
+        params.validate()
+        if any(isinstance(t, bool) or not isinstance(t, int) for t in params.stop_token_ids):
+            raise InvalidRequestError(
+                f"stop_token_ids must be ints, got {params.stop_token_ids!r}")
+        if isinstance(prompt_token_ids, (str, bytes)):
+            raise InvalidRequestError("prompt_token_ids must be token ids; tokenize the text "
+                                      "first (engine.tokenizer.encode)")
+        if isinstance(prompt_token_ids, Mapping):
+            raise InvalidRequestError("prompt_token_ids must be a list of token ids, got a "
+                                      "mapping; pass its 'input_ids' list")
+        try:
+            prompt = [int(t) for t in prompt_token_ids]
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"prompt_token_ids must be a list of ints: {exc}") from None
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty: give at least one token id")
+        if self.vocab_size is not None:
+            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+            if bad:
+                raise InvalidRequestError(
+                    f"token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+        if len(prompt) > self.max_context_length:
+            raise PromptTooLongError(
+                f"the prompt has {len(prompt)} tokens, more than max_context_length="
+                f"{self.max_context_length}")
+        if len(prompt) > self._kv.capacity_tokens:
+            raise PromptTooLongError(
+                f"the prompt has {len(prompt)} tokens, more than the whole KV cache holds "
+                f"({self.num_blocks} blocks x {self.block_size} = {self._kv.capacity_tokens}); "
+                "raise num_blocks or kv_cache_memory_fraction")
+        return prompt
+
+    # ----------------------------------------------------------------- abort / failure
+
+    def _abort_own(self, request: Request) -> None:
+        """Abort a request its own caller gave up on (closed stream, cancelled task...).
+
+        Safe from a finalizer: when the lock is taken (possibly by this very thread, which a
+        garbage collection can interrupt anywhere), the abort is queued for the loop instead.
+        """
+        if not self._lock.acquire(blocking=False):
+            self._pending_aborts.append(request)
+            return
+        try:
+            tracked = self._tracked.get(request.request_id)
+            if tracked is not None and tracked.request is request:
+                self._abort_locked(tracked)
+        finally:
+            self._lock.release()
+
+
+
+def _dtype_name(dtype: Any) -> str:
+    return "auto" if dtype is None else str(dtype).removeprefix("torch.")

@@ -1,0 +1,131 @@
+"""Where a request's output goes: the caller's queue (thread or event loop), its text, its stream.
+
+A driver thread puts :class:`~langchain_ascend.engine.core.outputs.TokenDelta` s (or the
+exception that ends the request) into the request's sink; the caller takes them out. Requests
+that neither stream nor have stop strings get :class:`LazyText`, decoded once at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend.engine.core.outputs import TokenDelta
+from langchain_ascend.engine.core.request import Request
+from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
+
+if TYPE_CHECKING:
+    from langchain_ascend.engine.llm_engine import LLMEngine
+
+Item = TokenDelta | BaseException
+"""What a sink carries: the next delta, or the error that ends the request."""
+
+
+class ThreadSink:
+    """Delivers to a thread blocked on a ``queue.Queue``."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Item] = queue.Queue()
+
+    def put(self, item: Item) -> bool:
+        self.queue.put(item)
+        return True
+
+
+class AsyncSink:
+    """Delivers to a coroutine awaiting an ``asyncio.Queue`` on its own event loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+
+    def put(self, item: Item) -> bool:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the caller's event loop is closed: nobody is listening
+            return False
+        return True
+
+
+class LazyText:
+    """Detokenizer stand-in for requests that neither stream nor have stop strings: decode
+    once at the end."""
+
+    stop_string = None
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._ids: list[int] = []
+        self.text = ""
+        self._taken = False
+
+    def add_token(self, token_id: int) -> None:
+        self._ids.append(token_id)
+
+    def finish(self) -> None:
+        self.text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+
+    def take_delta(self, *, final: bool = False) -> str:
+        if not final or self._taken:
+            return ""
+        self._taken = True
+        return self.text
+
+
+@dataclass
+class Tracked:
+    """A live request together with where its output goes."""
+
+    request: Request
+    sink: ThreadSink | AsyncSink
+    detokenizer: IncrementalDetokenizer | LazyText
+    stream: bool
+
+
+class SyncTokenStream(Iterator[TokenDelta]):
+    """Iterator over one request's deltas; closing it (or dropping it) aborts the request."""
+
+    def __init__(self, engine: LLMEngine, request: Request, sink: ThreadSink) -> None:
+        self.request_id = request.request_id
+        self._request = request
+        self._engine: LLMEngine | None = engine
+        self._sink = sink
+
+    def __iter__(self) -> SyncTokenStream:
+        return self
+
+    def __next__(self) -> TokenDelta:
+        if self._engine is None:
+            raise StopIteration
+        try:
+            item = self._sink.queue.get()
+        except BaseException:
+            self.close()
+            raise
+        if isinstance(item, BaseException):
+            self._engine = None
+            raise item
+        if item.finished:
+            self._engine = None
+        return item
+
+    def close(self) -> None:
+        """Abort the request if it is still running."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine._abort_own(self._request)
+
+    def __enter__(self) -> SyncTokenStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
