@@ -31,6 +31,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
 from langchain_ascend.errors import EmbeddingModelError, VectorStoreInputError
+from langchain_ascend.index.checks import check_number
 
 if TYPE_CHECKING:
     import torch
@@ -65,8 +66,8 @@ def plan_batches(lengths: Sequence[int], batch_size: int,
     Returns:
         Lists of positions into ``lengths``; every position appears exactly once.
     """
-    if batch_size < 1 or max_batch_tokens < 1:
-        raise ValueError("batch_size and max_batch_tokens must be >= 1")
+    check_number("batch_size", batch_size, minimum=1, integer=True)
+    check_number("max_batch_tokens", max_batch_tokens, minimum=1, integer=True)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     current: list[int] = []

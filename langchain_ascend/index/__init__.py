@@ -1,13 +1,14 @@
-"""Vector search building blocks behind :class:`~langchain_ascend.vectorstores.AscendFAISS`.
+"""Vector search behind :class:`~langchain_ascend.vectorstores.AscendFAISS`.
 
-* :mod:`.device_index` - exact (flat) search as device tensors.
-* :mod:`.ivf` - IVF (k-means lists) approximate search on the device.
-* :mod:`.faiss_io` - a faiss-cpu backed index, faiss files and lc FAISS folders.
-* :mod:`.filters` - metadata filters compiled to a device mask.
-* :mod:`.mmr` - maximal marginal relevance on the device.
-* :mod:`.persistence` / :mod:`.store_io` - the pickle-free save format.
-* :mod:`.distance` / :mod:`.docstore` - distance strategies; documents and row ids.
+The indexes: :mod:`.device_index` (exact, flat), :mod:`.ivf` (k-means lists, approximate),
+:mod:`.faiss_io` (a faiss-cpu index; faiss files and lc FAISS folders), with :mod:`.filters`
+(metadata filters as a device mask), :mod:`.mmr` and :mod:`.distance`.
 
-Importing this package imports no torch; the modules that need it import it lazily or are
-imported only on use.
+The store built on them: :mod:`.store_state` (index + documents + row ids under one lock),
+:mod:`.search` (rows, scores, thresholds, MMR over that state), :mod:`.async_search` (the
+async twins), :mod:`.retriever` (batched retrieval), :mod:`.embedding_calls`,
+:mod:`.docstore` (read-only views), :mod:`.persistence` / :mod:`.store_io` (the pickle-free
+save format, adoption and merge of lc FAISS stores) and :mod:`.checks` (argument checks).
+
+Importing this package imports no torch; the modules that need it import it lazily.
 """
