@@ -31,6 +31,7 @@ from langchain_ascend import platform
 from langchain_ascend.errors import InvalidRequestError, ToolCallError
 from langchain_ascend.executor import calls as calls_mod
 from langchain_ascend.executor.calls import PreparedCall
+from langchain_ascend.executor.error_policy import error_policy
 from langchain_ascend.executor.runtime import (
     CallRecord,
     CallSpec,
@@ -45,6 +46,7 @@ from langchain_ascend.executor.workers import (
     WorkerPool,
     device_tensors,
 )
+from langchain_ascend.index.checks import check_number
 
 #: Calls run at once when neither ``max_concurrency`` nor the RunnableConfig sets a limit.
 DEFAULT_MAX_PARALLEL = 64
@@ -180,18 +182,20 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
             if tool.name in self.tools_by_name:
                 raise InvalidRequestError(f"two tools are named {tool.name!r}; names must differ")
             self.tools_by_name[tool.name] = tool
-        _check_number("timeout_ms", timeout_ms, allow_none=True, minimum=0, strict=True)
-        _check_number("retry_times", retry_times, minimum=0, integer=True)
-        _check_number("retry_backoff_ms", retry_backoff_ms, minimum=0)
-        _check_number("max_concurrency", max_concurrency, allow_none=True, minimum=1,
-                      integer=True)
-        _check_number("max_abandoned_threads", max_abandoned_threads, minimum=0, integer=True)
+        bad = InvalidRequestError
+        check_number("timeout_ms", timeout_ms, allow_none=True, minimum=0, strict=True, error=bad)
+        check_number("retry_times", retry_times, minimum=0, integer=True, error=bad)
+        check_number("retry_backoff_ms", retry_backoff_ms, minimum=0, error=bad)
+        check_number("max_concurrency", max_concurrency, allow_none=True, minimum=1,
+                     integer=True, error=bad)
+        check_number("max_abandoned_threads", max_abandoned_threads, minimum=0, integer=True,
+                     error=bad)
         self.timeout_ms = timeout_ms
         self.max_concurrency = max_concurrency
         self.enable_parallel = enable_parallel
         self.messages_key = messages_key
         self.handle_tool_errors = handle_tool_errors
-        self._policy = calls_mod.error_policy(handle_tool_errors)
+        self._policy = error_policy(handle_tool_errors)
         self._retry = RetryPolicy(
             times=retry_times, retry_on=_retry_matcher(retry_on), on_timeout=retry_on_timeout,
             never=(ToolCallError,), backoff_s=retry_backoff_ms / 1e3)
@@ -526,17 +530,3 @@ def _retry_matcher(retry_on: Any) -> tuple[type[BaseException], ...] | Callable[
     raise InvalidRequestError(
         f"retry_on must be an exception type, a tuple of them or a predicate; got {retry_on!r}")
 
-
-def _check_number(name: str, value: Any, *, minimum: float, allow_none: bool = False,
-                  integer: bool = False, strict: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    kinds = (int,) if integer else (int, float)
-    ok = isinstance(value, kinds) and not isinstance(value, bool)
-    if ok:
-        ok = value > minimum if strict else value >= minimum
-    if not ok:
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        kind = "an integer" if integer else "a number"
-        extra = " or None" if allow_none else ""
-        raise InvalidRequestError(f"{name} must be {kind} {bound}{extra}; got {value!r}")

@@ -2,15 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
+from tool_test_helpers import release
 
-import pytest
-
-
-@pytest.fixture
-def release() -> Iterator[threading.Event]:
-    """An event hung tools wait on; set at teardown so no thread outlives the test for long."""
-    event = threading.Event()
-    yield event
-    event.set()
+__all__ = ["release"]

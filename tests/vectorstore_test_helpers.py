@@ -1,4 +1,5 @@
-"""Helpers shared by the vector store tests."""
+"""Helpers shared by the vector store and index tests (tests/vectorstores, tests/index); imported
+by file name: tests/conftest.py puts this folder on ``sys.path``."""
 
 from __future__ import annotations
 

@@ -1,16 +1,19 @@
-"""Helpers shared by the NPUStreamToolExecutor tests: call builders, a concurrency gate that
-counts how many calls are inside a tool at once, and a scripted chat model.
+"""Helpers shared by the NPUStreamToolExecutor tests (tests/tools and tests/executor): call
+builders, a concurrency gate that counts how many calls are inside a tool at once, a scripted
+chat model and the ``release`` fixture (re-exported by both folders' conftest.py).
 
-Imported by file name (pytest puts this folder on ``sys.path``); the name is unique across
-the test tree so it cannot shadow another folder's helpers."""
+Imported by file name: tests/conftest.py puts this folder on ``sys.path``; the name is unique
+across the test tree so it cannot shadow another folder's helpers."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 
@@ -74,3 +77,11 @@ class ScriptedChatModel(FakeMessagesListChatModel):
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
         return self
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """An event hung tools wait on; set at teardown so no thread outlives the test for long."""
+    event = threading.Event()
+    yield event
+    event.set()

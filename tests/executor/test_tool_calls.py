@@ -1,5 +1,5 @@
-"""The pure helpers behind NPUStreamToolExecutor: input shapes, call checks, injection specs,
-error policy and output shaping."""
+"""The pure helpers behind NPUStreamToolExecutor: input shapes, call checks, injection specs
+and output shaping (the error policy: test_error_policy.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
 from langgraph.types import Command, Send
 from tool_test_helpers import ai, tool_call
 
-from langchain_ascend.errors import InvalidRequestError, ToolCallError, ToolTimeoutError
+from langchain_ascend.errors import ToolCallError
 from langchain_ascend.executor import calls as tc
 
 
@@ -177,48 +177,6 @@ class TestInjection:
         with pytest.raises(ToolCallError, match="'needed'"):
             tc.inject_args({}, plain, tool_name="t", state={"messages": []},
                            messages_key="messages", store=None, runtime_factory=None)
-
-
-class TestErrorPolicy:
-    def test_bool_flags(self) -> None:
-        assert tc.error_policy(True).handles(ValueError())
-        assert not tc.error_policy(False).handles(ValueError())
-
-    def test_str_flag_replaces_the_text(self) -> None:
-        policy = tc.error_policy("try later")
-        assert policy.render(KeyError("k"), "t") == "try later"
-
-    def test_types_limit_what_is_caught(self) -> None:
-        policy = tc.error_policy((ValueError, TimeoutError))
-        assert policy.handles(ValueError()) and policy.handles(ToolTimeoutError("t"))
-        assert not policy.handles(KeyError())
-        assert tc.error_policy(KeyError).handles(KeyError())
-
-    def test_callable_types_come_from_its_annotation(self) -> None:
-        def on_value(e: ValueError) -> str:
-            return f"value: {e}"
-
-        def on_either(e: Union[KeyError, TypeError]) -> str:  # noqa: UP007
-            return "either"
-
-        policy = tc.error_policy(on_value)
-        assert policy.handles(ValueError("v")) and not policy.handles(KeyError())
-        assert policy.render(ValueError("v"), "t") == "value: v"
-        assert tc.error_policy(on_either).handled == (KeyError, TypeError)
-        assert tc.error_policy(lambda e: "x").handled == (Exception,)
-
-    def test_bad_flags_are_rejected(self) -> None:
-        def wrong(e: int) -> str:
-            return ""
-
-        with pytest.raises(InvalidRequestError, match="annotates"):
-            tc.error_policy(wrong)
-        with pytest.raises(InvalidRequestError, match="handle_tool_errors"):
-            tc.error_policy(3)
-
-    def test_default_messages_tell_the_model_what_happened(self) -> None:
-        assert "raised ValueError: bad" in tc.default_error_content(ValueError("bad"), "t")
-        assert "Fix the tool call" in tc.default_error_content(ToolCallError("no"), "t")
 
 
 class TestOutputs:

@@ -1,0 +1,7 @@
+"""Fixtures of the NPUStreamToolExecutor tests of the executor internals."""
+
+from __future__ import annotations
+
+from tool_test_helpers import release
+
+__all__ = ["release"]
