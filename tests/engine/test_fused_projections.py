@@ -6,11 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from langchain_ascend.engine.cpu.fused_projections import (  # noqa: E402
-    FUSED_MEMBER,
-    fusable,
-    fuse_projections,
-)
+from langchain_ascend.engine.cpu.fused_projections import fusable, fuse_projections  # noqa: E402
+from langchain_ascend.engine.cpu.swap import swapped_by  # noqa: E402
 from langchain_ascend.engine.cpu.weight_layout import _linears, make_dual  # noqa: E402
 
 
@@ -44,7 +41,7 @@ def test_fused_group_gives_each_member_its_own_output(bias, rows):
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
     # The members' parameters are views of the fused weight: nothing is held twice.
-    fused = module.q_proj.__dict__[FUSED_MEMBER].linear
+    fused = swapped_by(module.q_proj).linear
     base = fused.weight.data_ptr()
     assert module.k_proj.weight.data_ptr() == base + 64 * 64 * 4
     assert module.v_proj.weight.data_ptr() == base + 80 * 64 * 4

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead, error_bound_scale
+from langchain_ascend.engine.worker.hooks import PlainLogitsHead
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import matvec
 from langchain_ascend.testing import needs_native_kernels
@@ -101,7 +102,7 @@ def decode_batch(runner, prompt, params, steps):
 def test_runner_screens_greedy_rows_only_and_matches_the_plain_head(tiny_model_paths,
                                                                     monkeypatch):
     runner = ModelRunner.load(str(tiny_model_paths["qwen2"]), device="cpu", num_blocks=16)
-    assert runner.greedy_head is not None
+    assert isinstance(runner.logits_head, ScreenedGreedyHead)
     calls = []
     choose = ScreenedGreedyHead.choose
     monkeypatch.setattr(ScreenedGreedyHead, "choose",
@@ -110,9 +111,9 @@ def test_runner_screens_greedy_rows_only_and_matches_the_plain_head(tiny_model_p
     greedy = SamplingParams(max_tokens=20)
     screened = decode_batch(runner, prompt, greedy, 12)
     assert len(calls) == 13
-    head, runner.greedy_head = runner.greedy_head, None
+    head, runner.logits_head = runner.logits_head, PlainLogitsHead()
     assert decode_batch(runner, prompt, greedy, 12) == screened  # the float32 head's tokens
-    runner.greedy_head = head
+    runner.logits_head = head
     calls.clear()
     decode_batch(runner, prompt, SamplingParams(max_tokens=20, temperature=0.8, seed=1), 3)
     assert not calls  # sampled rows need every logit

@@ -1,0 +1,68 @@
+"""The CPU seam: :func:`prepare` readies a loaded model for the CPU decode step, once.
+
+It lays out the linear weights (``weight_layout``), fuses sibling projections
+(``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``), each by
+swapping module instances' ``forward`` through ``swap``, and builds the screened greedy head
+(``greedy_head``) as the runner's logits-head strategy. Values, parameters and the model code
+are unchanged. The model runner sees only the returned :class:`CPUHooks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend import platform
+from langchain_ascend.engine.worker.hooks import (
+    HookOptions,
+    LogitsHead,
+    ModelHooks,
+    PlainLogitsHead,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["CPUHooks", "prepare"]
+
+
+@dataclass
+class CPUHooks(ModelHooks):
+    """:class:`ModelHooks` of a CPU model; ``changes`` holds ``weight_layout`` (the concrete
+    layout), ``fused_groups`` and ``fused_norms`` (counts) and, once the head is made,
+    ``screened_greedy`` (bool).
+
+    Attributes:
+        screen_greedy: Whether to try the screened greedy head.
+    """
+
+    screen_greedy: bool = True
+
+    def make_logits_head(self, model: Any) -> LogitsHead:
+        """The screened greedy head where it applies (``greedy_head``), else the plain one."""
+        from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
+
+        head = ScreenedGreedyHead.for_model(model) if self.screen_greedy else None
+        self.changes["screened_greedy"] = head is not None
+        return head if head is not None else PlainLogitsHead()
+
+
+def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
+            options: HookOptions) -> ModelHooks:
+    """Prepare ``model`` (on ``device``, in ``dtype``) for the CPU; plain hooks elsewhere.
+
+    Raises:
+        ValueError: ``options.weight_layout`` is not a known layout.
+    """
+    if platform.device_type(device) != "cpu":
+        return ModelHooks()
+    from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
+    from langchain_ascend.engine.cpu.fused_projections import fuse_projections
+    from langchain_ascend.engine.cpu.weight_layout import apply_layout, resolve_layout
+
+    layout = resolve_layout(options.weight_layout, model)
+    fused_groups = fuse_projections(model) if layout == "dual" else 0
+    apply_layout(model, layout)
+    fused_norms = fuse_rms_norms(model)
+    return CPUHooks(changes={"weight_layout": layout, "fused_groups": fused_groups,
+                             "fused_norms": fused_norms}, screen_greedy=options.screen_greedy)

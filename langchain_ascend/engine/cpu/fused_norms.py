@@ -1,28 +1,19 @@
-"""RMSNorm of known decoder families through torch's fused op: same values, less overhead.
+"""RMSNorm of known decoder families through one fused op: same values, less per-call overhead.
 
-Transformers' ``LlamaRMSNorm``-style modules run seven small ops per call (cast, square, mean,
-add, rsqrt, multiply, scale). On CPU a decode step is partly bound by per-op overhead, and a
-model calls its norm twice per layer plus once at the end (17 calls per bench-model step):
-``torch.nn.functional.rms_norm`` does the same in one op, 51 us -> 22 us per call on the test
-host. In float32 the two give bit-identical results (tested), so the swap is limited to
-float32 modules; other dtypes keep transformers' rounding order (normalise in float32, round,
-then scale).
-
-Inside a decode step even that op cost 70-100 us per call (17 calls, 1.2-1.7 ms per step of
-the bench model; it still runs several small ops), so inputs of up to ``MAX_ROWS`` rows go
-to the native kernel where it is built (``native.rms_norm``: one pass, a few us, equal to
-``F.rms_norm`` up to float rounding of the sum); larger inputs (prefills) keep torch's op.
-
-Like ``weight_layout``, this swaps ``forward`` on module instances; the model code, its
-parameters and its state dict are unchanged.
+Transformers' ``LlamaRMSNorm``-style modules run seven small ops per call, twice per layer plus
+once at the end. Float32 modules instead run the native one-pass kernel (``native.rms_norm``)
+for inputs of up to its row limit (decode steps), else ``torch.nn.functional.rms_norm``: equal
+to transformers' result in float32 (tested; up to float rounding of the sum for the kernel).
+Other dtypes keep transformers' rounding order (normalise in float32, round, then scale).
+Only the module instances' ``forward`` is swapped (``engine.cpu.swap``).
 """
 
 from __future__ import annotations
 
 import logging
-import types
 from typing import Any
 
+from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
 from langchain_ascend.native import rms_norm as native_rms_norm
 
 logger = logging.getLogger(__name__)
@@ -44,7 +35,7 @@ def is_fusable(module: Any) -> bool:
     """Whether ``module`` is a float32 RMSNorm of a known family with its own forward."""
     import torch
 
-    return (type(module).__name__ in FUSABLE_NORMS and "forward" not in module.__dict__
+    return (type(module).__name__ in FUSABLE_NORMS and not is_swapped(module)
             and getattr(module, "weight", None) is not None
             and module.weight.dtype == torch.float32
             and isinstance(getattr(module, "variance_epsilon", None), float))
@@ -63,7 +54,7 @@ def fuse_rms_norms(model: Any) -> int:
     count = 0
     for module in model.modules():
         if is_fusable(module):
-            module.forward = types.MethodType(_fused_forward, module)
+            swap_forward(module, _fused_forward, "fused_norms")
             count += 1
     if count:
         logger.info("fused %d RMSNorm modules", count)

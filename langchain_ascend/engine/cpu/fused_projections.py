@@ -1,32 +1,30 @@
 """Sibling projections on the same input as one product (CPU, ``"dual"`` weight layout).
 
-Decoder layers call ``q_proj``, ``k_proj`` and ``v_proj`` one after another on the same
-hidden states, and ``gate_proj`` then ``up_proj`` on the same MLP input. On CPU a decode step is
-partly bound by per-call overhead, and the small K/V projections stream their weights badly, so
-each group runs as ONE linear over the concatenated weight: the first member computes it and
-returns its slice, the others return theirs (a member called on a different input computes its
-own product, so any call order stays correct). Bench-model decode step at a 2,500-token
-context: 24.6 -> 24.1 ms (best of 6 interleaved rounds), 30.1 -> 29.3 ms (median).
+Decoder layers call ``q_proj``, ``k_proj`` and ``v_proj`` one after another on the same hidden
+states, and ``gate_proj`` then ``up_proj`` on the same MLP input. A CPU decode step pays per
+call, and the small K/V projections stream their weights badly, so each group runs as ONE
+linear over the concatenated weight: the first member computes it and returns its slice, the
+others return theirs when called on that same input (any other input computes its own product,
+so any call order stays correct).
 
-Memory: the members' weights and biases become views of the concatenated tensors (nothing is
-held twice); the model code is unchanged, and only the members' ``forward`` is swapped on the
-instances. Members are flagged so that :mod:`weight_layout` leaves them alone; the fused linear
-itself gets the ``"dual"`` layout.
+The members' weights and biases become views of the concatenated tensors (nothing is held
+twice); only the members' ``forward`` is swapped (``engine.cpu.swap``, marked with their
+group, so the weight layout leaves them alone); the fused linear gets the ``"dual"`` layout.
 """
 
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Sequence
 from typing import Any
+
+from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
+from langchain_ascend.engine.cpu.weight_layout import make_dual
 
 logger = logging.getLogger(__name__)
 
 GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 """Attribute names of linear layers a module calls in this order on one input."""
-FUSED_MEMBER = "_langchain_ascend_fused"
-"""Instance attribute marking a linear layer whose product a fused group computes."""
 
 
 class FusedProjections:
@@ -73,15 +71,13 @@ def fusable(members: Sequence[Any]) -> bool:
             and all((m.bias is None) == (first.bias is None) for m in members)
             and all(m.weight.dtype == first.weight.dtype for m in members)
             and all(m.weight.device == first.weight.device for m in members)
-            and not any(FUSED_MEMBER in m.__dict__ or "forward" in m.__dict__ for m in members))
+            and not any(is_swapped(m) for m in members))
 
 
 def fuse_group(members: Sequence[Any]) -> FusedProjections:
     """Fuse ``members`` (checked with :func:`fusable`, in the order the model calls them)
     into one product."""
     import torch
-
-    from langchain_ascend.engine.cpu.weight_layout import make_dual
 
     first = members[0]
     with torch.no_grad():
@@ -101,12 +97,9 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
             start = end
     make_dual(linear)
     group = FusedProjections(linear, [m.out_features for m in members])
-    first.forward = types.MethodType(lambda self, x: group.first(x), first)
+    swap_forward(first, lambda self, x: group.first(x), group)
     for index, m in enumerate(members[1:], start=1):
-        m.forward = types.MethodType(
-            lambda self, x, index=index: group.part(index, self, x), m)
-    for m in members:
-        setattr(m, FUSED_MEMBER, group)
+        swap_forward(m, lambda self, x, index=index: group.part(index, self, x), group)
     return group
 
 

@@ -1,7 +1,7 @@
 """Greedy choice over a half-precision screen of the LM head: the float32 argmax, half the bytes.
 
-A CPU decode step is bound by streaming weights, and the output head is the largest of them
-(bench model: 67 MB of the 163 MB a step reads). A greedy row needs only the argmax of its
+A CPU decode step is bound by streaming weights, and the output head is often the largest of
+them (40% of the bench model's bytes per step). A greedy row needs only the argmax of its
 logits, so :class:`ScreenedGreedyHead`
 
 1. computes approximate logits from a float16 copy of the head (``native.matvec``: 33.5 MB,
@@ -22,20 +22,18 @@ Cauchy-Schwarz:
 
     |approx_j - exact_j| <= ||h|| ((2^-11 + 2 gamma_K) max_j ||w_j|| + 2^-25 sqrt(K))
 
-Measured on the 2-core test host (bench model, one decode row, head weights from DRAM): the
-head and argmax 4.3-4.5 ms (float32 tiles) -> 2.1-2.2 ms (float16 screen and rescoring, one
-candidate); a whole decode step at a 2,400-token context 20.6 -> 18.1 ms median (interleaved
-A/B, same process).
-
 Applies only where the head is exactly "hidden state times ``lm_head.weight``" (the model
 types of :data:`PLAIN_HEAD_MODEL_TYPES`: no bias, no logit scaling or soft-capping), in
-float32 on CPU with the native kernels built.
+float32 on CPU with the native kernels built. It is the runner's logits-head strategy
+(:meth:`ScreenedGreedyHead.run`): a step whose one sampled row is plain greedy takes its token
+from the screen, every other step the model's own head. Figures in ``docs/performance.md``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import platform
@@ -43,6 +41,9 @@ from langchain_ascend.native import matvec
 
 if TYPE_CHECKING:
     import torch
+
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+    from langchain_ascend.engine.worker.hooks import PackedStep
 
 logger = logging.getLogger(__name__)
 
@@ -125,3 +126,17 @@ class ScreenedGreedyHead:
             return None
         token, self.last_candidates = result
         return token
+
+    def run(self, runner: Any, packed: PackedStep, params: Sequence[SamplingParams],
+            ) -> tuple[list[int] | None, torch.Tensor | None]:
+        """The logits-head strategy (``engine.worker.hooks.LogitsHead``): one plain greedy row
+        of an eager step is screened; a declined screen and every other step get the model's
+        own head."""
+        if not (len(params) == 1 and params[0].greedy and params[0].constraint is None
+                and not runner.compiler.enabled):
+            return None, runner.compute_logits(*packed)  # (S, V)
+        hidden = runner.compute_hidden(*packed)  # (1, hidden)
+        token = self.choose(hidden[0])
+        if token is not None:
+            return [token], None
+        return None, runner.model.get_output_embeddings()(hidden)  # (1, V)

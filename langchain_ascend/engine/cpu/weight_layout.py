@@ -1,59 +1,45 @@
-"""Memory layout of the linear weights on CPU: a measured decode speed-up, same model.
+"""Memory layout of the linear weights for the CPU decode step: same model, faster products.
 
-A decode step on CPU is bound by streaming the weights through matrix products, and which
-MKL path a product takes matters more than its size on the 2-core AMD EPYC test host
-(float32, 2 threads; GB/s of weights streamed from DRAM, medians of interleaved runs):
-
-* one input row (a single decode, the LM head of one sampled position): MKL's mat-vec runs on
-  ONE thread whatever ``torch.get_num_threads()`` says (4-10 GB/s for the layer shapes).
-  Splitting the weight into two halves and multiplying them with one ``torch.bmm`` lets torch
-  spread the halves over both threads: 8.6-13.6 GB/s on the row-major layer weights (a view, no
-  copy), 16-24 GB/s on a transposed copy of an output-heavy weight such as the LM head (12 GB/s
-  as one column-major mat-vec, 5 GB/s row-major). Bench-model decode step at a 2,500-token
-  context: 29.2 ms -> 25.8 ms (median of 6 interleaved trials). The fused gate/up weight
-  (``3072 x 512``, 6x more outputs than inputs) streams faster transposed as well: 4.0 ms ->
-  about 3 ms per step for its eight layers, whole step 23.5 -> 21.0 ms median (12 interleaved
-  rounds; the row-major layers with 1-3x more outputs stay faster as halves).
-  Faster still, where the native kernels are built (``native.matvec``): the row-major
-  layers (q/k/v, o, down) through an AVX2 mat-vec on the weight itself (9-11 -> 13-18 GB/s
-  on their own, decode step about 2 ms faster), the output-heavy ones through a mat-vec on
-  a copy packed as ``(out/8, in, 8)`` tiles instead of the transposed halves (about 1 ms
-  per step more); interleaved A/B runs, see the closing note of issue #3.
-* 2 to 8 rows (small decode batches): ``W @ x^T`` on the row-major weight instead of
-  ``x @ W^T`` -- all bench-model layer weights at 4 rows 22.2 ms -> 10.2 ms.
-* more rows (larger decode batches, prefills): oneDNN's product on a weight copy pre-packed
-  for it (the op inductor's CPU freezing uses) -- bench-model layer weights at 16 rows
-  22.7 -> 17.2 ms, 64 rows 45.9 -> 33.0 ms, 181 rows 128 -> 81 ms, 1024 rows 516 -> 410 ms
-  against ``F.linear`` (MKL); ``F.linear`` where the packing op is unavailable.
+A CPU decode step streams every weight through a matrix product, and which kernel a product
+takes matters more than its size: MKL's one-row mat-vec runs on one thread, its small-M path is
+slow, and a weight pre-packed for oneDNN is faster for larger batches. So the ``"dual"`` layout
+keeps the weights row-major and picks each ``nn.Linear``'s product by its number of input rows
+(measurements in ``docs/performance.md``).
 
 Layouts:
 
 * ``"row"``: as loaded.
 * ``"column"``: every linear weight re-stored column-major (no extra memory).
-* ``"dual"``: weights stay row-major and each linear layer's ``forward`` picks the product by
-  row count as above; each layer also keeps the oneDNN-packed copy, and output-heavy layers
-  (``out >= 4 * in``) a copy for single rows (tiles, or the transposed halves without the
-  native kernels) (extra memory: about the linear weights once more, plus the LM head).
-* ``"auto"``: ``"dual"`` for float32 weights on CPU when the copies fit in a quarter of the
-  available RAM, else ``"row"``; ``"row"`` elsewhere (accelerators, bf16/fp16: oneDNN is far
-  slower on column-major bf16 weights).
+* ``"dual"``: row-major weights; one row goes to the native mat-vec (``native.matvec``, on the
+  weight itself, or on an ``(out/8, in, 8)`` tiles copy for output-heavy layers,
+  ``out >= 4 * in``) or, without the native kernels, to a batched product over the weight's
+  two halves (a transposed copy for output-heavy layers); 2 to :data:`SMALL_BATCH_ROWS` rows to
+  the native kernel on the tiles copy or ``W @ x^T``; more rows to oneDNN on a pre-packed
+  copy. Extra memory: about the linear weights once more, plus the output-heavy copies.
+* ``"auto"``: ``"dual"`` for float32 weights on CPU when the copies fit in
+  :data:`DUAL_MAX_RAM_SHARE` of the free RAM, else ``"row"``; ``"row"`` elsewhere (oneDNN is
+  far slower on column-major bf16 weights).
 
 Values, shapes, parameters and the model code are unchanged; ``"dual"`` only swaps the
-``forward`` of each ``nn.Linear`` instance (results equal ``F.linear`` up to float rounding).
+``forward`` of each ``nn.Linear`` instance (``engine.cpu.swap``; results equal ``F.linear`` up
+to float rounding).
 """
 
 from __future__ import annotations
 
 import logging
-import types
 from typing import Any
 
 from langchain_ascend import platform
+from langchain_ascend.engine.cpu.swap import restore_forward, swap_forward, swapped_by
+from langchain_ascend.engine.worker.hooks import WEIGHT_LAYOUTS
 from langchain_ascend.native import matvec
 
 logger = logging.getLogger(__name__)
 
-LAYOUTS = ("auto", "row", "column", "dual")
+LAYOUTS = WEIGHT_LAYOUTS
+DUAL = "weight_layout.dual"
+"""The swap marker of a linear layer in the ``"dual"`` layout."""
 DUAL_MAX_RAM_SHARE = 0.25
 """``"auto"`` picks ``"dual"`` only while the copies take at most this share of free RAM."""
 SMALL_BATCH_ROWS = 8
@@ -65,14 +51,12 @@ OUTPUT_HEAVY_RATIO = 4
 
 
 def _linears(model: Any) -> list[Any]:
-    """The model's ``nn.Linear`` layers, except members of a fused group (their product is
-    the group's, see ``engine.fused_projections``)."""
+    """The model's ``nn.Linear`` layers, except those another preparation swapped (members of
+    a fused group: their product is the group's, see ``engine.cpu.fused_projections``)."""
     import torch
 
-    from langchain_ascend.engine.cpu.fused_projections import FUSED_MEMBER
-
     return [m for m in model.modules()
-            if isinstance(m, torch.nn.Linear) and FUSED_MEMBER not in m.__dict__]
+            if isinstance(m, torch.nn.Linear) and swapped_by(m) in (None, DUAL)]
 
 
 def resolve_layout(layout: str, model: Any) -> str:
@@ -187,7 +171,7 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
 
 def current_layout(module: Any) -> str:
     """The layout one ``nn.Linear`` is in now."""
-    if "single_row_weight" in module.__dict__:
+    if swapped_by(module) == DUAL:
         return "dual"
     weight = module.weight
     return "column" if weight.dim() == 2 and weight.stride() == (1, weight.shape[0]) else "row"
@@ -210,7 +194,7 @@ def make_dual(module: Any) -> None:
         module.single_row_mode, module.single_row_weight = mode, single
         module.single_row_transposed = transposed
         module.packed_weight = packed_weight(weight)
-    module.forward = types.MethodType(_small_batch_forward, module)
+    swap_forward(module, _small_batch_forward, DUAL)
 
 
 def apply_layout(model: Any, layout: str) -> int:
@@ -230,7 +214,7 @@ def apply_layout(model: Any, layout: str) -> int:
             if before == "dual":
                 del module.single_row_weight, module.single_row_transposed, module.packed_weight
                 del module.single_row_mode
-                del module.forward  # back to nn.Linear.forward
+                restore_forward(module)  # back to nn.Linear.forward
             elif before == "column":
                 module.weight.data = module.weight.data.contiguous()  # (out, in), row-major
             if layout == "column":

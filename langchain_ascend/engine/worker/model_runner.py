@@ -25,11 +25,8 @@ from langchain_ascend.attention.backends.base import BatchLayout
 from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
-from langchain_ascend.engine.cpu.fused_projections import fuse_projections
-from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
-from langchain_ascend.engine.cpu.weight_layout import apply_layout, resolve_layout
 from langchain_ascend.engine.worker.compile import StepCompiler
+from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.errors import InvalidRequestError
@@ -119,14 +116,14 @@ class ModelRunner:
         backend: The attention backend.
         kv_cache: The paged K/V tensors.
         sampler: Token selection with per-request generators.
-        greedy_head: A step whose one sampled row is plain greedy (no constraint) takes its
-            token from this float16-screened LM head (``engine.greedy_head``; CPU float32
-            with the native kernels), or None. ``screen_greedy=False`` turns it off.
+        hooks: What preparing the model for its device did (``engine.worker.hooks``).
+        logits_head: Turns a packed step into logits or tokens (``hooks.make_logits_head``:
+            the model's own head, or a device's cheaper one for some rows).
     """
 
     def __init__(self, model: Any, *, backend: Any, kv_cache: KVCache,
                  max_num_batched_tokens: int = 2048, max_batch_size: int = 64,
-                 compile: bool | str = "auto", screen_greedy: bool = True) -> None:
+                 compile: bool | str = "auto", hooks: ModelHooks | None = None) -> None:
         self.model = model
         self.config = model.config
         self.device = backend.device
@@ -143,7 +140,8 @@ class ModelRunner:
         self.sampler = Sampler(self.device)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.compiler = StepCompiler(self._forward, device=self.device, mode=compile)
-        self.greedy_head = ScreenedGreedyHead.for_model(model) if screen_greedy else None
+        self.hooks = ModelHooks() if hooks is None else hooks
+        self.logits_head = self.hooks.make_logits_head(model)
 
     @classmethod
     def load(cls, model_path: str, *, device: Any = "auto", dtype: Any = "auto",
@@ -165,11 +163,12 @@ class ModelRunner:
             max_batch_size: Most requests of one step (sizes compiled buckets).
             attention_backend: ``"auto"`` (npu on NPU, cpu on CPU, torch_ref elsewhere) or a
                 backend name.
-            compile: ``"auto"`` (currently off everywhere, see ``engine.compile``), True or
-                False: compile the decode step.
-            weight_layout: ``"auto"`` (on CPU with float32: a column-major copy of the linear
-                weights for single-row products, see ``engine.weight_layout``), ``"row"``,
-                ``"column"`` or ``"dual"``.
+            compile: ``"auto"`` (currently off everywhere, see ``engine.worker.compile``), True
+                or False: compile the decode step.
+            weight_layout: How the CPU lays out the linear weights (ignored elsewhere):
+                ``"auto"`` (``"dual"`` for float32 when its copies fit: a product picked by
+                row count, see ``engine.cpu.weight_layout``), ``"row"``, ``"column"`` or
+                ``"dual"``.
         """
         from transformers import AutoModelForCausalLM
 
@@ -200,11 +199,8 @@ class ModelRunner:
         model.eval()
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
-        layout = resolve_layout(weight_layout, model)
-        if layout == "dual":
-            fuse_projections(model)
-        apply_layout(model, layout)
-        fuse_rms_norms(model)
+        hooks = prepare_hooks(model, device=device, dtype=dtype,
+                              options=HookOptions(weight_layout=weight_layout))
         num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))
@@ -219,7 +215,7 @@ class ModelRunner:
                            block_size=block_size)
         return cls(model, backend=backend, kv_cache=kv_cache,
                    max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
-                   compile=compile)
+                   compile=compile, hooks=hooks)
 
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
         """Run one step: one packed forward over all segments, then sample.
@@ -246,30 +242,17 @@ class ModelRunner:
         with torch.inference_mode():  # constraints edit the (inference-mode) logits in place
             sample_indices, packed = self._pack(segments)
             params = [segments[i].sampling for i in sample_indices]
-            token: int | None = None
-            if self.greedy_head is not None and self._screens(params):
-                hidden = self.compute_hidden(*packed)  # (1, hidden)
-                token = self.greedy_head.choose(hidden[0])
-                logits = None if token is not None else self.model.get_output_embeddings()(hidden)
-            else:
-                logits = self.compute_logits(*packed)  # (S, V)
-            if token is not None:
-                tokens = [token]
-            elif sample_indices:
-                assert logits is not None  # computed on every path without a screened token
-                tokens = self.sampler.sample(logits, params,
-                                             [segments[i].request_id for i in sample_indices])
-            else:
-                tokens = []
+            tokens, logits = self.logits_head.run(self, packed, params)
+            if tokens is None:
+                if sample_indices:
+                    assert logits is not None  # a head that chose no tokens gives logits
+                    tokens = self.sampler.sample(
+                        logits, params, [segments[i].request_id for i in sample_indices])
+                else:
+                    tokens = []
             for i, chosen in zip(sample_indices, tokens, strict=True):
                 results[i] = chosen
         return results
-
-    def _screens(self, params: Sequence[SamplingParams]) -> bool:
-        """Whether this step's one sampled row suits the screened greedy head (when there is
-        one): plain greedy, no constraint, not a compiled step."""
-        return (len(params) == 1 and params[0].greedy and params[0].constraint is None
-                and not self.compiler.enabled)
 
     def _pack(self, segments: Sequence[ScheduledSegment],
               ) -> tuple[list[int], tuple[BatchLayout, list[int], list[int], list[int]]]:
@@ -298,7 +281,7 @@ class ModelRunner:
     def compute_hidden(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
                        sample_rows: list[int]) -> torch.Tensor:
         """Packed forward of the decoder only: ``(len(sample_rows), hidden)`` final hidden
-        states of the given tokens (the screened greedy head takes it from there)."""
+        states of the given tokens (for a logits head that applies the LM head itself)."""
         import torch
 
         ints, rows, step = self._step_inputs(layout, input_ids, positions, sample_rows)
