@@ -47,7 +47,14 @@ from langchain_ascend.chat.reply import (
     special_marker_ids,
     text_with_markers,
 )
-from langchain_ascend.chat.tool_parsers import ToolCallFormat, detect_tool_call_format
+from langchain_ascend.chat.tool_parsers import ToolCallFormat
+from langchain_ascend.chat.tool_support import (
+    ToolCallFormatSetting,
+    ToolSupport,
+    apply_fallback,
+    check_tools_usable,
+    resolve_tool_support,
+)
 from langchain_ascend.errors import InvalidRequestError, PromptTooLongError
 from langchain_ascend.structured.grammars import (
     GrammarSpec,
@@ -282,9 +289,13 @@ class AscendChatModel(BaseChatModel):
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Extra variables for the chat template, e.g. ``{"enable_thinking": False}`` (Qwen3)."""
 
-    tool_call_format: ToolCallFormat = "auto"
-    """Tool-call syntax to parse and to force: ``"auto"`` (detected from the chat template),
-    ``"hermes"``, ``"llama3_json"`` or ``"mistral"``."""
+    tool_call_format: ToolCallFormatSetting = "auto"
+    """Tool-call syntax to parse and to force. ``"auto"``: detected from the chat template; a
+    template that does not render tools (e.g. SmolLM2's ChatML) gets the tool schemas written
+    into its system turn in the Hermes ``<tool_call>`` fallback format (see
+    ``langchain_ascend.chat.tool_format``). ``"fallback"``: that fallback even when the template
+    renders tools. ``"hermes"``, ``"llama3_json"``, ``"mistral"``: that syntax (the last two need
+    a template that renders tools; otherwise binding tools raises ``ChatTemplateError``)."""
 
     parse_reasoning: bool = True
     """Move ``<think>…</think>`` to ``additional_kwargs["reasoning_content"]``."""
@@ -427,7 +438,7 @@ class AscendChatModel(BaseChatModel):
         specs = [json_object_grammar()]
         if tools:
             formatted = to_template_tools(tools)
-            resolved = self._resolved_format(engine)
+            resolved = self._tool_support(engine).fmt
             fmt = self._forced_format(resolved)
             special = set(_special_tokens(engine.tokenizer))
             specs.append(no_tool_call_grammar(resolved, special))
@@ -449,11 +460,10 @@ class AscendChatModel(BaseChatModel):
             stop_token_ids=list(engine.eos_token_ids),
         )
 
-    def _resolved_format(self, engine: Any) -> ToolCallFormat:
-        if self.tool_call_format != "auto":
-            return self.tool_call_format
-        template = getattr(engine.tokenizer, "chat_template", None)
-        return detect_tool_call_format(template if isinstance(template, str) else None)
+    def _tool_support(self, engine: Any, model_name: str | None = None) -> ToolSupport:
+        return resolve_tool_support(
+            engine.tokenizer, self.tool_call_format, model_name=model_name or self.model
+        )
 
     @staticmethod
     def _forced_format(fmt: ToolCallFormat) -> ToolCallFormat:
@@ -497,7 +507,12 @@ class AscendChatModel(BaseChatModel):
         # With tool_choice="none" the tools stay in the prompt (same prefix, same KV cache as
         # the hops that call tools); a grammar keeps call markers out of the reply instead.
         parse_tools = bool(tools) and tool_choice != "none"
-        fmt = self._resolved_format(engine)
+        support = self._tool_support(engine, model_name)
+        if tools:
+            check_tools_usable(support, self.tool_call_format, model_name=model_name)
+        if support.fallback:
+            template_messages = apply_fallback(template_messages, tools)
+        fmt = support.fmt
 
         spec = self._grammar_spec(engine, kwargs, tools, tool_choice, fmt)
         template_kwargs = {**self.chat_template_kwargs, **(kwargs.get("chat_template_kwargs") or {})}
@@ -505,7 +520,8 @@ class AscendChatModel(BaseChatModel):
             # A JSON/tool-call grammar starts at the first token: no room for <think>.
             template_kwargs.setdefault("enable_thinking", False)
         prompt_ids, prompt_text = self._prompt_ids(
-            engine, template_messages, tools or None, template_kwargs
+            engine, template_messages, None if support.fallback else tools or None,
+            template_kwargs,
         )
         room = engine.max_context_length - len(prompt_ids)
         if room <= 0:

@@ -38,11 +38,14 @@ from langchain_core.messages.tool import (
     tool_call_chunk,
 )
 
+from langchain_ascend.chat.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
 ToolCallFormat = Literal["auto", "hermes", "llama3_json", "mistral"]
 TOOL_CALL_FORMATS: tuple[str, ...] = ("auto", "hermes", "llama3_json", "mistral")
 
-HERMES_OPEN = "<tool_call>"
-HERMES_CLOSE = "</tool_call>"
+# The Hermes markers are the fallback format's (chat.tool_format): one definition.
+HERMES_OPEN = TOOL_CALL_OPEN
+HERMES_CLOSE = TOOL_CALL_CLOSE
 MISTRAL_MARKER = "[TOOL_CALLS]"
 MISTRAL_ARGS = "[ARGS]"
 MISTRAL_CALL_ID = "[CALL_ID]"

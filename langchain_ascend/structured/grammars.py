@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from langchain_ascend.chat.tool_format import CALL_SEPARATOR, CALL_SUFFIX, call_prefix
 from langchain_ascend.chat.tool_parsers import (
     HERMES_CLOSE,
     HERMES_OPEN,
@@ -218,19 +219,16 @@ def tool_call_grammar(
         calls = [
             {
                 "type": "tag",
-                "begin": HERMES_OPEN
-                + '\n{"name": '
-                + json.dumps(t["function"]["name"], ensure_ascii=False)
-                + ', "arguments": ',
+                "begin": call_prefix(t["function"]["name"]),
                 "content": _args_format(_parameters_of(t), excludes),
-                "end": "}\n" + HERMES_CLOSE,
+                "end": CALL_SUFFIX,
             }
             for t in chosen
         ]
         root = {
             "type": "tags_with_separator",
             "tags": calls,
-            "separator": "\n",
+            "separator": CALL_SEPARATOR,
             "at_least_one": True,
             "stop_after_first": not parallel,
         }

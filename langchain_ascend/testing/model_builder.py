@@ -1,5 +1,9 @@
 """Build and cache small random-weight causal LMs (qwen2, llama, qwen3) with their tokenizer.
 
+The tokenizer carries the Qwen2.5-style template that renders tools (``chat_template="tools"``,
+the default) or a ChatML template that ignores them like SmolLM2-Instruct's
+(``chat_template="no_tools"``, :func:`chat_template_without_tools`).
+
 Each model is made from its real transformers config class, initialised by
 ``AutoModelForCausalLM.from_config`` under a fixed ``torch`` seed (the global RNG state is
 restored afterwards), its linear layers then redrawn with fan-in scaled normal weights (see
@@ -15,6 +19,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +37,19 @@ from langchain_ascend.testing.tokenizer_builder import (
 )
 
 ARCHITECTURES: tuple[str, ...] = ("qwen2", "llama", "qwen3")
-_MODEL_SOURCES = (*TOKENIZER_SOURCES, "model_builder.py")
+# "tools": the tokenizer's own Qwen2.5-style template; "no_tools": role + content only.
+CHAT_TEMPLATES: tuple[str, ...] = ("tools", "no_tools")
+_NO_TOOLS_TEMPLATE_FILE = "data/chatml_no_tools.jinja"
+_MODEL_SOURCES = (*TOKENIZER_SOURCES, "model_builder.py", _NO_TOOLS_TEMPLATE_FILE)
+
+
+def chat_template_without_tools() -> str:
+    """Return the bundled ChatML template that ignores tools (like SmolLM2-Instruct's)."""
+    return (
+        resources.files("langchain_ascend.testing")
+        .joinpath(_NO_TOOLS_TEMPLATE_FILE)
+        .read_text(encoding="utf-8")
+    )
 
 
 @dataclass(frozen=True)
@@ -188,8 +205,10 @@ def create_model(config: Any, *, seed: int) -> Any:
     return model
 
 
-def _write_model(out_dir: Path, preset: str, arch: str, seed: int, tokenizer_dir: Path) -> None:
-    from transformers import GenerationConfig
+def _write_model(
+    out_dir: Path, preset: str, arch: str, seed: int, tokenizer_dir: Path, chat_template: str
+) -> None:
+    from transformers import AutoTokenizer, GenerationConfig
 
     endoftext_id = _token_id(tokenizer_dir, ENDOFTEXT)
     im_end_id = _token_id(tokenizer_dir, IM_END)
@@ -204,6 +223,10 @@ def _write_model(out_dir: Path, preset: str, arch: str, seed: int, tokenizer_dir
         model.save_pretrained(out_dir)
     for path in tokenizer_files(tokenizer_dir):
         shutil.copy2(path, out_dir / path.name)
+    if chat_template == "no_tools":
+        tokenizer = AutoTokenizer.from_pretrained(out_dir)
+        tokenizer.chat_template = chat_template_without_tools()
+        tokenizer.save_pretrained(out_dir)
 
 
 def build_model(
@@ -211,6 +234,7 @@ def build_model(
     arch: str = "qwen2",
     *,
     seed: int = 0,
+    chat_template: str = "tools",
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Build (once) and cache a random-weight model with its tokenizer.
@@ -219,6 +243,9 @@ def build_model(
         preset: A key of :data:`PRESETS` (``"tiny"`` or ``"bench"``).
         arch: One of :data:`ARCHITECTURES` (``"qwen2"``, ``"llama"``, ``"qwen3"``).
         seed: Seed of the weight initialisation; same seed, same weights.
+        chat_template: One of :data:`CHAT_TEMPLATES`: ``"tools"`` (Qwen2.5-style, renders
+            tools) or ``"no_tools"`` (ChatML that ignores tools, like SmolLM2's). Same weights
+            either way; a separate cache folder.
         cache_dir: Cache folder; defaults to ``$LANGCHAIN_ASCEND_CACHE`` or
             ``~/.cache/langchain_ascend/models``.
 
@@ -227,16 +254,20 @@ def build_model(
         ``AutoTokenizer.from_pretrained``.
 
     Raises:
-        ValueError: If ``preset`` or ``arch`` is unknown.
+        ValueError: If ``preset``, ``arch`` or ``chat_template`` is unknown.
     """
     _check_choice("preset", preset, tuple(PRESETS))
     _check_choice("arch", arch, ARCHITECTURES)
+    _check_choice("chat_template", chat_template, CHAT_TEMPLATES)
     root = resolve_cache_dir(cache_dir)
     tokenizer_dir = build_tokenizer(PRESETS[preset].vocab_size, cache_dir=root)
     fingerprint = builder_fingerprint(
-        _MODEL_SOURCES, "model", preset, arch, seed, PRESETS[preset], tokenizer_dir.name
+        _MODEL_SOURCES, "model", preset, arch, seed, PRESETS[preset], tokenizer_dir.name,
+        chat_template,
     )
-    final_dir = root / f"{arch}-{preset}-seed{seed}-{fingerprint}"
+    variant = "" if chat_template == "tools" else f"-{chat_template.replace('_', '-')}"
+    final_dir = root / f"{arch}-{preset}-seed{seed}{variant}-{fingerprint}"
     return build_once(
-        final_dir, lambda out_dir: _write_model(out_dir, preset, arch, seed, tokenizer_dir)
+        final_dir,
+        lambda out_dir: _write_model(out_dir, preset, arch, seed, tokenizer_dir, chat_template),
     )
