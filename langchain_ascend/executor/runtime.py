@@ -1,18 +1,11 @@
-"""When :class:`~langchain_ascend.tools.NPUStreamToolExecutor` runs each call: concurrency
-bound, deadlines, retries with backoff, per-call timing. It knows nothing about LangChain
-messages; threads and streams live in :mod:`langchain_ascend.executor.workers`.
+"""When :class:`~langchain_ascend.tools.NPUStreamToolExecutor` runs each call: the concurrency
+bound, per-attempt deadlines, retries with backoff and per-call timing. No LangChain messages
+here; threads and streams are :mod:`langchain_ascend.executor.workers`.
 
-Sync bodies run on *lanes*: up to ``concurrency`` worker threads that each take the next call
-from a shared queue until none is left. Lanes settle a call and take the next one under one
-lock, so a finished call costs no thread hand-off; the driver (the caller's thread, or the
-event loop in async mode) sleeps until the nearest deadline, a retry coming due, a lane
-leaving or the end. At a deadline it abandons the lane (the thread cannot be killed; it is
-left to finish and its result is dropped) and starts a replacement. Retries go to a queue
-ordered by due time; lanes prefer due retries over new calls.
-
-Native-async tools (async mode) run as tasks on the event loop under an ``asyncio.Semaphore``;
-when an invocation mixes them with sync tools every call goes that way (sync bodies are then
-awaited one by one from the worker pool), so one bound covers both.
+Sync bodies run on *lanes* (worker threads that take the next call from one shared queue, due
+retries first) while the driver sleeps until the nearest deadline; a late lane is abandoned
+and replaced, since a thread cannot be killed. Native-async tools run as loop tasks under one
+semaphore; an invocation that mixes both sends every call that way, so one bound covers all.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
-"""Where :class:`~langchain_ascend.tools.NPUStreamToolExecutor` runs sync tool bodies: worker
-threads that tolerate hung calls, and device side streams.
+"""Where :class:`~langchain_ascend.tools.NPUStreamToolExecutor` runs sync tool bodies: daemon
+worker threads that tolerate hung calls, and device side streams.
 
-Threads. Sync bodies run on a :class:`WorkerPool` of daemon threads owned by one executor. The
-pool grows to the number of calls in flight (not to the number of cores: tool calls mostly
-wait on I/O) and idle threads retire after ``idle_s``. A Python thread cannot be killed, so
-when an attempt passes its deadline the caller gets its answer on time and the thread is
-*abandoned*: it finishes on its own, its result is dropped and it rejoins the pool. At most
-``max_abandoned`` threads may be stuck at once; past that the pool refuses to start new
-threads (:class:`~langchain_ascend.errors.ToolWorkersExhaustedError`) instead of growing
-without bound. Daemon threads never block interpreter exit (``concurrent.futures`` workers
-would: they are joined at exit, so one hung tool would hang the process).
-
-Streams. On an accelerator each attempt of a sync body runs inside a side stream taken from a
-small per-device pool. The stream first waits on an event recorded on the caller's stream
-when the executor started (so the tool sees everything the caller queued before), and records
-a "done" event afterwards; the caller's stream waits on that event before the result is handed
-back, and tensors in the result are ``record_stream``-ed on the caller's stream so the
-allocator does not reuse their memory early. No global synchronize is needed. On CPU none of
-this runs. The NPU path follows torch_npu's torch.cuda-style stream API (see ASCEND_API.md)
-and is untested on hardware.
+The :class:`WorkerPool` grows to the calls in flight (tools mostly wait on I/O) and retires
+idle threads. A thread past its deadline is abandoned, not killed; at most ``max_abandoned``
+may be stuck before new calls fail fast, and daemon threads never block interpreter exit.
+On an accelerator each attempt runs on a pooled side stream ordered after the caller's work;
+the caller's stream waits on its "done" event and result tensors are ``record_stream``-ed, so
+no global synchronize is needed. On CPU none of this runs; the NPU path (torch_npu's
+torch.cuda-style stream API) is untested on hardware.
 """
 
 from __future__ import annotations
