@@ -104,3 +104,11 @@ class UnsafeDeserializationError(LangChainAscendError, ValueError):
 class EmbeddingModelError(LangChainAscendError, ValueError):
     """The embedding model cannot be loaded (no such local folder and no cached hub copy) or
     returned something unusable; the message names the model."""
+
+
+class ModelSourceError(LangChainAscendError, ValueError):
+    """A model source cannot be used: the path is missing, a folder holds neither
+    ``config.json`` nor GGUF files (or several GGUF files and none was picked), a GGUF file is
+    corrupt, truncated or of an architecture transformers cannot load, a hub id is not in the
+    local Hugging Face cache while offline, or de-quantizing a GGUF file failed. The message
+    names the path or value and what was expected there."""
