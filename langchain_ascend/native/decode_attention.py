@@ -1,9 +1,8 @@
 """Decode attention over one strided run of cached keys: the native kernel, from torch.
 
-Measured on the 2-core test host (bench model's shape: 2 KV heads, 4 query rows per head,
-head size 64, 2,400 cached keys, eight layers' caches cycled so they come from DRAM): 2.6 ms
-per eight layers against 3.4-3.7 ms for torch's CPU flash attention on the same views, and a
-whole decode step 20.96 -> 19.61 ms median (interleaved A/B, same process).
+One pass over a run of cached keys per KV head with all its query rows, returning the
+log-sum-exp the piecewise path merges by; faster than torch's CPU flash attention on the same
+views for decode-sized queries (figures in ``docs/performance.md``).
 
 :func:`attend` returns None wherever the kernel does not apply (library not built here,
 another dtype or device, rows that are not contiguous), so callers keep their torch path.

@@ -1,8 +1,8 @@
 """Single-row products of linear weights: the native kernels, from torch.
 
-Used by ``engine.weight_layout`` for the one-row products of a decode step (``matvec.c``;
+Used by ``engine.cpu.weight_layout`` for the one-row products of a decode step (``matvec.c``;
 layouts and measurements there): :func:`matvec` on the row-major weight itself,
-:func:`matvec_tiles` on a copy made by :func:`pack_tiles`; and by ``engine.greedy_head``:
+:func:`matvec_tiles` on a copy made by :func:`pack_tiles`; and by ``engine.cpu.greedy_head``:
 :func:`matvec_tiles_f16` and :func:`greedy_screened_f16` on a float16 copy made by
 :func:`pack_tiles_f16`. They return None wherever the kernel does not apply (library not
 built here, another dtype or device), so callers keep their torch path.

@@ -1,6 +1,6 @@
 """RMSNorm of a few float32 rows: the native kernel, from torch.
 
-Used by ``engine.fused_norms`` for decode-sized inputs (``rms_norm.c``; measured there).
+Used by ``engine.cpu.fused_norms`` for decode-sized inputs (``rms_norm.c``; measured there).
 :func:`rms_norm` returns None wherever the kernel does not apply (library not built here,
 another dtype or device, more rows than :data:`MAX_ROWS`), so callers keep their torch path.
 """

@@ -15,9 +15,8 @@ chosen per step from the block tables:
   length. Keys can be visited in any order because attention is a sum over keys; rotary
   positions are already inside the keys. On CPU a union made of a few runs of consecutive
   blocks (a shared prefix plus each request's tail) is attended run by run as views, and the
-  partial results are merged with their log-sum-exp weights: no copy at all (measured on the
-  bench model at a 2,500-token context split in two runs: 26.5 ms vs 29.5 ms per step with
-  the gather).
+  partial results are merged with their log-sum-exp weights: no copy at all (faster than
+  the gather, see ``docs/performance.md``).
 * gather: otherwise (unrelated long contexts) each request's pages are gathered
   (``index_select``) into a padded ``(B, kv_heads, L, head_dim)`` block and a length mask hides
   the padding.
@@ -140,9 +139,8 @@ def _sdpa_kernels(device) -> AbstractContextManager[object]:
     """On CUDA, ``scaled_dot_product_attention`` without the cuDNN kernel, for this call only.
 
     cuDNN's attention (torch's first choice for bf16 on Hopper) builds an execution plan per
-    input shape, and a paged decode changes the key length at every step. Measured on an H200
-    with the bench model in bf16 (``bench_agent.py --device cuda --dtype bfloat16``): an agent
-    hop took 2.1-2.9 s with it and 0.21-0.34 s without (five cold hops: 12.0 s -> 1.2 s).
+    input shape, and a paged decode changes the key length at every step: an agent hop was
+    about ten times slower with it (``docs/performance.md``).
     """
     if device.type != "cuda":
         return contextlib.nullcontext()

@@ -1,15 +1,9 @@
 """Optional compiled decode step, with an eager fallback that never fails a request.
 
-``compile="auto"`` currently means OFF on every device:
-
-* CPU, measured (2-core AMD EPYC, ~40M bench model, one thread): inductor took ~55 s to
-  compile the decode step and the compiled step was slower (50.8 ms vs 42.3 ms eager); the
-  step is bound by streaming the weights, which compilation does not change. Measured again
-  on the per-op overhead alone (the bench model's 8-layer structure with 64-wide layers, the
-  attention made traceable as a custom op, so the whole step is one graph): 7.58 ms compiled
-  vs 7.62 ms eager per step, after 58 s of compiling.
-* CUDA / NPU: not measured yet (no device here). The step metadata still carries host integers
-  (span bounds, lengths) that dynamo would specialise on, so the benefit is unproven.
+``compile="auto"`` currently means OFF on every device: on the CPU compiling took about a
+minute and the compiled step was no faster (the step streams weights, which compiling does not
+change; figures in ``docs/performance.md``); on CUDA / NPU the benefit is unproven, since the
+step metadata still carries host integers (span bounds, lengths) dynamo would specialise on.
 
 ``compile=True`` opts in on any device with a compile backend: steps made only of decodes go
 through ``torch.compile(forward, backend=platform.compile_backend(device), dynamic=True)``,
@@ -18,7 +12,7 @@ running a compiled step logs a warning, disables compilation for good and reruns
 eagerly; the cache writes of a failed attempt are repeated with the same values, so the retry
 is harmless.
 
-TODO(issue-4): full graph capture (CUDA graphs / ACLGraph via ``npugraph_ex``) needs
+Not done yet: full graph capture (CUDA graphs / ACLGraph via ``npugraph_ex``) needs
 shape-stable step metadata (batch padded to the bucket on the scratch block, block tables
 padded to a fixed width, sequence lengths as device tensors); ``ModelRunner`` already keeps a
 scratch block for that padding.
@@ -47,7 +41,7 @@ def resolve_compile(mode: bool | str, device: torch.device) -> bool:
         ValueError: ``mode`` is none of those.
     """
     if mode == "auto":
-        return False  # see the module docstring: no device where it is shown to pay off yet
+        return False  # no device where it is shown to pay off yet (module docstring)
     if isinstance(mode, bool):
         return mode and platform.compile_backend(device) is not None
     raise ValueError(f"compile must be 'auto', True or False, got {mode!r}")

@@ -1,0 +1,85 @@
+"""The CPU seam: one prepare() does the model surgery through one swap with one marker."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from langchain_ascend.engine.cpu import CPUHooks, prepare
+from langchain_ascend.engine.cpu.fused_projections import FusedProjections
+from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
+from langchain_ascend.engine.cpu.swap import MARKER, is_swapped, restore_forward, swapped_by
+from langchain_ascend.engine.cpu.weight_layout import DUAL
+from langchain_ascend.engine.worker.hooks import (
+    HookOptions,
+    ModelHooks,
+    PlainLogitsHead,
+    prepare_hooks,
+)
+from langchain_ascend.native import matvec
+
+
+def load(tiny_model_paths, arch="qwen2"):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.float32)
+
+
+def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_paths):
+    model = load(tiny_model_paths)
+    ids = torch.tensor([[5, 17, 300, 41, 9]])
+    with torch.inference_mode():
+        before = [model(ids).logits, model(ids[:, :1]).logits]
+    hooks = prepare(model, device=torch.device("cpu"), dtype=torch.float32,
+                    options=HookOptions())
+    assert isinstance(hooks, CPUHooks)
+    assert hooks.changes["weight_layout"] == "dual"
+    layers = model.config.num_hidden_layers
+    assert hooks.changes["fused_groups"] == 2 * layers  # q/k/v and gate/up of every layer
+    assert hooks.changes["fused_norms"] == 2 * layers + 1
+    swapped = [m for m in model.modules() if is_swapped(m)]
+    assert swapped and all(MARKER in m.__dict__ and "forward" in m.__dict__ for m in swapped)
+    owners = {type(swapped_by(m)).__name__ if not isinstance(swapped_by(m), str)
+              else swapped_by(m) for m in swapped}
+    assert owners == {DUAL, "fused_norms", FusedProjections.__name__}
+    with torch.inference_mode():
+        after = [model(ids).logits, model(ids[:, :1]).logits]
+    for got, want in zip(after, before, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    head = hooks.make_logits_head(model)
+    if matvec.available():
+        assert isinstance(head, ScreenedGreedyHead) and hooks.changes["screened_greedy"]
+    else:
+        assert isinstance(head, PlainLogitsHead) and not hooks.changes["screened_greedy"]
+
+
+def test_options_pick_the_layout_and_the_head(tiny_model_paths):
+    model = load(tiny_model_paths, "llama")
+    hooks = prepare(model, device=torch.device("cpu"), dtype=torch.float32,
+                    options=HookOptions(weight_layout="row", screen_greedy=False))
+    assert hooks.changes["weight_layout"] == "row" and hooks.changes["fused_groups"] == 0
+    assert isinstance(hooks.make_logits_head(model), PlainLogitsHead)
+    assert not any(swapped_by(m) == DUAL for m in model.modules())
+    with pytest.raises(ValueError, match="weight_layout"):
+        HookOptions(weight_layout="diagonal")
+
+
+def test_other_devices_get_plain_hooks_and_an_untouched_model(tiny_model_paths):
+    model = load(tiny_model_paths)
+    for prepare_fn in (prepare, prepare_hooks):
+        hooks = prepare_fn(model, device=torch.device("meta"), dtype=torch.float32,
+                           options=HookOptions())
+        assert type(hooks) is ModelHooks and hooks.changes == {}
+        assert isinstance(hooks.make_logits_head(model), PlainLogitsHead)
+    assert not any(is_swapped(m) for m in model.modules())
+
+
+def test_restore_forward_drops_the_swap_and_its_marker():
+    linear = torch.nn.Linear(4, 4)
+    x = torch.randn(1, 4)
+    expected = linear(x)
+    prepare(torch.nn.Sequential(linear), device=torch.device("cpu"), dtype=torch.float32,
+            options=HookOptions(weight_layout="dual"))
+    assert swapped_by(linear) == DUAL
+    restore_forward(linear)
+    assert not is_swapped(linear)
+    torch.testing.assert_close(linear(x), expected)
