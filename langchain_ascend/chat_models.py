@@ -1,26 +1,24 @@
 """AscendChatModel: a LangChain chat model served by langchain-ascend's own engine.
 
-Thin on purpose: message conversion lives in ``_messages``, reply post-processing in
-``_output`` / ``_reasoning`` / ``tool_parsers``, grammars in ``structured``; the engine
-(``engine.engine.get_engine``) owns the model, the paged KV cache and the batch. Importing
-this module imports no torch.
+Thin on purpose: request preparation (messages -> prompt ids + sampling params) lives in
+``chat.prepare``, reply assembly in ``chat.reply``, grammar selection in
+``structured.selection``; the engine (``engine.engine.get_engine``) owns the model, the paged
+KV cache and the batch. Importing this module imports no torch.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import fields
 from operator import itemgetter
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.chat_models import LangSmithParams
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.output_parsers.openai_tools import (
     JsonOutputKeyToolsParser,
@@ -34,87 +32,26 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ascend.chat.messages import (
-    render_prompt,
-    to_template_messages,
-    to_template_tools,
-    tool_names_of,
+from langchain_ascend.chat.messages import to_template_tools, tool_names_of
+from langchain_ascend.chat.prepare import (
+    ChatSettings,
+    PreparedRequest,
+    normalize_tool_choice,
+    prepare_request,
+    prompt_token_ids,
+    tool_support_for,
 )
-from langchain_ascend.chat.reasoning import prompt_opens_reasoning
-from langchain_ascend.chat.reply import (
-    ReplyAssembler,
-    ReplyPiece,
-    special_marker_ids,
-    text_with_markers,
-)
-from langchain_ascend.chat.tool_parsers import ToolCallFormat
-from langchain_ascend.chat.tool_support import (
-    ToolCallFormatSetting,
-    ToolSupport,
-    apply_fallback,
-    check_tools_usable,
-    resolve_tool_support,
-)
-from langchain_ascend.errors import InvalidRequestError, PromptTooLongError
-from langchain_ascend.structured.grammars import (
-    GrammarSpec,
-    json_object_grammar,
-    json_schema_grammar,
-    no_tool_call_grammar,
-    tool_call_grammar,
-)
-
-logger = logging.getLogger(__name__)
+from langchain_ascend.chat.reply import delta_chunk, reply_message
+from langchain_ascend.chat.tool_support import ToolCallFormatSetting
+from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
+from langchain_ascend.structured.selection import grammar_backend, warm_up_specs
 
 # Constructor arguments other chat models take that mean nothing for a local model; accepted
 # (and ignored) so ``ChatOpenAI(...)``-style code keeps working.
 _IGNORED_INIT_ARGS = frozenset(
     {"api_key", "base_url", "timeout", "max_retries", "organization", "request_timeout"}
 )
-_FORCING_CHOICES = ("required", "any")
-
-
-@dataclass
-class _PreparedRequest:
-    """Everything one call sends to the engine and needs to read the reply back."""
-
-    engine: Any
-    model_name: str
-    prompt_token_ids: list[int]
-    params: Any  # SamplingParams
-    assembler_kwargs: dict[str, Any]
-    marker_ids: dict[int, str] = field(default_factory=dict)
-
-
-def _normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> str:
-    """Map LangChain/OpenAI ``tool_choice`` spellings to "auto", "none", "required" or a name.
-
-    Raises:
-        InvalidRequestError: An unknown spelling or a name that is not a bound tool.
-    """
-    if tool_choice is None or tool_choice == "auto":
-        return "auto"
-    if tool_choice is False or tool_choice == "none":
-        return "none"
-    if tool_choice is True or tool_choice in _FORCING_CHOICES:
-        return "required"
-    name = None
-    if isinstance(tool_choice, str):
-        name = tool_choice
-    elif isinstance(tool_choice, Mapping):
-        function = tool_choice.get("function")
-        name = function.get("name") if isinstance(function, Mapping) else tool_choice.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidRequestError(
-            f"unsupported tool_choice {tool_choice!r}: use 'auto', 'none', 'required'/'any', "
-            "True, a tool name, or {'type': 'function', 'function': {'name': ...}}"
-        )
-    if name not in tool_names:
-        raise InvalidRequestError(
-            f"tool_choice names {name!r}, which is not one of the bound tools {list(tool_names)}"
-        )
-    return name
-
 
 class AscendChatModel(BaseChatModel):
     """Chat model running a Hugging Face decoder LM on langchain-ascend's engine.
@@ -425,8 +362,9 @@ class AscendChatModel(BaseChatModel):
         backend = self._grammar_backend(engine)
         for spec in self._warm_up_specs(engine, tools, schemas):
             backend.compile(spec)
-        prompt = self._prompt_ids(
-            engine, [{"role": "user", "content": "Hi"}], None, self.chat_template_kwargs
+        prompt = prompt_token_ids(
+            engine.tokenizer, [{"role": "user", "content": "Hi"}], None,
+            self.chat_template_kwargs,
         )[0]
         engine.generate(prompt, SamplingParams(max_tokens=1))
 
@@ -435,247 +373,25 @@ class AscendChatModel(BaseChatModel):
     ) -> list[GrammarSpec]:
         """The grammars ``warm_up`` compiles: what ``json_mode``, ``tool_choice="required"``,
         each named tool, ``tool_choice="none"`` and ``with_structured_output(schema)`` ask for."""
-        specs = [json_object_grammar()]
-        if tools:
-            formatted = to_template_tools(tools)
-            resolved = self._tool_support(engine).fmt
-            fmt = self._forced_format(resolved)
-            special = set(_special_tokens(engine.tokenizer))
-            specs.append(no_tool_call_grammar(resolved, special))
-            specs.append(tool_call_grammar(formatted, fmt=fmt, parallel=True,
-                                           special_tokens=special))
-            specs += [
-                tool_call_grammar(formatted, fmt=fmt, tool_name=name, special_tokens=special)
-                for name in tool_names_of(formatted)
-            ]
-        specs += [json_schema_grammar(convert_to_json_schema(s)) for s in schemas or ()]
-        return specs
+        support = tool_support_for(engine, self._settings(), self.model)
+        return warm_up_specs(
+            to_template_tools(tools or ()),
+            [convert_to_json_schema(s) for s in schemas or ()],
+            fmt=support.fmt,
+            special_tokens=set(special_tokens_of(engine.tokenizer)),
+        )
 
     def _grammar_backend(self, engine: Any) -> Any:
-        from langchain_ascend.structured.xgrammar_backend import get_grammar_backend
+        return grammar_backend(engine)
 
-        return get_grammar_backend(
-            engine.tokenizer,
-            vocab_size=engine.vocab_size or len(engine.tokenizer),
-            stop_token_ids=list(engine.eos_token_ids),
-        )
-
-    def _tool_support(self, engine: Any, model_name: str | None = None) -> ToolSupport:
-        return resolve_tool_support(
-            engine.tokenizer, self.tool_call_format, model_name=model_name or self.model
-        )
-
-    @staticmethod
-    def _forced_format(fmt: ToolCallFormat) -> ToolCallFormat:
-        return "hermes" if fmt == "auto" else fmt
-
-    # ------------------------------------------------------------------ request building
-
-    def _prompt_ids(
-        self,
-        engine: Any,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        template_kwargs: Mapping[str, Any],
-    ) -> tuple[list[int], str]:
-        prompt = render_prompt(
-            engine.tokenizer, messages, tools=tools, template_kwargs=template_kwargs
-        )
-        ids = engine.tokenizer.encode(prompt, add_special_tokens=False)
-        return list(ids), prompt
+    def _settings(self) -> ChatSettings:
+        return ChatSettings(**{f.name: getattr(self, f.name) for f in fields(ChatSettings)})
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> _PreparedRequest:
+    ) -> PreparedRequest:
         """Validate and render one call into engine inputs (raises typed errors)."""
-        from langchain_ascend.engine.core.sampling_params import SamplingParams
-
-        unknown = set(kwargs) - _CALL_KWARGS
-        if unknown:
-            raise InvalidRequestError(
-                f"unsupported call argument(s) {sorted(unknown)}; supported: {sorted(_CALL_KWARGS)}"
-            )
-        template_messages = to_template_messages(messages)
-        model_name = kwargs.get("model") or self.model
-        engine = self._engine_for(model_name)
-
-        tools: list[dict[str, Any]] = list(kwargs.get("tools") or [])
-        tool_names = tool_names_of(tools)
-        tool_choice = _normalize_tool_choice(kwargs.get("tool_choice"), tool_names)
-        if tool_choice != "auto" and tool_choice != "none" and not tools:
-            raise InvalidRequestError(f"tool_choice={tool_choice!r} but no tools are bound")
-        # With tool_choice="none" the tools stay in the prompt (same prefix, same KV cache as
-        # the hops that call tools); a grammar keeps call markers out of the reply instead.
-        parse_tools = bool(tools) and tool_choice != "none"
-        support = self._tool_support(engine, model_name)
-        if tools:
-            check_tools_usable(support, self.tool_call_format, model_name=model_name)
-        if support.fallback:
-            template_messages = apply_fallback(template_messages, tools)
-        fmt = support.fmt
-
-        spec = self._grammar_spec(engine, kwargs, tools, tool_choice, fmt)
-        template_kwargs = {**self.chat_template_kwargs, **(kwargs.get("chat_template_kwargs") or {})}
-        if spec is not None and not spec.free_text:
-            # A JSON/tool-call grammar starts at the first token: no room for <think>.
-            template_kwargs.setdefault("enable_thinking", False)
-        prompt_ids, prompt_text = self._prompt_ids(
-            engine, template_messages, None if support.fallback else tools or None,
-            template_kwargs,
-        )
-        room = engine.max_context_length - len(prompt_ids)
-        if room <= 0:
-            raise PromptTooLongError(
-                f"the prompt has {len(prompt_ids)} tokens, which leaves no room to generate "
-                f"within max_context_length={engine.max_context_length}"
-            )
-        max_tokens = kwargs.get("max_tokens", self.max_tokens)
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens <= 0):
-            raise InvalidRequestError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        max_tokens = room if max_tokens is None else min(max_tokens, room)
-
-        defaults = _generation_defaults(engine)
-        temperature = kwargs.get("temperature", self.temperature)
-        top_p = kwargs.get("top_p", self.top_p)
-        top_k = kwargs.get("top_k", self.top_k)
-        stops = list(stop if stop is not None else (self.stop or []))
-        if spec is not None and not spec.free_text:
-            stops = []  # the grammar decides where the reply ends
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=defaults["temperature"] if temperature is None else float(temperature),
-            top_p=defaults["top_p"] if top_p is None else float(top_p),
-            top_k=defaults["top_k"] if top_k is None else int(top_k),
-            seed=kwargs.get("seed", self.seed),
-            stop=stops,
-            ignore_eos=bool(kwargs.get("ignore_eos", self.ignore_eos)) and spec is None,
-        )
-        params.validate()
-        if spec is not None:
-            params.constraint = self._grammar_backend(engine).new_constraint(
-                spec, max_tokens=max_tokens
-            )
-        marker_ids = special_marker_ids(_special_tokens(engine.tokenizer)) if parse_tools else {}
-        return _PreparedRequest(
-            engine=engine,
-            model_name=model_name,
-            prompt_token_ids=prompt_ids,
-            params=params,
-            assembler_kwargs={
-                "parse_tools": parse_tools,
-                "tool_format": fmt,
-                "tool_names": tool_names,
-                "parse_reasoning": self.parse_reasoning,
-                "start_in_reasoning": self.parse_reasoning and prompt_opens_reasoning(prompt_text),
-                "marker_ids": marker_ids,
-            },
-            marker_ids=marker_ids,
-        )
-
-    def _grammar_spec(
-        self,
-        engine: Any,
-        kwargs: Mapping[str, Any],
-        tools: list[dict[str, Any]],
-        tool_choice: str,
-        fmt: ToolCallFormat,
-    ) -> GrammarSpec | None:
-        response_format = kwargs.get("response_format")
-        if response_format is not None:
-            return _response_format_grammar(response_format)
-        if tool_choice == "auto" or (tool_choice == "none" and not tools):
-            return None
-        special = set(_special_tokens(engine.tokenizer))
-        if tool_choice == "none":
-            return no_tool_call_grammar(fmt, special)
-        parallel = kwargs.get("parallel_tool_calls")
-        if tool_choice == "required":
-            return tool_call_grammar(
-                tools, fmt=self._forced_format(fmt), parallel=parallel is not False,
-                special_tokens=special,
-            )
-        return tool_call_grammar(
-            tools, fmt=self._forced_format(fmt), tool_name=tool_choice, parallel=bool(parallel),
-            special_tokens=special,
-        )
-
-    # ------------------------------------------------------------------ reply building
-
-    def _metadata(
-        self, prepared: _PreparedRequest, output: Any, assembler: ReplyAssembler
-    ) -> tuple[UsageMetadata, dict[str, Any]]:
-        stats = output.stats
-        input_tokens = int(stats.num_prompt_tokens)
-        output_tokens = int(stats.num_generated_tokens)
-        usage = UsageMetadata(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            total_tokens=input_tokens + output_tokens,
-            input_token_details={"cache_read": int(stats.num_cached_tokens)},
-        )
-        if assembler.reasoning:
-            tokenizer = prepared.engine.tokenizer
-            reasoning_tokens = len(tokenizer.encode(assembler.reasoning, add_special_tokens=False))
-            usage["output_token_details"] = {"reasoning": min(reasoning_tokens, output_tokens)}
-        finish_reason = output.finish_reason
-        if finish_reason == "stop" and any(c.valid for c in assembler.calls):
-            finish_reason = "tool_calls"
-        metadata = {
-            "model_name": prepared.model_name,
-            "model_provider": "ascend",
-            "finish_reason": finish_reason,
-            "stop_reason": output.stop_reason,
-            "timings": {
-                "queue": stats.queue_time,
-                "time_to_first_token": stats.time_to_first_token,
-                "decode": stats.decode_time,
-            },
-        }
-        return usage, metadata
-
-    def _message_from_output(self, prepared: _PreparedRequest, output: Any) -> AIMessage:
-        assembler = ReplyAssembler(**prepared.assembler_kwargs)
-        text = text_with_markers(
-            prepared.engine.tokenizer, output.token_ids, output.text, prepared.marker_ids
-        )
-        assembler.feed(text)
-        assembler.finish()
-        usage, metadata = self._metadata(prepared, output, assembler)
-        additional: dict[str, Any] = {}
-        if assembler.reasoning:
-            additional["reasoning_content"] = assembler.reasoning
-        return AIMessage(
-            content=assembler.content,
-            additional_kwargs=additional,
-            tool_calls=[c.to_tool_call() for c in assembler.calls if c.valid],
-            invalid_tool_calls=[c.to_invalid_tool_call() for c in assembler.calls if not c.valid],
-            usage_metadata=usage,
-            response_metadata=metadata,
-        )
-
-    @staticmethod
-    def _chunk(piece: ReplyPiece) -> AIMessageChunk:
-        additional = {"reasoning_content": piece.reasoning} if piece.reasoning else {}
-        return AIMessageChunk(
-            content=piece.content,
-            additional_kwargs=additional,
-            tool_call_chunks=[c.to_chunk() for c in piece.calls],
-        )
-
-    def _last_chunk(
-        self, prepared: _PreparedRequest, output: Any, assembler: ReplyAssembler,
-        piece: ReplyPiece,
-    ) -> AIMessageChunk:
-        usage, metadata = self._metadata(prepared, output, assembler)
-        chunk = self._chunk(piece)
-        return AIMessageChunk(
-            content=chunk.content,
-            additional_kwargs=chunk.additional_kwargs,
-            tool_call_chunks=chunk.tool_call_chunks,
-            usage_metadata=usage,
-            response_metadata=metadata,
-            chunk_position="last",
-        )
+        return prepare_request(messages, stop, kwargs, self._settings(), self._engine_for)
 
     # ------------------------------------------------------------------ generation
 
@@ -688,8 +404,7 @@ class AscendChatModel(BaseChatModel):
     ) -> ChatResult:
         prepared = self._prepare(messages, stop, kwargs)
         output = prepared.engine.generate(prepared.prompt_token_ids, prepared.params)
-        message = self._message_from_output(prepared, output)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return _result(prepared, output)
 
     async def _agenerate(
         self,
@@ -700,8 +415,7 @@ class AscendChatModel(BaseChatModel):
     ) -> ChatResult:
         prepared = await asyncio.to_thread(self._prepare, messages, stop, kwargs)
         output = await prepared.engine.agenerate(prepared.prompt_token_ids, prepared.params)
-        message = self._message_from_output(prepared, output)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return _result(prepared, output)
 
     def _stream(
         self,
@@ -711,11 +425,11 @@ class AscendChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         prepared = self._prepare(messages, stop, kwargs)
-        assembler = ReplyAssembler(**prepared.assembler_kwargs)
+        assembler = prepared.new_assembler()
         stream = prepared.engine.stream(prepared.prompt_token_ids, prepared.params)
         try:
             for delta in stream:
-                chunk = self._delta_chunk(prepared, assembler, delta)
+                chunk = _generation_chunk(prepared, assembler, delta)
                 if chunk is None:
                     continue
                 if run_manager is not None:
@@ -732,11 +446,11 @@ class AscendChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         prepared = await asyncio.to_thread(self._prepare, messages, stop, kwargs)
-        assembler = ReplyAssembler(**prepared.assembler_kwargs)
+        assembler = prepared.new_assembler()
         stream = prepared.engine.astream(prepared.prompt_token_ids, prepared.params)
         try:
             async for delta in stream:
-                chunk = self._delta_chunk(prepared, assembler, delta)
+                chunk = _generation_chunk(prepared, assembler, delta)
                 if chunk is None:
                     continue
                 if run_manager is not None:
@@ -744,23 +458,6 @@ class AscendChatModel(BaseChatModel):
                 yield chunk
         finally:
             await stream.aclose()
-
-    def _delta_chunk(
-        self, prepared: _PreparedRequest, assembler: ReplyAssembler, delta: Any
-    ) -> ChatGenerationChunk | None:
-        piece = assembler.feed(delta.text, delta.token_ids)
-        if delta.finished:
-            tail = assembler.finish()
-            piece = ReplyPiece(
-                content=piece.content + tail.content,
-                reasoning=piece.reasoning + tail.reasoning,
-                calls=piece.calls + tail.calls,
-            )
-            message = self._last_chunk(prepared, delta.output, assembler, piece)
-            return ChatGenerationChunk(message=message)
-        if not piece:
-            return None
-        return ChatGenerationChunk(message=self._chunk(piece))
 
     # ------------------------------------------------------------------ tools / structure
 
@@ -792,7 +489,7 @@ class AscendChatModel(BaseChatModel):
                 no bound tool.
         """
         formatted = to_template_tools(tools)
-        choice = _normalize_tool_choice(tool_choice, tool_names_of(formatted))
+        choice = normalize_tool_choice(tool_choice, tool_names_of(formatted))
         if parallel_tool_calls is not None:
             kwargs["parallel_tool_calls"] = parallel_tool_calls
         return super().bind(tools=formatted, tool_choice=choice, **kwargs)
@@ -867,63 +564,21 @@ class AscendChatModel(BaseChatModel):
         return RunnableMap(raw=llm) | parser_with_fallback
 
 
-# Arguments a call may carry (from bind / invoke kwargs) besides messages and stop.
-_CALL_KWARGS = frozenset(
-    {
-        "model", "tools", "tool_choice", "parallel_tool_calls", "response_format",
-        "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "chat_template_kwargs",
-        "ignore_eos",
-    }
-)
-
-
-def _response_format_grammar(response_format: Any) -> GrammarSpec:
-    """Grammar for an OpenAI-style ``response_format``.
-
-    Raises:
-        InvalidRequestError: An unknown or malformed ``response_format``.
-    """
-    if isinstance(response_format, Mapping):
-        kind = response_format.get("type")
-        if kind == "json_object":
-            return json_object_grammar()
-        if kind == "json_schema":
-            body = response_format.get("json_schema") or {}
-            schema = body.get("schema") if isinstance(body, Mapping) else None
-            if isinstance(schema, Mapping):
-                return json_schema_grammar(schema)
-    raise InvalidRequestError(
-        f"unsupported response_format {response_format!r}: use {{'type': 'json_object'}} or "
-        "{'type': 'json_schema', 'json_schema': {'schema': {...}}}"
+def _result(prepared: PreparedRequest, output: Any) -> ChatResult:
+    message = reply_message(
+        output, prepared.new_assembler(), model_name=prepared.model_name,
+        count_tokens=prepared.count_tokens,
     )
+    return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def _generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
+                      ) -> ChatGenerationChunk | None:
+    chunk = delta_chunk(
+        delta, assembler, model_name=prepared.model_name, count_tokens=prepared.count_tokens
+    )
+    return None if chunk is None else ChatGenerationChunk(message=chunk)
 
 
 def _chunk_text(message: BaseMessage) -> str:
     return message.content if isinstance(message.content, str) else ""
-
-
-def _special_tokens(tokenizer: Any) -> dict[str, int]:
-    return {
-        str(tok): int(idx)
-        for tok, idx in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=False)
-    }
-
-
-_GENERATION_DEFAULTS: dict[str, dict[str, Any]] = {}
-_GENERATION_DEFAULTS_LOCK = threading.Lock()
-
-
-def _generation_defaults(engine: Any) -> dict[str, Any]:
-    """Sampling defaults from the model's ``generation_config.json`` (greedy without one)."""
-    key = str(engine.model_path)
-    with _GENERATION_DEFAULTS_LOCK:
-        cached = _GENERATION_DEFAULTS.get(key)
-    if cached is not None:
-        return cached
-    from langchain_ascend.engine.hf_config import generation_defaults
-
-    defaults = generation_defaults(key)
-    with _GENERATION_DEFAULTS_LOCK:
-        _GENERATION_DEFAULTS[key] = defaults
-    return defaults
-

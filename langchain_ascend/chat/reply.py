@@ -5,20 +5,27 @@ at once — and hands back :class:`ReplyPiece` s: answer text, reasoning text an
 calls. The pipeline is:
 
 1. special marker tokens the decoder dropped (``skip_special_tokens``), such as Mistral's
-   ``[TOOL_CALLS]`` or Llama's ``<|python_tag|>``, are put back from the token ids;
+   ``[TOOL_CALLS]`` or Llama's ``<|python_tag|>``, are put back from the token ids
+   (:func:`restore_markers`, the same for a streamed delta and a whole reply);
 2. :class:`~langchain_ascend.chat.reasoning.ReasoningSplitter` routes ``<think>...</think>`` to
    reasoning;
 3. :class:`~langchain_ascend.chat.tool_parsers.ToolCallStreamParser` splits the answer into content
    and tool calls (only when tools are bound).
 
 The streamed and the one-shot path run the same code, so ``invoke`` and the aggregated
-``stream`` agree.
+``stream`` agree. :func:`reply_message` and :func:`delta_chunk` turn the assembled parts and
+the engine's output into the ``AIMessage`` / ``AIMessageChunk`` LangChain sees (usage,
+finish reason, timings).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages.ai import UsageMetadata
 
 from langchain_ascend.chat.reasoning import ReasoningSplitter
 from langchain_ascend.chat.tool_parsers import (
@@ -38,6 +45,45 @@ TOOL_MARKERS: tuple[str, ...] = (MISTRAL_MARKER, MISTRAL_ARGS, MISTRAL_CALL_ID, 
 def special_marker_ids(special_tokens: Mapping[str, int]) -> dict[int, str]:
     """Map the ids of special tokens that are tool-call markers to their text."""
     return {idx: text for text, idx in special_tokens.items() if text in TOOL_MARKERS}
+
+
+def restore_markers(
+    text: str,
+    token_ids: Sequence[int],
+    marker_ids: Mapping[int, str],
+    decode: Callable[..., str] | None = None,
+) -> str:
+    """``text`` (decoded from ``token_ids`` without special tokens) with the skipped marker
+    tokens put back where they were.
+
+    Markers that lead the ids (a streamed marker token, a reply that opens with
+    ``[TOOL_CALLS]``) are prepended to ``text`` as it is. Markers after other tokens need the
+    text around them, so the ids are re-decoded in segments with ``decode`` (the tokenizer's,
+    called with ``skip_special_tokens=True``); without ``decode`` they are prepended too.
+
+    Returns:
+        ``text`` unchanged when no marker token occurs or the decoder kept the markers.
+    """
+    if not marker_ids or not any(t in marker_ids for t in token_ids):
+        return text
+    num_leading = 0
+    while num_leading < len(token_ids) and token_ids[num_leading] in marker_ids:
+        num_leading += 1
+    later = any(t in marker_ids for t in token_ids[num_leading:])
+    if not later or decode is None:
+        markers = "".join(marker_ids[t] for t in token_ids if t in marker_ids)
+        return text if text.startswith(markers) else markers + text
+    parts: list[str] = []
+    segment: list[int] = []
+    for token in token_ids:
+        if token in marker_ids:
+            parts.append(decode(segment, skip_special_tokens=True))
+            parts.append(marker_ids[token])
+            segment = []
+        else:
+            segment.append(token)
+    parts.append(decode(segment, skip_special_tokens=True))
+    return "".join(parts)
 
 
 @dataclass
@@ -64,6 +110,8 @@ class ReplyAssembler:
         start_in_reasoning: The prompt already opened ``<think>``.
         marker_ids: Special-token ids of tool-call markers to restore (see
             :func:`special_marker_ids`).
+        decode: The tokenizer's ``decode``, to place markers inside a multi-token piece (see
+            :func:`restore_markers`).
     """
 
     def __init__(
@@ -75,6 +123,7 @@ class ReplyAssembler:
         parse_reasoning: bool = True,
         start_in_reasoning: bool = False,
         marker_ids: Mapping[int, str] | None = None,
+        decode: Callable[..., str] | None = None,
     ) -> None:
         self._reasoning = ReasoningSplitter(
             start_in_reasoning=start_in_reasoning, enabled=parse_reasoning
@@ -83,20 +132,14 @@ class ReplyAssembler:
             ToolCallStreamParser(tool_format, tool_names=tool_names) if parse_tools else None
         )
         self._marker_ids = dict(marker_ids or {})
+        self._decode = decode
         self.content = ""
         self.reasoning = ""
         self.calls: list[ExtractedCall] = []
 
-    def restore_markers(self, text: str, token_ids: Sequence[int]) -> str:
-        """Put back marker tokens the decoder skipped (they come before the delta's text)."""
-        if not self._marker_ids:
-            return text
-        markers = "".join(self._marker_ids[t] for t in token_ids if t in self._marker_ids)
-        return markers + text if markers and not text.startswith(markers) else text
-
     def feed(self, text: str, token_ids: Sequence[int] = ()) -> ReplyPiece:
-        """Consume one streamed delta (its text and token ids)."""
-        text = self.restore_markers(text, token_ids)
+        """Consume one streamed delta or a whole reply (its text and token ids)."""
+        text = restore_markers(text, token_ids, self._marker_ids, self._decode)
         split = self._reasoning.feed(text)
         return self._route(split.reasoning, split.content)
 
@@ -125,25 +168,105 @@ class ReplyAssembler:
         return piece
 
 
-def text_with_markers(
-    tokenizer: object, token_ids: Sequence[int], text: str, marker_ids: Mapping[int, str]
-) -> str:
-    """The reply text with skipped marker tokens put back, for a one-shot result.
+def usage_and_metadata(
+    output: Any, assembler: ReplyAssembler, *, model_name: str,
+    count_tokens: Callable[[str], int],
+) -> tuple[UsageMetadata, dict[str, Any]]:
+    """``usage_metadata`` and ``response_metadata`` of a finished reply.
 
-    Returns ``text`` unchanged unless a marker token occurs; then the reply is re-decoded in
-    segments around the markers.
+    Args:
+        output: The engine's ``RequestOutput`` (its ``stats``, ``finish_reason``,
+            ``stop_reason``).
+        assembler: The finished assembler of that reply.
+        model_name: The model the reply came from.
+        count_tokens: Tokens of a text (for the reasoning token count).
     """
-    if not marker_ids or not any(t in marker_ids for t in token_ids):
-        return text
-    parts: list[str] = []
-    segment: list[int] = []
-    decode = tokenizer.decode  # type: ignore[attr-defined]
-    for token in token_ids:
-        if token in marker_ids:
-            parts.append(decode(segment, skip_special_tokens=True))
-            parts.append(marker_ids[token])
-            segment = []
-        else:
-            segment.append(token)
-    parts.append(decode(segment, skip_special_tokens=True))
-    return "".join(parts)
+    stats = output.stats
+    input_tokens = int(stats.num_prompt_tokens)
+    output_tokens = int(stats.num_generated_tokens)
+    usage = UsageMetadata(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=input_tokens + output_tokens,
+        input_token_details={"cache_read": int(stats.num_cached_tokens)},
+    )
+    if assembler.reasoning:
+        reasoning_tokens = count_tokens(assembler.reasoning)
+        usage["output_token_details"] = {"reasoning": min(reasoning_tokens, output_tokens)}
+    finish_reason = output.finish_reason
+    if finish_reason == "stop" and any(c.valid for c in assembler.calls):
+        finish_reason = "tool_calls"
+    metadata = {
+        "model_name": model_name,
+        "model_provider": "ascend",
+        "finish_reason": finish_reason,
+        "stop_reason": output.stop_reason,
+        "timings": {
+            "queue": stats.queue_time,
+            "time_to_first_token": stats.time_to_first_token,
+            "decode": stats.decode_time,
+        },
+    }
+    return usage, metadata
+
+
+def reply_message(
+    output: Any, assembler: ReplyAssembler, *, model_name: str,
+    count_tokens: Callable[[str], int],
+) -> AIMessage:
+    """Feed a whole engine output through ``assembler`` and build the ``AIMessage``."""
+    assembler.feed(output.text, output.token_ids)
+    assembler.finish()
+    usage, metadata = usage_and_metadata(
+        output, assembler, model_name=model_name, count_tokens=count_tokens
+    )
+    additional: dict[str, Any] = {}
+    if assembler.reasoning:
+        additional["reasoning_content"] = assembler.reasoning
+    return AIMessage(
+        content=assembler.content,
+        additional_kwargs=additional,
+        tool_calls=[c.to_tool_call() for c in assembler.calls if c.valid],
+        invalid_tool_calls=[c.to_invalid_tool_call() for c in assembler.calls if not c.valid],
+        usage_metadata=usage,
+        response_metadata=metadata,
+    )
+
+
+def piece_chunk(piece: ReplyPiece, **extra: Any) -> AIMessageChunk:
+    """One streamed piece as an ``AIMessageChunk`` (``extra``: further chunk fields)."""
+    additional = {"reasoning_content": piece.reasoning} if piece.reasoning else {}
+    return AIMessageChunk(
+        content=piece.content,
+        additional_kwargs=additional,
+        tool_call_chunks=[c.to_chunk() for c in piece.calls],
+        **extra,
+    )
+
+
+def delta_chunk(
+    delta: Any, assembler: ReplyAssembler, *, model_name: str,
+    count_tokens: Callable[[str], int],
+) -> AIMessageChunk | None:
+    """The chunk for one engine ``TokenDelta``; ``None`` when it adds nothing yet.
+
+    The last delta flushes the assembler and carries usage, metadata and
+    ``chunk_position="last"``.
+    """
+    piece = assembler.feed(delta.text, delta.token_ids)
+    if delta.finished:
+        tail = assembler.finish()
+        piece = ReplyPiece(
+            content=piece.content + tail.content,
+            reasoning=piece.reasoning + tail.reasoning,
+            calls=piece.calls + tail.calls,
+        )
+        usage, metadata = usage_and_metadata(
+            delta.output, assembler, model_name=model_name, count_tokens=count_tokens
+        )
+        return piece_chunk(
+            piece, usage_metadata=usage, response_metadata=metadata, chunk_position="last"
+        )
+    if not piece:
+        return None
+    return piece_chunk(piece)

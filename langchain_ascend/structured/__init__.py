@@ -1,7 +1,8 @@
 """Constrained decoding: grammar specs (pure) and the xgrammar backend (loaded lazily).
 
 ``grammars`` builds :class:`GrammarSpec` objects for JSON schemas, ``json_mode`` and forced
-tool calls; ``xgrammar_backend`` (imports torch + xgrammar) compiles them per tokenizer and
+tool calls; ``selection`` picks a request's spec from ``response_format`` / ``tool_choice``;
+``xgrammar_backend`` (imports torch + xgrammar) compiles them per tokenizer and
 provides the engine's ``TokenConstraint``.
 """
 
@@ -11,6 +12,7 @@ from langchain_ascend.structured.grammars import (
     json_schema_grammar,
     no_tool_call_grammar,
     select_tools,
+    special_tokens_of,
     tool_call_grammar,
 )
 
@@ -20,5 +22,6 @@ __all__ = [
     "json_schema_grammar",
     "no_tool_call_grammar",
     "select_tools",
+    "special_tokens_of",
     "tool_call_grammar",
 ]

@@ -61,6 +61,14 @@ class GrammarSpec:
         return (self.kind, self.source)
 
 
+def special_tokens_of(tokenizer: Any) -> dict[str, int]:
+    """The tokenizer's special tokens, text -> id (what grammars and marker restoring use)."""
+    return {
+        str(token): int(idx)
+        for token, idx in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=False)
+    }
+
+
 def no_tool_call_grammar(fmt: ToolCallFormat, special_tokens: Collection[str] = ()) -> GrammarSpec:
     """Grammar for ``tool_choice="none"``: any text that never starts a tool call.
 

@@ -34,7 +34,7 @@ import torch
 import xgrammar as xgr
 
 from langchain_ascend.errors import InvalidRequestError
-from langchain_ascend.structured.grammars import GrammarSpec
+from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
 
 _CLOSING_BYTES = (b'"', b"}", b"]")
 _QUOTE_THEN_CLOSERS = re.compile(rb'^"[\]}\s]*$')
@@ -108,10 +108,7 @@ class GrammarBackend:
         self._compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=2)
         self._compiled: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._lock = threading.Lock()
-        self.special_tokens = {
-            tok: int(idx)
-            for tok, idx in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=False)
-        }
+        self.special_tokens = special_tokens_of(tokenizer)
         decoded = list(self.tokenizer_info.decoded_vocab)[: self.vocab_size]
         decoded += [b""] * (self.vocab_size - len(decoded))
         self.decoded_vocab: list[bytes] = decoded

@@ -251,3 +251,12 @@ def test_no_tool_call_grammar_forbids_the_marker_and_allows_stopping(backend, to
     logits = torch.zeros(backend.vocab_size)
     constraint.mask_logits(logits)
     assert logits[tokenizer.convert_tokens_to_ids(">")] == float("-inf")  # ...still refused
+
+
+def test_backend_and_grammars_share_one_special_token_map(backend, tokenizer):
+    from langchain_ascend.structured import special_tokens_of
+
+    special = special_tokens_of(tokenizer)
+    assert backend.special_tokens == special
+    assert special["<|im_end|>"] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert set(special) == set(tokenizer.all_special_tokens)

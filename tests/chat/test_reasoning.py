@@ -9,7 +9,7 @@ from langchain_ascend.chat.reasoning import (
     prompt_opens_reasoning,
     split_reasoning,
 )
-from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids, text_with_markers
+from langchain_ascend.chat.reply import ReplyAssembler, restore_markers, special_marker_ids
 
 QWEN3 = "<think>\nThe user greets me.\nI should greet back.\n</think>\n\nHello! How can I help?"
 
@@ -78,8 +78,13 @@ class _FakeTokenizer:
 def test_special_marker_tokens_dropped_by_the_decoder_are_restored():
     markers = special_marker_ids({"[TOOL_CALLS]": 99, "<|im_end|>": 2})
     assert markers == {99: "[TOOL_CALLS]"}
-    assert text_with_markers(_FakeTokenizer(), [1, 99, 2, 3], "123", markers) == "1[TOOL_CALLS]23"
-    assert text_with_markers(_FakeTokenizer(), [1, 2], "12", markers) == "12"
+    decode = _FakeTokenizer().decode
+    assert restore_markers("123", [1, 99, 2, 3], markers, decode) == "1[TOOL_CALLS]23"
+    assert restore_markers("12", [1, 2], markers, decode) == "12"
+    # Leading markers (a streamed marker token, a reply opening with one) are prepended,
+    # once: a decoder that kept them is left alone.
+    assert restore_markers("23", [99, 2, 3], markers) == "[TOOL_CALLS]23"
+    assert restore_markers("[TOOL_CALLS]23", [99, 2, 3], markers) == "[TOOL_CALLS]23"
     assembler = ReplyAssembler(parse_tools=True, tool_format="mistral", marker_ids=markers)
     assembler.feed("", [99])
     assembler.feed('[{"name": "f", "arguments": {"a": 1}}]', [5])

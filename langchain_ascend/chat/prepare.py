@@ -1,0 +1,316 @@
+"""Request preparation: LangChain messages + call arguments -> prompt ids and sampling params.
+
+No torch at import. :func:`prepare_request` is the whole path of one call; the steps are pure
+functions tested on their own:
+
+1. :func:`check_call_kwargs` — only the arguments a call may carry;
+2. :func:`~langchain_ascend.chat.messages.to_template_messages` — messages to template dicts;
+3. :func:`normalize_tool_choice` — LangChain/OpenAI spellings to ``auto``/``none``/
+   ``required``/a name;
+4. tool support (:mod:`~langchain_ascend.chat.tool_support`): the template's own tool
+   rendering or the fallback format;
+5. the grammar (:func:`~langchain_ascend.structured.selection.grammar_spec`);
+6. :func:`template_kwargs_for` and :func:`prompt_token_ids` — render and tokenize;
+7. :func:`max_tokens_for` — the reply budget within the context;
+8. :func:`sampling_values` over :func:`generation_defaults` — temperature, top-p, top-k, stop.
+
+Every problem is a typed error (``InvalidRequestError``, ``PromptTooLongError``,
+``ChatTemplateError``, ``UnsupportedContentError``) raised before the engine sees the request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from langchain_ascend.chat.messages import render_prompt, to_template_messages, tool_names_of
+from langchain_ascend.chat.reasoning import prompt_opens_reasoning
+from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids
+from langchain_ascend.chat.tool_support import (
+    ToolCallFormatSetting,
+    ToolSupport,
+    apply_fallback,
+    check_tools_usable,
+    resolve_tool_support,
+)
+from langchain_ascend.errors import InvalidRequestError, PromptTooLongError
+from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
+from langchain_ascend.structured.selection import grammar_backend, grammar_spec
+
+# Arguments a call may carry (from bind / invoke kwargs) besides messages and stop.
+CALL_KWARGS = frozenset(
+    {
+        "model", "tools", "tool_choice", "parallel_tool_calls", "response_format",
+        "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "chat_template_kwargs",
+        "ignore_eos",
+    }
+)
+FORCING_CHOICES = ("required", "any")
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """A chat model's request settings (each but ``tool_call_format`` and
+    ``parse_reasoning`` may be overridden per call). Field meanings as on ``AscendChatModel``."""
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: Sequence[str] | None = None
+    ignore_eos: bool = False
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    tool_call_format: ToolCallFormatSetting = "auto"
+    parse_reasoning: bool = True
+
+
+@dataclass
+class PreparedRequest:
+    """Everything one call sends to the engine and needs to read the reply back."""
+
+    engine: Any
+    model_name: str
+    prompt_token_ids: list[int]
+    params: Any  # SamplingParams
+    assembler_kwargs: dict[str, Any]
+
+    def new_assembler(self) -> ReplyAssembler:
+        """A fresh reply assembler for this request's reply."""
+        return ReplyAssembler(**self.assembler_kwargs)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` in this model's vocabulary."""
+        return len(self.engine.tokenizer.encode(text, add_special_tokens=False))
+
+
+def check_call_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Raises:
+    InvalidRequestError: An argument outside :data:`CALL_KWARGS`."""
+    unknown = set(kwargs) - CALL_KWARGS
+    if unknown:
+        raise InvalidRequestError(
+            f"unsupported call argument(s) {sorted(unknown)}; supported: {sorted(CALL_KWARGS)}"
+        )
+
+
+def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> str:
+    """Map LangChain/OpenAI ``tool_choice`` spellings to "auto", "none", "required" or a name.
+
+    Raises:
+        InvalidRequestError: An unknown spelling or a name that is not a bound tool.
+    """
+    if tool_choice is None or tool_choice == "auto":
+        return "auto"
+    if tool_choice is False or tool_choice == "none":
+        return "none"
+    if tool_choice is True or tool_choice in FORCING_CHOICES:
+        return "required"
+    name = None
+    if isinstance(tool_choice, str):
+        name = tool_choice
+    elif isinstance(tool_choice, Mapping):
+        function = tool_choice.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else tool_choice.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequestError(
+            f"unsupported tool_choice {tool_choice!r}: use 'auto', 'none', 'required'/'any', "
+            "True, a tool name, or {'type': 'function', 'function': {'name': ...}}"
+        )
+    if name not in tool_names:
+        raise InvalidRequestError(
+            f"tool_choice names {name!r}, which is not one of the bound tools {list(tool_names)}"
+        )
+    return name
+
+
+def template_kwargs_for(
+    base: Mapping[str, Any], call: Mapping[str, Any] | None, spec: GrammarSpec | None
+) -> dict[str, Any]:
+    """Template variables: the instance's, then the call's; a grammar that starts at the first
+    token (JSON, forced calls) leaves no room for ``<think>``, so ``enable_thinking`` defaults
+    to False under it."""
+    merged = {**base, **(call or {})}
+    if spec is not None and not spec.free_text:
+        merged.setdefault("enable_thinking", False)
+    return merged
+
+
+def prompt_token_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: Mapping[str, Any],
+) -> tuple[list[int], str]:
+    """Render the prompt through the chat template and tokenize it: ``(ids, text)``."""
+    prompt = render_prompt(tokenizer, messages, tools=tools, template_kwargs=template_kwargs)
+    return list(tokenizer.encode(prompt, add_special_tokens=False)), prompt
+
+
+def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: int) -> int:
+    """The reply budget: ``requested`` capped by the room the prompt leaves (all of it when
+    ``requested`` is None).
+
+    Raises:
+        PromptTooLongError: The prompt leaves no room.
+        InvalidRequestError: ``requested`` is not a positive integer.
+    """
+    room = max_context_length - num_prompt_tokens
+    if room <= 0:
+        raise PromptTooLongError(
+            f"the prompt has {num_prompt_tokens} tokens, which leaves no room to generate "
+            f"within max_context_length={max_context_length}"
+        )
+    if requested is not None and (not isinstance(requested, int) or requested <= 0):
+        raise InvalidRequestError(f"max_tokens must be a positive integer, got {requested!r}")
+    return room if requested is None else min(requested, room)
+
+
+def sampling_values(
+    settings: ChatSettings,
+    kwargs: Mapping[str, Any],
+    stop: Sequence[str] | None,
+    spec: GrammarSpec | None,
+    defaults: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Sampling arguments (besides ``max_tokens``): call value, else instance value, else the
+    model's generation defaults. A grammar that decides where the reply ends (not free text)
+    drops the stop strings; ``ignore_eos`` never applies under a grammar."""
+    temperature = kwargs.get("temperature", settings.temperature)
+    top_p = kwargs.get("top_p", settings.top_p)
+    top_k = kwargs.get("top_k", settings.top_k)
+    stops = list(stop if stop is not None else (settings.stop or []))
+    if spec is not None and not spec.free_text:
+        stops = []
+    return {
+        "temperature": defaults["temperature"] if temperature is None else float(temperature),
+        "top_p": defaults["top_p"] if top_p is None else float(top_p),
+        "top_k": defaults["top_k"] if top_k is None else int(top_k),
+        "seed": kwargs.get("seed", settings.seed),
+        "stop": stops,
+        "ignore_eos": bool(kwargs.get("ignore_eos", settings.ignore_eos)) and spec is None,
+    }
+
+
+_GENERATION_DEFAULTS: dict[str, dict[str, Any]] = {}
+_GENERATION_DEFAULTS_LOCK = threading.Lock()
+
+
+def generation_defaults(model_path: Any) -> dict[str, Any]:
+    """Sampling defaults from the model's ``generation_config.json`` (greedy without one);
+    cached per model path."""
+    key = str(model_path)
+    with _GENERATION_DEFAULTS_LOCK:
+        cached = _GENERATION_DEFAULTS.get(key)
+    if cached is not None:
+        return cached
+    defaults: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+    try:
+        from transformers import GenerationConfig
+
+        config = GenerationConfig.from_pretrained(key)
+    except (OSError, ValueError):
+        config = None
+    if config is not None and getattr(config, "do_sample", False):
+        defaults = {
+            "temperature": float(config.temperature if config.temperature is not None else 1.0),
+            "top_p": float(config.top_p if config.top_p is not None else 1.0),
+            "top_k": int(config.top_k or 0),
+        }
+    with _GENERATION_DEFAULTS_LOCK:
+        _GENERATION_DEFAULTS[key] = defaults
+    return defaults
+
+
+def tool_support_for(engine: Any, settings: ChatSettings, model_name: str) -> ToolSupport:
+    """How ``engine``'s template carries tools under the settings (logged once)."""
+    return resolve_tool_support(
+        engine.tokenizer, settings.tool_call_format, model_name=model_name
+    )
+
+
+def prepare_request(
+    messages: Sequence[BaseMessage],
+    stop: Sequence[str] | None,
+    kwargs: Mapping[str, Any],
+    settings: ChatSettings,
+    engine_for: Callable[[str], Any],
+) -> PreparedRequest:
+    """Validate and render one call into engine inputs.
+
+    Args:
+        messages: The conversation.
+        stop: The call's stop strings (``None``: the settings').
+        kwargs: The call's arguments (bound and per-call; see :data:`CALL_KWARGS`).
+        settings: The chat model's settings.
+        engine_for: Returns the shared engine of a model name (loads it on first use).
+
+    Raises:
+        InvalidRequestError, PromptTooLongError, ChatTemplateError, UnsupportedContentError:
+            See the module docstring.
+    """
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+
+    check_call_kwargs(kwargs)
+    template_messages = to_template_messages(messages)
+    model_name = kwargs.get("model") or settings.model
+    engine = engine_for(model_name)
+
+    tools: list[dict[str, Any]] = list(kwargs.get("tools") or [])
+    tool_names = tool_names_of(tools)
+    tool_choice = normalize_tool_choice(kwargs.get("tool_choice"), tool_names)
+    if tool_choice not in ("auto", "none") and not tools:
+        raise InvalidRequestError(f"tool_choice={tool_choice!r} but no tools are bound")
+    # With tool_choice="none" the tools stay in the prompt (same prefix, same KV cache as the
+    # hops that call tools); a grammar keeps call markers out of the reply instead.
+    parse_tools = bool(tools) and tool_choice != "none"
+    support = tool_support_for(engine, settings, model_name)
+    if tools:
+        check_tools_usable(support, settings.tool_call_format, model_name=model_name)
+    if support.fallback:
+        template_messages = apply_fallback(template_messages, tools)
+
+    special = special_tokens_of(engine.tokenizer)
+    spec = grammar_spec(
+        response_format=kwargs.get("response_format"), tools=tools, tool_choice=tool_choice,
+        parallel_tool_calls=kwargs.get("parallel_tool_calls"), fmt=support.fmt,
+        special_tokens=set(special),
+    )
+    template_kwargs = template_kwargs_for(
+        settings.chat_template_kwargs, kwargs.get("chat_template_kwargs"), spec
+    )
+    prompt_ids, prompt_text = prompt_token_ids(
+        engine.tokenizer, template_messages, None if support.fallback else tools or None,
+        template_kwargs,
+    )
+    max_tokens = max_tokens_for(
+        kwargs.get("max_tokens", settings.max_tokens), len(prompt_ids), engine.max_context_length
+    )
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        **sampling_values(settings, kwargs, stop, spec, generation_defaults(engine.model_path)),
+    )
+    params.validate()
+    if spec is not None:
+        params.constraint = grammar_backend(engine).new_constraint(spec, max_tokens=max_tokens)
+    marker_ids = special_marker_ids(special) if parse_tools else {}
+    return PreparedRequest(
+        engine=engine,
+        model_name=model_name,
+        prompt_token_ids=prompt_ids,
+        params=params,
+        assembler_kwargs={
+            "parse_tools": parse_tools,
+            "tool_format": support.fmt,
+            "tool_names": tool_names,
+            "parse_reasoning": settings.parse_reasoning,
+            "start_in_reasoning": settings.parse_reasoning and prompt_opens_reasoning(prompt_text),
+            "marker_ids": marker_ids,
+            "decode": engine.tokenizer.decode,
+        },
+    )
