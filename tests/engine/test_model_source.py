@@ -489,7 +489,8 @@ def test_cache_dir_argument_and_environment(tmp_path, monkeypatch):
     assert model_source.gguf_cache_dir() == (tmp_path / "env" / "gguf").resolve()
     assert model_source.gguf_cache_dir(tmp_path / "arg") == (tmp_path / "arg" / "gguf").resolve()
     monkeypatch.delenv(model_source.CACHE_ENV_VAR)
-    assert model_source.gguf_cache_dir() == Path("~/.cache/langchain_ascend/gguf").expanduser()
+    assert model_source.gguf_cache_dir() == (
+        Path("~/.cache/langchain_ascend/gguf").expanduser().resolve())
 
 
 def test_cache_variable_is_the_testing_one():
