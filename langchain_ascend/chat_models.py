@@ -166,8 +166,14 @@ class AscendChatModel(BaseChatModel):
             "model), or the LANGCHAIN_ASCEND_CHAT_MODEL environment variable",
         ),
     )
-    """Local folder or Hugging Face hub id of the chat model (weights and tokenizer); default
-    ``$LANGCHAIN_ASCEND_CHAT_MODEL``."""
+    """The chat model's weights and tokenizer: a local HF folder, a ``.gguf`` file or a folder
+    of them (de-quantized once into the package cache, see
+    ``langchain_ascend.engine.model_source``), or a hub id ``"org/name"`` found in the local
+    Hugging Face cache; default ``$LANGCHAIN_ASCEND_CHAT_MODEL``. Checked when the chat model
+    is built (``ModelSourceError`` naming the path), loaded on the first call or ``warm_up()``."""
+
+    gguf_file: str | None = None
+    """Which GGUF file of a folder (or hub snapshot) holding several to load."""
 
     device: str = "auto"
     """``"auto"`` (NPU, else CUDA, else CPU), ``"npu"``, ``"npu:1"``, ``"cuda"``, ``"cpu"``."""
@@ -273,6 +279,14 @@ class AscendChatModel(BaseChatModel):
             )
         return self
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Checked here (not in a validator) so the typed ModelSourceError reaches the caller
+        # instead of being folded into pydantic's ValidationError.
+        from langchain_ascend.engine.model_source import check_model_source
+
+        check_model_source(self.model, gguf_file=self.gguf_file)
+
     # ------------------------------------------------------------------ LangChain metadata
 
     @property
@@ -337,7 +351,13 @@ class AscendChatModel(BaseChatModel):
         ):
             if value is not None:
                 engine_kwargs[key] = value
-        engine = get_engine(name, device=self.device, dtype=self.dtype, **engine_kwargs)
+        from langchain_ascend.engine.model_source import resolve_model_source
+
+        # gguf_file= belongs to this chat model's own model; a per-call model= override is a
+        # source of its own (a .gguf file, or a folder holding one GGUF file).
+        source = resolve_model_source(
+            name, gguf_file=self.gguf_file if name == self.model else None)
+        engine = get_engine(source.path, device=self.device, dtype=self.dtype, **engine_kwargs)
         with self._engines_lock:
             self._engines[name] = engine
         return engine

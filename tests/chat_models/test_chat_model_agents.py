@@ -7,6 +7,8 @@ surrounding machinery runs the tool and feeds the result back.
 
 from __future__ import annotations
 
+import shutil
+
 from typing import Any
 
 from chat_test_tools import get_weather
@@ -90,8 +92,12 @@ def test_langgraph_state_graph_with_tool_node_reuses_the_prompt_cache(tiny_chat)
     assert second["input_token_details"]["cache_read"] >= first["input_tokens"] - 2 * block
 
 
-def test_with_fallbacks_switches_to_the_working_model(tiny_chat, tmp_path):
-    broken = AscendChatModel(model=str(tmp_path / "no-such-model"), device="cpu")
+def test_with_fallbacks_switches_to_the_working_model(tiny_chat, tiny_qwen2_path, tmp_path):
+    # A model that loads but cannot serve a chat call (its chat template is gone).
+    folder = tmp_path / "no-template"
+    shutil.copytree(tiny_qwen2_path, folder)
+    (folder / "chat_template.jinja").unlink()
+    broken = AscendChatModel(model=str(folder), device="cpu")
     chain = broken.with_fallbacks([tiny_chat])
     message = chain.invoke("Hello")
     assert message.content == tiny_chat.invoke("Hello").content

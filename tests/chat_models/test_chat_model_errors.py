@@ -91,6 +91,22 @@ def test_constructor_rejects_bad_settings(tiny_qwen2_path):
     AscendChatModel(model=path, api_key="unused", timeout=30, max_retries=2)
 
 
+def test_bad_model_sources_fail_at_construction_with_a_typed_error(tmp_path):
+    from langchain_ascend.errors import LangChainAscendError, ModelSourceError
+
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ModelSourceError, match=str(missing)) as exc:
+        AscendChatModel(model=str(missing), device="cpu")
+    assert isinstance(exc.value, LangChainAscendError)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelSourceError, match="config.json"):
+        AscendChatModel(model=str(tmp_path / "empty"), device="cpu")
+    corrupt = tmp_path / "model.gguf"
+    corrupt.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    with pytest.raises(ModelSourceError, match="model.gguf"):
+        AscendChatModel(model=str(corrupt), device="cpu")
+
+
 def test_model_without_chat_template_is_a_clear_error(tiny_qwen2_path, tmp_path):
     folder = tmp_path / "no-template"
     shutil.copytree(tiny_qwen2_path, folder)
