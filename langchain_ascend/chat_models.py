@@ -24,7 +24,7 @@ from langchain_core.output_parsers.openai_tools import (
     JsonOutputKeyToolsParser,
     PydanticToolsParser,
 )
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils import from_env
@@ -32,6 +32,13 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from langchain_ascend.chat.checks import (
+    check_device_dtype,
+    check_float,
+    check_int,
+    check_sampling,
+    stop_list,
+)
 from langchain_ascend.chat.messages import to_template_tools, tool_names_of
 from langchain_ascend.chat.prepare import (
     ChatSettings,
@@ -41,7 +48,7 @@ from langchain_ascend.chat.prepare import (
     prompt_token_ids,
     tool_support_for,
 )
-from langchain_ascend.chat.reply import delta_chunk, reply_message
+from langchain_ascend.chat.results import chat_result, chunk_text, generation_chunk
 from langchain_ascend.chat.tool_support import ToolCallFormatSetting
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
@@ -52,6 +59,9 @@ from langchain_ascend.structured.selection import grammar_backend, warm_up_specs
 _IGNORED_INIT_ARGS = frozenset(
     {"api_key", "base_url", "timeout", "max_retries", "organization", "request_timeout"}
 )
+_ALIASES = {"max_new_tokens": "max_tokens", "stop_sequences": "stop", "model_name": "model"}
+_ENGINE_INTS = ("max_context_length", "block_size", "num_kv_blocks", "max_batch_size",
+                "max_num_batched_tokens")
 
 class AscendChatModel(BaseChatModel):
     """Chat model running a Hugging Face decoder LM on langchain-ascend's engine.
@@ -112,8 +122,10 @@ class AscendChatModel(BaseChatModel):
         Calls are parsed from the model's own syntax (Hermes/Qwen ``<tool_call>``, Llama-3.1
         JSON / ``<|python_tag|>``, Mistral ``[TOOL_CALLS]``); a malformed call becomes an
         ``invalid_tool_calls`` entry, never an exception. ``tool_choice="required"``/``"any"``
-        or a tool name is *guaranteed* by constrained decoding (xgrammar): the reply is
-        exactly such call(s), arguments valid against the tool's schema.
+        or a tool name is enforced by constrained decoding (xgrammar): every token follows
+        the call syntax and the tool's schema, so a reply that ends on its own is exactly
+        such call(s). Only ``max_tokens`` can cut it short: then ``finish_reason="length"``
+        and an ``invalid_tool_calls`` entry whose error names the ``max_tokens`` limit.
 
     Structured output:
         .. code-block:: python
@@ -261,23 +273,19 @@ class AscendChatModel(BaseChatModel):
                 f"AscendChatModel got unknown argument(s) {sorted(unknown)}; see "
                 "help(AscendChatModel) for the supported ones"
             )
-        return {k: v for k, v in values.items() if k not in _IGNORED_INIT_ARGS}
-
-    @model_validator(mode="after")
-    def _check_values(self) -> AscendChatModel:
-        if self.max_tokens is not None and self.max_tokens <= 0:
-            raise InvalidRequestError(f"max_tokens must be positive, got {self.max_tokens}")
-        if self.temperature is not None and self.temperature < 0:
-            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k is not None and self.top_k < 0:
-            raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0 < self.kv_cache_memory_fraction <= 1:
-            raise InvalidRequestError(
-                f"kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}"
-            )
-        return self
+        values = {k: v for k, v in values.items() if k not in _IGNORED_INIT_ARGS}
+        # On the raw values, so a bool is refused before pydantic turns True into 1.
+        raw = {_ALIASES.get(k, k): v for k, v in values.items()}
+        check_sampling(raw)
+        for name in _ENGINE_INTS:
+            check_int(name, raw.get(name), minimum=1)
+        check_float("kv_cache_memory_fraction", raw.get("kv_cache_memory_fraction"),
+                    minimum=0.0, maximum=1.0, open_min=True)
+        check_device_dtype(raw.get("device", "auto"), raw.get("dtype", "auto"))
+        for key in ("stop", "stop_sequences"):
+            if key in values:
+                values[key] = stop_list(values[key])
+        return values
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -424,7 +432,7 @@ class AscendChatModel(BaseChatModel):
     ) -> ChatResult:
         prepared = self._prepare(messages, stop, kwargs)
         output = prepared.engine.generate(prepared.prompt_token_ids, prepared.params)
-        return _result(prepared, output)
+        return chat_result(prepared, output)
 
     async def _agenerate(
         self,
@@ -435,7 +443,7 @@ class AscendChatModel(BaseChatModel):
     ) -> ChatResult:
         prepared = await asyncio.to_thread(self._prepare, messages, stop, kwargs)
         output = await prepared.engine.agenerate(prepared.prompt_token_ids, prepared.params)
-        return _result(prepared, output)
+        return chat_result(prepared, output)
 
     def _stream(
         self,
@@ -449,11 +457,11 @@ class AscendChatModel(BaseChatModel):
         stream = prepared.engine.stream(prepared.prompt_token_ids, prepared.params)
         try:
             for delta in stream:
-                chunk = _generation_chunk(prepared, assembler, delta)
+                chunk = generation_chunk(prepared, assembler, delta)
                 if chunk is None:
                     continue
                 if run_manager is not None:
-                    run_manager.on_llm_new_token(_chunk_text(chunk.message), chunk=chunk)
+                    run_manager.on_llm_new_token(chunk_text(chunk.message), chunk=chunk)
                 yield chunk
         finally:
             stream.close()
@@ -470,11 +478,11 @@ class AscendChatModel(BaseChatModel):
         stream = prepared.engine.astream(prepared.prompt_token_ids, prepared.params)
         try:
             async for delta in stream:
-                chunk = _generation_chunk(prepared, assembler, delta)
+                chunk = generation_chunk(prepared, assembler, delta)
                 if chunk is None:
                     continue
                 if run_manager is not None:
-                    await run_manager.on_llm_new_token(_chunk_text(chunk.message), chunk=chunk)
+                    await run_manager.on_llm_new_token(chunk_text(chunk.message), chunk=chunk)
                 yield chunk
         finally:
             await stream.aclose()
@@ -495,10 +503,11 @@ class AscendChatModel(BaseChatModel):
         Args:
             tools: The tools; converted with ``convert_to_openai_tool``.
             tool_choice: ``None``/``"auto"`` (the model decides), ``"none"`` (tools stay in the
-                prompt, the reply is text guaranteed free of calls),
-                ``"required"``/``"any"``/``True`` (at least one call, guaranteed), a tool name
-                or ``{"type": "function", "function": {"name": ...}}`` (exactly that tool,
-                guaranteed).
+                prompt, the reply is text free of calls),
+                ``"required"``/``"any"``/``True`` (at least one call), a tool name or
+                ``{"type": "function", "function": {"name": ...}}`` (exactly that tool) —
+                enforced by the grammar, complete unless ``max_tokens`` cuts the reply
+                (``finish_reason="length"``, an ``invalid_tool_calls`` entry saying so).
             parallel_tool_calls: With a forced choice, allow several calls in one reply
                 (default: yes for ``"required"``, no for a named tool).
             strict: Accepted for compatibility; forced calls always match the schema.
@@ -583,22 +592,3 @@ class AscendChatModel(BaseChatModel):
         )
         return RunnableMap(raw=llm) | parser_with_fallback
 
-
-def _result(prepared: PreparedRequest, output: Any) -> ChatResult:
-    message = reply_message(
-        output, prepared.new_assembler(), model_name=prepared.model_name,
-        count_tokens=prepared.count_tokens,
-    )
-    return ChatResult(generations=[ChatGeneration(message=message)])
-
-
-def _generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
-                      ) -> ChatGenerationChunk | None:
-    chunk = delta_chunk(
-        delta, assembler, model_name=prepared.model_name, count_tokens=prepared.count_tokens
-    )
-    return None if chunk is None else ChatGenerationChunk(message=chunk)
-
-
-def _chunk_text(message: BaseMessage) -> str:
-    return message.content if isinstance(message.content, str) else ""

@@ -112,3 +112,24 @@ class ModelSourceError(LangChainAscendError, ValueError):
     corrupt, truncated or of an architecture transformers cannot load, a hub id is not in the
     local Hugging Face cache while offline, or de-quantizing a GGUF file failed. The message
     names the path or value and what was expected there."""
+
+
+class InvalidArgumentTypeError(InvalidRequestError, TypeError):
+    """An argument has the wrong type (``max_tokens=True``, ``top_k=2.7``, ``k="3"``, a tool
+    that is not a tool, a sequence that is a bare string where a string would be a mistake).
+
+    Derives from both ``ValueError`` (as every bad argument here) and ``TypeError`` (what
+    Python raises for a wrong type), so either ``except`` catches it. The message names the
+    argument, the value and what is allowed.
+    """
+
+
+class VectorStoreArgumentTypeError(VectorStoreInputError, TypeError):
+    """A vector-store or embedding argument has the wrong type (``k="3"``, ``texts=None``,
+    ``embed_documents("one text")``). A ``ValueError`` and a ``TypeError``; nothing was
+    changed in the store."""
+
+
+class InvalidTextError(InvalidRequestError, VectorStoreInputError):
+    """A text cannot be encoded as UTF-8 (it holds a lone surrogate such as ``"\\ud800"``, as
+    left by a bad decode); the message names the argument and the character position."""

@@ -28,7 +28,13 @@ from langchain_core.messages import (
 )
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from langchain_ascend.errors import ChatTemplateError, InvalidRequestError, UnsupportedContentError
+from langchain_ascend.errors import (
+    ChatTemplateError,
+    InvalidArgumentTypeError,
+    InvalidRequestError,
+    UnsupportedContentError,
+)
+from langchain_ascend.index.checks import as_items
 
 # Content blocks an assistant message may carry that the tool_calls / reasoning fields already
 # describe: dropped when rendering.
@@ -177,21 +183,40 @@ def merge_consecutive_roles(messages: list[dict[str, Any]]) -> list[dict[str, An
     return merged
 
 
-def to_template_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
+def to_template_tools(tools: Any) -> list[dict[str, Any]]:
     """Convert LangChain tools, pydantic models, functions or dicts to OpenAI tool dicts.
 
     The result (``{"type": "function", "function": {"name", "description", "parameters"}}``)
-    is what ``apply_chat_template(tools=...)`` expects.
+    is what ``apply_chat_template(tools=...)`` expects. One tool (not in a list) is one tool;
+    a string is refused (a tool name is not a tool).
 
     Raises:
-        InvalidRequestError: A tool that ``convert_to_openai_tool`` cannot convert.
+        InvalidArgumentTypeError: ``tools`` is a string, or not a list of tools.
+        InvalidRequestError: A tool that ``convert_to_openai_tool`` cannot convert, or a tool
+            dict without a non-empty string ``name``.
     """
+    if isinstance(tools, (Mapping, type)) or (callable(tools) and not isinstance(tools, str)):
+        tools = [tools]
+    items = as_items("tools", tools, str_is_item=False, error=InvalidArgumentTypeError,
+                     what="a list of tools")
     converted = []
-    for tool in tools:
+    for i, tool in enumerate(items or ()):
+        if isinstance(tool, (str, bytes)):
+            raise InvalidArgumentTypeError(
+                f"tools[{i}] is the string {tool!r}; pass the tool itself (a BaseTool, "
+                "function, pydantic class or OpenAI tool dict), not its name")
         try:
-            converted.append(convert_to_openai_tool(tool))
-        except Exception as exc:  # langchain raises ValueError / TypeError variants
-            raise InvalidRequestError(f"cannot convert tool {tool!r} to a schema: {exc}") from exc
+            schema = convert_to_openai_tool(tool)
+        except Exception as exc:  # langchain raises ValueError / TypeError / KeyError variants
+            raise InvalidRequestError(
+                f"cannot convert tools[{i}]={tool!r} to a tool schema: {exc!r}") from exc
+        function = schema.get("function") if isinstance(schema, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError(
+                f"tools[{i}]={tool!r} has no tool name: a tool dict needs a non-empty 'name' "
+                "(or {'type': 'function', 'function': {'name': ..., 'parameters': ...}})")
+        converted.append(schema)
     return converted
 
 

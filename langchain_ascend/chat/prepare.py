@@ -27,7 +27,13 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from langchain_ascend.chat.messages import render_prompt, to_template_messages, tool_names_of
+from langchain_ascend.chat.checks import check_conversation_text, check_sampling, stop_list
+from langchain_ascend.chat.messages import (
+    render_prompt,
+    to_template_messages,
+    to_template_tools,
+    tool_names_of,
+)
 from langchain_ascend.chat.reasoning import prompt_opens_reasoning
 from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids
 from langchain_ascend.chat.tool_support import (
@@ -37,7 +43,8 @@ from langchain_ascend.chat.tool_support import (
     check_tools_usable,
     resolve_tool_support,
 )
-from langchain_ascend.errors import InvalidRequestError, PromptTooLongError
+from langchain_ascend.errors import InvalidRequestError, InvalidTextError, PromptTooLongError
+from langchain_ascend.index.checks import check_text
 from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
 from langchain_ascend.structured.selection import grammar_backend, grammar_spec
 
@@ -79,6 +86,10 @@ class PreparedRequest:
     prompt_token_ids: list[int]
     params: Any  # SamplingParams
     assembler_kwargs: dict[str, Any]
+    forced: str | None = None
+    """What a grammar forces, for the cut-short note (``"tool call (tool_choice='required')"``,
+    ``"structured output"``); None for free text."""
+    forced_tool: bool = False
 
     def new_assembler(self) -> ReplyAssembler:
         """A fresh reply assembler for this request's reply."""
@@ -97,6 +108,7 @@ def check_call_kwargs(kwargs: Mapping[str, Any]) -> None:
         raise InvalidRequestError(
             f"unsupported call argument(s) {sorted(unknown)}; supported: {sorted(CALL_KWARGS)}"
         )
+    check_sampling(kwargs)
 
 
 def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> str:
@@ -149,6 +161,7 @@ def prompt_token_ids(
 ) -> tuple[list[int], str]:
     """Render the prompt through the chat template and tokenize it: ``(ids, text)``."""
     prompt = render_prompt(tokenizer, messages, tools=tools, template_kwargs=template_kwargs)
+    check_text("the rendered prompt (tools or template variables)", prompt, InvalidTextError)
     return list(tokenizer.encode(prompt, add_special_tokens=False)), prompt
 
 
@@ -166,7 +179,8 @@ def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: i
             f"the prompt has {num_prompt_tokens} tokens, which leaves no room to generate "
             f"within max_context_length={max_context_length}"
         )
-    if requested is not None and (not isinstance(requested, int) or requested <= 0):
+    if requested is not None and (not isinstance(requested, int) or isinstance(requested, bool)
+                                  or requested <= 0):
         raise InvalidRequestError(f"max_tokens must be a positive integer, got {requested!r}")
     return room if requested is None else min(requested, room)
 
@@ -184,7 +198,7 @@ def sampling_values(
     temperature = kwargs.get("temperature", settings.temperature)
     top_p = kwargs.get("top_p", settings.top_p)
     top_k = kwargs.get("top_k", settings.top_k)
-    stops = list(stop if stop is not None else (settings.stop or []))
+    stops = (stop_list(stop) or []) if stop is not None else list(settings.stop or [])
     if spec is not None and not spec.free_text:
         stops = []
     return {
@@ -258,10 +272,11 @@ def prepare_request(
 
     check_call_kwargs(kwargs)
     template_messages = to_template_messages(messages)
+    check_conversation_text(template_messages)
     model_name = kwargs.get("model") or settings.model
     engine = engine_for(model_name)
 
-    tools: list[dict[str, Any]] = list(kwargs.get("tools") or [])
+    tools = to_template_tools(kwargs.get("tools") or [])
     tool_names = tool_names_of(tools)
     tool_choice = normalize_tool_choice(kwargs.get("tool_choice"), tool_names)
     if tool_choice not in ("auto", "none") and not tools:
@@ -299,6 +314,9 @@ def prepare_request(
     if spec is not None:
         params.constraint = grammar_backend(engine).new_constraint(spec, max_tokens=max_tokens)
     marker_ids = special_marker_ids(special) if parse_tools else {}
+    forced_tool = tool_choice not in ("auto", "none")
+    forced = (f"tool call (tool_choice={tool_choice!r})" if forced_tool
+              else "structured output" if spec is not None and not spec.free_text else None)
     return PreparedRequest(
         engine=engine,
         model_name=model_name,
@@ -313,4 +331,6 @@ def prepare_request(
             "marker_ids": marker_ids,
             "decode": engine.tokenizer.decode,
         },
+        forced=forced,
+        forced_tool=forced_tool,
     )

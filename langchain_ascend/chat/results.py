@@ -1,0 +1,76 @@
+"""Engine outputs -> LangChain results, with the note a forced output cut short needs.
+
+A forced output (``tool_choice="required"``/a tool name, ``response_format``) follows its
+grammar token by token, but ``max_tokens`` can end it before the grammar does. Such a reply
+keeps ``finish_reason="length"`` and gets ``response_metadata["output_error"]`` saying it was
+cut at ``max_tokens=N``; for a forced tool call the error also stands in every
+``invalid_tool_calls`` entry (one is added when no call could be parsed at all), so a caller
+never mistakes a cut call for a model that chose not to call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+
+from langchain_ascend.chat.prepare import PreparedRequest
+from langchain_ascend.chat.reply import delta_chunk, reply_message
+
+
+def cut_message(prepared: PreparedRequest) -> str:
+    """The error text of a forced output cut at ``max_tokens``."""
+    return (f"the forced {prepared.forced} was cut at max_tokens={prepared.params.max_tokens} "
+            "before it was complete (finish_reason='length'); raise max_tokens")
+
+
+def _was_cut(prepared: PreparedRequest, message: BaseMessage) -> bool:
+    return (prepared.forced is not None
+            and message.response_metadata.get("finish_reason") == "length")
+
+
+def mark_cut(prepared: PreparedRequest, message: AIMessage) -> AIMessage:
+    """``message`` with the cut-short note when its forced output hit ``max_tokens``."""
+    if not _was_cut(prepared, message):
+        return message
+    error = cut_message(prepared)
+    message.response_metadata["output_error"] = error
+    if prepared.forced_tool:
+        if message.invalid_tool_calls:
+            message.invalid_tool_calls = [{**c, "error": error}
+                                          for c in message.invalid_tool_calls]
+        else:
+            text = message.content if isinstance(message.content, str) else ""
+            message.invalid_tool_calls = [invalid_tool_call(name=None, args=text, id=None,
+                                                            error=error)]
+    return message
+
+
+def chat_result(prepared: PreparedRequest, output: Any) -> ChatResult:
+    """The ``ChatResult`` of a whole engine output."""
+    message = reply_message(
+        output, prepared.new_assembler(), model_name=prepared.model_name,
+        count_tokens=prepared.count_tokens,
+    )
+    return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message))])
+
+
+def generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
+                     ) -> ChatGenerationChunk | None:
+    """The chunk of one engine delta (None when it adds nothing); the last chunk of a cut
+    forced output carries ``response_metadata["output_error"]``."""
+    chunk: AIMessageChunk | None = delta_chunk(
+        delta, assembler, model_name=prepared.model_name, count_tokens=prepared.count_tokens
+    )
+    if chunk is None:
+        return None
+    if _was_cut(prepared, chunk):
+        chunk.response_metadata["output_error"] = cut_message(prepared)
+    return ChatGenerationChunk(message=chunk)
+
+
+def chunk_text(message: BaseMessage) -> str:
+    """A chunk's text content ("" for block content)."""
+    return message.content if isinstance(message.content, str) else ""
