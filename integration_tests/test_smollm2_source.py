@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
 from langchain_ascend.engine import model_source  # noqa: E402
-from langchain_ascend.engine.model_source import resolve_model_source  # noqa: E402
+from langchain_ascend.engine.model_source import gguf_cache, resolve_model_source  # noqa: E402
 from langchain_ascend.testing import smollm2_gguf_path  # noqa: E402
 
 NEW_TOKENS = 24
@@ -76,7 +76,7 @@ def test_second_resolve_hits_the_cache(smollm2, monkeypatch):
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(model_source, "_convert_gguf", no_conversion)
+    monkeypatch.setattr(gguf_cache, "convert_gguf", no_conversion)
     started = time.perf_counter()
     again = resolve_model_source(smollm2_gguf_path(), progress=False)
     seconds = time.perf_counter() - started

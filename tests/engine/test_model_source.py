@@ -20,6 +20,8 @@ from langchain_ascend.engine import model_source  # noqa: E402
 from langchain_ascend.engine.model_source import (  # noqa: E402
     ResolvedModel,
     check_model_source,
+    gguf_cache,
+    gguf_convert,
     inspect_gguf,
     resolve_model_source,
 )
@@ -110,7 +112,7 @@ class FakeConverter:
 @pytest.fixture
 def fake_convert(monkeypatch) -> FakeConverter:
     fake = FakeConverter()
-    monkeypatch.setattr(model_source, "_convert_gguf", fake)
+    monkeypatch.setattr(gguf_cache, "convert_gguf", fake)
     return fake
 
 
@@ -235,7 +237,7 @@ def test_a_transformers_failure_is_wrapped(tmp_path, monkeypatch):
     path = write_tiny_llama(tmp_path / "tiny.gguf")
     out = tmp_path / "out"
     out.mkdir()
-    error = assert_source_error(lambda: model_source._convert_gguf(path, out, progress=False),
+    error = assert_source_error(lambda: gguf_convert.convert_gguf(path, out, progress=False),
                                 str(path), "transformers could not convert", "KeyError")
     assert isinstance(error.__cause__, KeyError)
 
@@ -251,7 +253,7 @@ def test_a_gguf_missing_a_tensor_is_refused_not_filled_with_noise(tmp_path, cach
 def test_a_model_too_big_for_memory_is_refused_before_loading(tmp_path, cache, monkeypatch,
                                                                fake_convert):
     path = write_gguf(tmp_path / "tiny.gguf")  # 48 weights = 192 bytes in float32
-    monkeypatch.setattr(model_source.os, "sysconf",
+    monkeypatch.setattr(gguf_cache.os, "sysconf",
                         lambda name: 1 if name == "SC_PAGE_SIZE" else 100)
     assert_source_error(lambda: resolve_model_source(path, progress=False), str(path),
                         "GiB", "memory")
@@ -389,8 +391,8 @@ def test_gguf_is_converted_once_then_cached(tmp_path, cache, fake_convert, monke
     assert manifest["architecture"] == "llama"
 
     hashed: list[Path] = []
-    real_hash = model_source.file_sha256
-    monkeypatch.setattr(model_source, "file_sha256",
+    real_hash = gguf_cache.file_sha256
+    monkeypatch.setattr(gguf_cache, "file_sha256",
                         lambda p, **kw: hashed.append(p) or real_hash(p, **kw))
     second = resolve_model_source(path, progress=False)
     assert second == first
@@ -420,8 +422,8 @@ def test_key_carries_the_transformers_version(tmp_path, cache, fake_convert, mon
     path = write_gguf(tmp_path / "tiny.gguf")
     first = resolve_model_source(path, progress=False)
     assert "-tf" in first.path.name
-    real_version = model_source._version
-    monkeypatch.setattr(model_source, "_version",
+    real_version = gguf_cache.package_version
+    monkeypatch.setattr(gguf_cache, "package_version",
                         lambda name: "99.0" if name == "transformers" else real_version(name))
     second = resolve_model_source(path, progress=False)
     assert second.path != first.path and second.path.name.endswith("-tf99.0-v1")
@@ -461,7 +463,7 @@ def test_failed_conversion_leaves_nothing_behind(tmp_path, cache, monkeypatch):
         (out_dir / "partial.bin").write_bytes(b"half")
         raise ModelSourceError(f"conversion of {gguf_path} failed")
 
-    monkeypatch.setattr(model_source, "_convert_gguf", failing)
+    monkeypatch.setattr(gguf_cache, "convert_gguf", failing)
     path = write_gguf(tmp_path / "tiny.gguf")
     assert_source_error(lambda: resolve_model_source(path, progress=False), str(path))
     leftovers = [p.name for p in (cache / "gguf").iterdir()
@@ -471,7 +473,7 @@ def test_failed_conversion_leaves_nothing_behind(tmp_path, cache, monkeypatch):
 
 def test_concurrent_resolves_convert_once(tmp_path, cache, monkeypatch):
     fake = FakeConverter(delay=0.3)
-    monkeypatch.setattr(model_source, "_convert_gguf", fake)
+    monkeypatch.setattr(gguf_cache, "convert_gguf", fake)
     path = write_gguf(tmp_path / "tiny.gguf")
     results: list[Path] = []
     threads = [threading.Thread(target=lambda: results.append(

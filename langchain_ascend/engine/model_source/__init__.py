@@ -1,0 +1,138 @@
+"""Where a model's weights come from: a local HF folder, a GGUF file, or a hub id.
+
+The engine loads a plain Hugging Face folder (``config.json``, weights, tokenizer files).
+:func:`resolve_model_source` turns whatever the user named into such a folder:
+
+- a local folder with ``config.json`` (and weights) is used as it is (kind ``"folder"``);
+- a ``.gguf`` file, or a folder holding GGUF files, is de-quantized once through
+  transformers' GGUF loader into float32 safetensors plus its tokenizer and generation config,
+  cached under ``$LANGCHAIN_ASCEND_CACHE/gguf`` (default ``~/.cache/langchain_ascend/gguf``)
+  and keyed by the file's sha256 and the transformers version (kind ``"gguf"``);
+- an ``org/name`` string that is not a local path is looked up in the local Hugging Face cache
+  (downloaded when the hub is not switched off with ``HF_HUB_OFFLINE`` /
+  ``TRANSFORMERS_OFFLINE``) and its snapshot folder classified as above (kind ``"hub"`` for an
+  HF folder, ``"gguf"`` when the snapshot holds GGUF files).
+
+:func:`check_model_source` runs the same checks without converting or downloading anything —
+cheap enough for a constructor. Every failure is a :class:`~langchain_ascend.errors.
+ModelSourceError` whose message names the path or value and what was expected there.
+
+The package, one job per module:
+
+- ``locate``: what the user named (folder, GGUF file, folder of GGUF files, hub id);
+- ``gguf_header``: the GGUF header parser (:func:`inspect_gguf`);
+- ``gguf_convert``: which architectures transformers loads from GGUF, and the conversion;
+- ``gguf_cache``: hashing, the hash index, the lock and the cache folders.
+
+Example:
+    >>> resolved = resolve_model_source("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
+    >>> resolved.kind, resolved.path.name  # doctest: +SKIP
+    ('gguf', 'SmolLM2-135M-Instruct.Q4_1-3c1f...-tf5.23.0-v1')
+"""
+
+from __future__ import annotations
+
+import os
+
+from langchain_ascend.engine.model_source.gguf_cache import (
+    CACHE_ENV_VAR,
+    CONVERTER_VERSION,
+    DEFAULT_CACHE_ROOT,
+    GGUF_CACHE_SUBDIR,
+    cache_key,
+    converted_folder,
+    file_sha256,
+    gguf_cache_dir,
+)
+from langchain_ascend.engine.model_source.gguf_convert import (
+    check_architecture,
+    supported_gguf_architectures,
+)
+from langchain_ascend.engine.model_source.gguf_header import GGUFInfo, inspect_gguf
+from langchain_ascend.engine.model_source.locate import (
+    ResolvedModel,
+    SourceKind,
+    locate,
+    source_string,
+)
+
+__all__ = [
+    "CACHE_ENV_VAR",
+    "CONVERTER_VERSION",
+    "DEFAULT_CACHE_ROOT",
+    "GGUF_CACHE_SUBDIR",
+    "GGUFInfo",
+    "ResolvedModel",
+    "SourceKind",
+    "cache_key",
+    "check_model_source",
+    "file_sha256",
+    "gguf_cache_dir",
+    "inspect_gguf",
+    "resolve_model_source",
+    "supported_gguf_architectures",
+]
+
+
+def resolve_model_source(
+    model: str | os.PathLike[str],
+    *,
+    gguf_file: str | None = None,
+    progress: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> ResolvedModel:
+    """Turn ``model`` into a local HF folder, de-quantizing a GGUF file once (then cached).
+
+    Args:
+        model: A local HF folder, a ``.gguf`` file, a folder holding GGUF files, or a hub id
+            ``"org/name"`` that is not a local path.
+        gguf_file: Which GGUF file of a folder (or hub snapshot) to use: a file name, or a
+            path relative to the folder. Needed when the folder holds several; when given,
+            the GGUF file is used even if the folder also has ``config.json``.
+        progress: Show tqdm bars while hashing and converting (transformers' own bars too).
+        cache_dir: Root of the conversion cache; default ``$LANGCHAIN_ASCEND_CACHE``, else
+            ``~/.cache/langchain_ascend``. Conversions go to its ``gguf/`` folder.
+
+    Returns:
+        The :class:`ResolvedModel`; for a GGUF source its ``path`` is the cached folder.
+
+    Raises:
+        ModelSourceError: The source is missing, is neither an HF folder nor GGUF, is a
+            corrupt or truncated GGUF file, has an architecture transformers cannot load from
+            GGUF, is a hub id absent from the local cache in offline mode, or its conversion
+            failed. The message names the path and what was expected.
+    """
+    source = source_string(model)
+    located = locate(source, gguf_file, download=True)
+    if located.kind != "gguf":
+        return ResolvedModel(path=located.target, kind=located.kind, source=source)
+    info = inspect_gguf(located.target)
+    check_architecture(info)
+    folder = converted_folder(info, cache_root=gguf_cache_dir(cache_dir),
+                              progress=progress)
+    return ResolvedModel(path=folder, kind="gguf", source=source, gguf_file=located.target)
+
+
+def check_model_source(model: str | os.PathLike[str], *, gguf_file: str | None = None) -> str:
+    """Validate ``model`` as :func:`resolve_model_source` would, without converting or
+    downloading: the path exists, a folder has ``config.json`` and weights or GGUF files, a
+    GGUF header is readable, complete and of an architecture transformers loads from GGUF.
+
+    A hub id is checked against the local Hugging Face cache; when it is not there and the
+    hub is reachable (no offline variable set) it passes: the download happens on resolve.
+
+    Args:
+        model: As for :func:`resolve_model_source`.
+        gguf_file: As for :func:`resolve_model_source`.
+
+    Returns:
+        The kind the source resolves to: ``"folder"``, ``"gguf"`` or ``"hub"``.
+
+    Raises:
+        ModelSourceError: As for :func:`resolve_model_source` (conversion errors aside).
+    """
+    source = source_string(model)
+    located = locate(source, gguf_file, download=False)
+    if located.kind == "gguf":
+        check_architecture(inspect_gguf(located.target))
+    return located.kind

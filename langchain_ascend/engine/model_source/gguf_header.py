@@ -1,0 +1,223 @@
+"""The GGUF header: a small parser of our own for the format's fixed layout (magic, version,
+key/value metadata, tensor table).
+
+``gguf.GGUFReader`` builds numpy views of every metadata array and takes seconds on a 49k-token
+vocabulary; this parser skips the arrays, and checks that every tensor's data lies inside the
+file, which catches a truncated download. The ``gguf`` package supplies the value-type and
+quantization-size tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from langchain_ascend.errors import ModelSourceError
+
+
+@dataclasses.dataclass(frozen=True)
+class GGUFInfo:
+    """What :func:`inspect_gguf` read from a GGUF file's header (no tensor data is read).
+
+    Attributes:
+        path: The file.
+        version: GGUF format version (2 or 3).
+        architecture: ``general.architecture`` (``"llama"``, ``"qwen2"``...).
+        name: ``general.name``, if present.
+        num_tensors: Tensors in the file.
+        num_elements: Weights in all tensors together (what float32 de-quantization stores,
+            times 4 bytes).
+        metadata_keys: Every metadata key, in file order.
+        size: File size in bytes.
+    """
+
+    path: Path
+    version: int
+    architecture: str
+    name: str | None
+    num_tensors: int
+    num_elements: int
+    metadata_keys: tuple[str, ...]
+    size: int
+
+    @property
+    def has_tokenizer(self) -> bool:
+        """Whether the file embeds a tokenizer vocabulary (transformers needs one)."""
+        return "tokenizer.ggml.tokens" in self.metadata_keys
+
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the file embeds a chat template (a chat model needs one)."""
+        return "tokenizer.chat_template" in self.metadata_keys
+
+
+def inspect_gguf(path: str | os.PathLike[str]) -> GGUFInfo:
+    """Read a GGUF file's header: version, metadata keys, architecture, tensor table.
+
+    Only the header is parsed (metadata arrays are skipped, not decoded); the tensor table is
+    checked against the file size, so a truncated file is caught here.
+
+    Raises:
+        ModelSourceError: The file is missing, empty, not GGUF (bad magic), of an
+            unsupported format version or byte order, truncated, or malformed.
+    """
+    file = Path(path)
+    try:
+        size = file.stat().st_size
+        if size == 0:
+            raise _CorruptGGUF("the file is empty")
+        with open(file, "rb") as handle, mmap.mmap(handle.fileno(), 0,
+                                                   access=mmap.ACCESS_READ) as blob:
+            return _parse_header(file, blob, size)
+    except _CorruptGGUF as error:
+        raise ModelSourceError(
+            f"{file} is not a readable GGUF file: {error}; expected a complete GGUF model "
+            "file (a truncated download or another format?)") from None
+    except OSError as error:
+        raise ModelSourceError(f"cannot read GGUF file {file}: {error}") from error
+
+
+def check_gguf_magic(file: Path) -> None:
+    """A cheap first look (4 bytes) so a non-GGUF file is named as such early."""
+    try:
+        with open(file, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise ModelSourceError(f"cannot read model file {file}: {error}") from error
+    if magic != b"GGUF":
+        raise ModelSourceError(
+            f"{file} is not a GGUF file (it does not start with the GGUF magic bytes); "
+            "expected a .gguf model file or an HF model folder")
+
+
+
+class _CorruptGGUF(Exception):
+    """Internal: the header parser hit something a valid GGUF file cannot contain."""
+
+
+class _Cursor:
+    """Little-endian reads from a memory map, every read bounds-checked."""
+
+    def __init__(self, blob: mmap.mmap, size: int) -> None:
+        self.blob, self.size, self.pos = blob, size, 0
+
+    def take(self, fmt: str) -> Any:
+        width = struct.calcsize(fmt)
+        if self.pos + width > self.size:
+            raise _CorruptGGUF(f"the header ends early (byte {self.pos} of {self.size}): "
+                               "the file is truncated")
+        (value,) = struct.unpack_from(fmt, self.blob, self.pos)
+        self.pos += width
+        return value
+
+    def skip(self, num_bytes: int) -> None:
+        if num_bytes < 0 or self.pos + num_bytes > self.size:
+            raise _CorruptGGUF(f"a header field runs past the end of the file (byte "
+                               f"{self.pos} + {num_bytes} > {self.size}): the file is truncated")
+        self.pos += num_bytes
+
+    def string(self) -> str:
+        length = self.take("<Q")
+        start = self.pos
+        self.skip(length)
+        try:
+            return bytes(self.blob[start:self.pos]).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise _CorruptGGUF(f"a header string at byte {start} is not UTF-8") from error
+
+
+def _parse_header(file: Path, blob: mmap.mmap, size: int) -> GGUFInfo:
+    from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUFValueType
+
+    scalar = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
+              GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
+              GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
+              GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d"}
+
+    def value_type(code: int) -> GGUFValueType:
+        try:
+            return GGUFValueType(code)
+        except ValueError:
+            raise _CorruptGGUF(f"unknown metadata value type {code} at byte {cur.pos}") from None
+
+    def read_value(kind: GGUFValueType) -> Any:
+        if kind == GGUFValueType.STRING:
+            return cur.string()
+        if kind == GGUFValueType.ARRAY:  # skipped: element type, count, then the elements
+            item = value_type(cur.take("<I"))
+            count = cur.take("<Q")
+            if item == GGUFValueType.STRING:
+                for _ in range(count):
+                    cur.skip(cur.take("<Q"))
+            elif item == GGUFValueType.ARRAY:
+                for _ in range(count):
+                    read_value(GGUFValueType.ARRAY)
+            else:
+                cur.skip(count * struct.calcsize(scalar[item]))
+            return None
+        return cur.take(scalar[kind])
+
+    cur = _Cursor(blob, size)
+    if size < 4 or bytes(blob[:4]) != b"GGUF":
+        raise _CorruptGGUF("it does not start with the GGUF magic bytes")
+    cur.pos = 4
+    version = cur.take("<I")
+    if version not in (2, 3):
+        swapped = struct.unpack(">I", struct.pack("<I", version))[0]
+        detail = ("it is big-endian" if swapped in (2, 3)
+                  else f"format version {version} is not 2 or 3")
+        raise _CorruptGGUF(detail)
+    num_tensors = cur.take("<Q")
+    num_keys = cur.take("<Q")
+    keys: list[str] = []
+    strings: dict[str, Any] = {}
+    for _ in range(num_keys):
+        key = cur.string()
+        value = read_value(value_type(cur.take("<I")))
+        keys.append(key)
+        if key in ("general.architecture", "general.name", "general.alignment"):
+            strings[key] = value
+    architecture = strings.get("general.architecture")
+    if not isinstance(architecture, str) or not architecture:
+        raise _CorruptGGUF("it has no general.architecture metadata")
+    alignment = strings.get("general.alignment") or GGUF_DEFAULT_ALIGNMENT
+    if not isinstance(alignment, int) or alignment <= 0:
+        raise _CorruptGGUF(f"general.alignment={alignment!r} is not a positive integer")
+    data_end = 0  # bytes of tensor data the table asks for, from the data section's start
+    total_elements = 0
+    for _ in range(num_tensors):
+        name = cur.string()
+        num_dims = cur.take("<I")
+        num_elements = 1
+        for _ in range(num_dims):
+            num_elements *= cur.take("<Q")
+        type_code = cur.take("<I")
+        offset = cur.take("<Q")
+        block = GGML_QUANT_SIZES.get(_ggml_type(type_code))
+        if block is None:
+            raise _CorruptGGUF(f"tensor {name!r} has unknown ggml type {type_code}")
+        block_size, type_size = block
+        total_elements += num_elements
+        data_end = max(data_end, offset + num_elements // block_size * type_size)
+    data_start = -(-cur.pos // alignment) * alignment
+    if data_start + data_end > size:
+        raise _CorruptGGUF(f"its tensors need {data_start + data_end} bytes and the file has "
+                           f"{size}: the file is truncated")
+    name_value = strings.get("general.name")
+    return GGUFInfo(path=file, version=version, architecture=architecture,
+                    name=name_value if isinstance(name_value, str) else None,
+                    num_tensors=num_tensors, num_elements=total_elements,
+                    metadata_keys=tuple(keys), size=size)
+
+
+def _ggml_type(code: int) -> Any:
+    from gguf.constants import GGMLQuantizationType
+
+    try:
+        return GGMLQuantizationType(code)
+    except ValueError:
+        return None
