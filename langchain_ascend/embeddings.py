@@ -30,8 +30,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
-from langchain_ascend.errors import EmbeddingModelError, VectorStoreInputError
-from langchain_ascend.index.checks import check_number
+from langchain_ascend.errors import (
+    EmbeddingModelError,
+    InvalidTextError,
+    VectorStoreArgumentTypeError,
+)
+from langchain_ascend.index.checks import as_items, check_number, check_text
 
 if TYPE_CHECKING:
     import torch
@@ -117,9 +121,10 @@ class AscendEmbeddings(BaseModel, Embeddings):
     device: str = "auto"
     dtype: str = "float32"
     normalize: bool = True
-    batch_size: int = Field(default=64, ge=1)
-    max_batch_tokens: int = Field(default=16384, ge=1)
-    max_seq_length: int | None = Field(default=None, ge=1)
+    # strict: a bool is not a count (pydantic would take True as 1).
+    batch_size: int = Field(default=64, ge=1, strict=True)
+    max_batch_tokens: int = Field(default=16384, ge=1, strict=True)
+    max_seq_length: int | None = Field(default=None, ge=1, strict=True)
     query_prompt: str | None = None
     document_prompt: str | None = None
     show_progress: bool = False
@@ -132,6 +137,9 @@ class AscendEmbeddings(BaseModel, Embeddings):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        from langchain_ascend.chat.checks import check_device_dtype
+
+        check_device_dtype(self.device, self.dtype)
         self._client = self._load()
 
     # ---- model ----------------------------------------------------------------------------
@@ -215,8 +223,9 @@ class AscendEmbeddings(BaseModel, Embeddings):
 
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise VectorStoreInputError(
-                    f"texts must be strings; item {i} is {type(text).__name__}")
+                raise VectorStoreArgumentTypeError(
+                    f"texts must be strings; item {i} is {type(text).__name__} {text!r:.60}")
+            check_text(f"texts[{i}]", text, InvalidTextError)
         if not texts:
             return torch.empty(0, self.dimension, device=self._torch_device)
         unique: dict[str, int] = {}
@@ -254,11 +263,11 @@ class AscendEmbeddings(BaseModel, Embeddings):
     # ---- tensor API ------------------------------------------------------------------------
     def embed_documents_tensor(self, texts: list[str]) -> torch.Tensor:
         """Embed documents into an ``(N, D)`` float32 tensor on the device (no Python lists)."""
-        return self._encode(list(texts), "document")
+        return self._encode(_texts(texts), "document")
 
     def embed_queries_tensor(self, texts: list[str]) -> torch.Tensor:
         """Embed queries (with the query prompt) into an ``(N, D)`` device tensor."""
-        return self._encode(list(texts), "query")
+        return self._encode(_texts(texts), "query")
 
     async def aembed_documents_tensor(self, texts: list[str]) -> torch.Tensor:
         """Async :meth:`embed_documents_tensor` (runs in an executor)."""
@@ -276,6 +285,10 @@ class AscendEmbeddings(BaseModel, Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query."""
+        if not isinstance(text, str):
+            raise VectorStoreArgumentTypeError(
+                f"embed_query takes one text (a str), got {type(text).__name__} {text!r:.60}; "
+                "use embed_documents for a list")
         result: list[float] = self.embed_queries_tensor([text])[0].cpu().tolist()
         return result
 
@@ -286,3 +299,12 @@ class AscendEmbeddings(BaseModel, Embeddings):
     async def aembed_query(self, text: str) -> list[float]:
         """Async :meth:`embed_query`; the work runs in an executor."""
         return await run_in_executor(None, self.embed_query, text)
+
+
+def _texts(texts: Any) -> list[Any]:
+    """The texts of a documents call: a list; a bare string is refused (it would be embedded
+    letter by letter, and one text is what ``embed_query`` is for)."""
+    items = as_items("texts", texts, str_is_item=False, error=VectorStoreArgumentTypeError,
+                     what="a list of strings (use embed_query for one text)")
+    assert items is not None
+    return items

@@ -25,18 +25,27 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 
+from langchain_ascend.chat.checks import check_device_spelling
 from langchain_ascend.errors import (
     IndexFormatError,
+    VectorStoreArgumentTypeError,
     VectorStoreInputError,
 )
 from langchain_ascend.index import embedding_calls, search
 from langchain_ascend.index.async_search import AsyncSearchMixin
+from langchain_ascend.index.checks import as_items, check_store_number
 from langchain_ascend.index.distance import DistanceStrategy, as_strategy, metric_of_strategy
 from langchain_ascend.index.docstore import DocumentStore, RowIdView
 from langchain_ascend.index.filters import FilterSpec
 from langchain_ascend.index.retriever import AscendFAISSRetriever
 from langchain_ascend.index.search import ScoredDocs
-from langchain_ascend.index.store_state import INDEX_TYPES, IndexOptions, StoreState, validated_rows
+from langchain_ascend.index.store_state import (
+    INDEX_TYPES,
+    IndexOptions,
+    StoreState,
+    text_items,
+    validated_rows,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -129,11 +138,16 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         if self._normalize_L2 and self.distance_strategy != DistanceStrategy.EUCLIDEAN_DISTANCE:
             warnings.warn(f"Normalizing L2 is not applicable for metric type: "
                           f"{self.distance_strategy}", stacklevel=2)
+        if isinstance(device, str):  # the spelling ("cpu:1" is no device); existence below
+            check_device_spelling(device, error=VectorStoreInputError)
         self._device = resolve_device(device)
         try:
             self._dtype = resolve_dtype(dtype, self._device)
         except ValueError as exc:
             raise VectorStoreInputError(str(exc)) from None
+        for name, value in (("nlist", nlist), ("nprobe", nprobe),
+                            ("ivf_min_train_size", ivf_min_train_size)):
+            check_store_number(name, value, minimum=1, allow_none=True)
         self._options = IndexOptions(index_type, self._metric, self._device, self._dtype, nlist,
                                      nprobe, faiss_factory, ivf_min_train_size)
         self._state = StoreState(self._device)
@@ -188,7 +202,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         """Validate everything, then write vectors, rows and documents (upsert by id)."""
         from langchain_ascend.index.device_index import l2_normalize, to_matrix
 
-        texts = [str(t) for t in texts]
+        texts = text_items(texts)
         final_ids, metas = validated_rows(texts, metadatas, ids)
         matrix = to_matrix(vectors, device=self._device, dim=self.dim)
         if matrix.shape[0] != len(texts):
@@ -210,7 +224,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         Returns:
             The ids of the added texts.
         """
-        texts = list(texts)
+        texts = text_items(texts)
         if not texts:
             validated_rows(texts, metadatas, ids)
             return []
@@ -219,7 +233,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None,
                          ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         """Async :meth:`add_texts` (embedding awaited, the index write in an executor)."""
-        texts = list(texts)
+        texts = text_items(texts)
         if not texts:
             validated_rows(texts, metadatas, ids)
             return []
@@ -230,7 +244,9 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
                        metadatas: list[dict] | None = None, ids: list[str] | None = None,
                        **kwargs: Any) -> list[str]:
         """Add ``(text, vector)`` pairs without embedding (vectors may also be numpy rows)."""
-        pairs = list(text_embeddings)
+        pairs = as_items("text_embeddings", text_embeddings, str_is_item=False,
+                         error=VectorStoreArgumentTypeError, what="a list of (text, vector)")
+        assert pairs is not None
         return self._add([text for text, _ in pairs], [vec for _, vec in pairs], metadatas, ids)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
@@ -240,7 +256,8 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
             VectorStoreInputError: ``ids`` is None (as lc FAISS, which raises ValueError).
         """
         if ids is None:
-            raise VectorStoreInputError("No ids provided to delete.")
+            raise VectorStoreInputError("No ids provided to delete (ids=None); pass the ids, "
+                                        "or one id as a string")
         self._state.delete(ids)
         return True
 
@@ -310,10 +327,11 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         fetch_k: int = 20, **kwargs: Any,
     ) -> list[ScoredDocs]:
         """Several query texts in one search call (one matmul); raw scores."""
+        queries = text_items(queries, "queries")
         if not queries:
             return []
         return self.similarity_search_with_score_by_vectors(
-            embedding_calls.queries(self._embedding, list(queries)), k, filter, fetch_k, **kwargs)
+            embedding_calls.queries(self._embedding, queries), k, filter, fetch_k, **kwargs)
 
     def similarity_search_batch(
         self, queries: Sequence[str], k: int = 4, filter: FilterSpec | None = None,
@@ -393,10 +411,11 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         filter: FilterSpec | None = None, **kwargs: Any,
     ) -> list[list[Document]]:
         """MMR for several query texts; the candidate search is one matmul."""
+        queries = text_items(queries, "queries")
         if not queries:
             return []
         return [[d for d, _ in pairs] for pairs in self._mmr_by_vectors(
-            embedding_calls.queries(self._embedding, list(queries)), k, fetch_k, lambda_mult, filter)]
+            embedding_calls.queries(self._embedding, queries), k, fetch_k, lambda_mult, filter)]
 
     # ---- merge ---------------------------------------------------------------------------------
     def merge_from(self, target: Any) -> None:
@@ -519,7 +538,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         Raises:
             VectorStoreInputError: No texts (start empty with ``AscendFAISS(embedding=...)``).
         """
-        texts = list(texts)
+        texts = text_items(texts)
         _require_texts(texts)
         store = cls(embedding, **kwargs)
         store._add(texts, embedding_calls.documents(store._embedding, texts), metadatas, ids)
@@ -530,7 +549,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
                           metadatas: list[dict] | None = None, ids: list[str] | None = None,
                           **kwargs: Any) -> AscendFAISS:
         """Async :meth:`from_texts` (embedding awaited)."""
-        texts = list(texts)
+        texts = text_items(texts)
         _require_texts(texts)
         store = cls(embedding, **kwargs)
         vectors = await embedding_calls.adocuments(store._embedding, texts)

@@ -80,9 +80,17 @@ def check_sampling(values: Mapping[str, Any]) -> None:
         check_int("top_k", values["top_k"], minimum=0)
     if "seed" in values:
         check_int("seed", values["seed"], minimum=0, maximum=MAX_SEED)
-    if "ignore_eos" in values and not isinstance(values["ignore_eos"], bool):
+    if values.get("ignore_eos") is not None and not isinstance(values["ignore_eos"], bool):
         raise InvalidArgumentTypeError(
             f"ignore_eos must be True or False, got {values['ignore_eos']!r}")
+
+
+def check_device_spelling(device: Any, error: type[Exception] = InvalidRequestError) -> None:
+    """``device`` is spelled ``auto``/``cpu``/``npu[:N]``/``cuda[:N]`` (``"cpu:1"`` is not)."""
+    if not isinstance(device, str) or not _DEVICE_RE.match(device.strip().lower()):
+        raise error(
+            f"device={device!r} is not a device: use 'auto', 'cpu', 'npu', 'npu:N', 'cuda' "
+            "or 'cuda:N' (the CPU has no index)")
 
 
 def check_device_dtype(device: Any, dtype: Any) -> None:
@@ -90,10 +98,7 @@ def check_device_dtype(device: Any, dtype: Any) -> None:
 
     Only the spelling is checked here; whether the device exists is known when the engine
     loads (``DeviceUnavailableError``)."""
-    if not isinstance(device, str) or not _DEVICE_RE.match(device.strip().lower()):
-        raise InvalidRequestError(
-            f"device={device!r} is not a device: use 'auto', 'cpu', 'npu', 'npu:N', 'cuda' "
-            "or 'cuda:N' (the CPU has no index)")
+    check_device_spelling(device)
     key = str(dtype).lower().removeprefix("torch.")
     if not isinstance(dtype, str) or key not in DTYPE_NAMES:
         raise InvalidRequestError(

@@ -77,3 +77,25 @@ def check_text(name: str, text: str, error: type[Exception]) -> None:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_store_number(name: str, value: Any, *, minimum: float, maximum: float | None = None,
+                       integer: bool = True, allow_none: bool = False) -> None:
+    """A vector-store option: a wrong type (``k="3"``, ``k=None``, ``k=True``) raises
+    ``VectorStoreArgumentTypeError``, a value out of ``[minimum, maximum]`` (``k=-1``,
+    ``fetch_k=0``, ``lambda_mult=5``) ``VectorStoreInputError``; both name it and the value."""
+    import math
+
+    from langchain_ascend.errors import VectorStoreArgumentTypeError, VectorStoreInputError
+
+    if value is None and allow_none:
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    what = "an integer" if integer else "a number"
+    bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise VectorStoreArgumentTypeError(
+            f"{name} must be {what} {bound}, got {type(value).__name__} {_short(value)}")
+    if (not math.isfinite(value) or value < minimum
+            or (maximum is not None and value > maximum)):
+        raise VectorStoreInputError(f"{name} must be {what} {bound}, got {value!r}")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from langchain_ascend.index.checks import check_number
+from langchain_ascend.index.checks import check_store_number
 from langchain_ascend.index.device_index import (
     FlatIndex,
     SearchResult,
@@ -145,8 +145,8 @@ class IVFIndex(FlatIndex):
                  min_train_size: int | None = None, kmeans_iters: int = 12,
                  seed: int = 0) -> None:
         super().__init__(dim, metric, device=device, dtype=dtype)
-        check_number("nlist", nlist, minimum=1, allow_none=True, integer=True)
-        check_number("nprobe", nprobe, minimum=1, allow_none=True, integer=True)
+        check_store_number("nlist", nlist, minimum=1, allow_none=True)
+        check_store_number("nprobe", nprobe, minimum=1, allow_none=True)
         self.nlist_setting = nlist
         self.nprobe_setting = nprobe
         self.min_train_size = min_train_size
@@ -181,7 +181,7 @@ class IVFIndex(FlatIndex):
 
     @nprobe.setter
     def nprobe(self, value: int) -> None:
-        check_number("nprobe", value, minimum=1, integer=True)
+        check_store_number("nprobe", value, minimum=1)
         self.nprobe_setting = int(value)
 
     def _train_threshold(self) -> int:

@@ -13,8 +13,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from langchain_ascend.errors import VectorStoreInputError
-from langchain_ascend.index.checks import check_number
+from langchain_ascend.index.checks import check_store_number
 from langchain_ascend.index.filters import FilterSpec, parse_filter
 from langchain_ascend.index.store_state import StoreState
 
@@ -37,7 +36,7 @@ def search_rows(state: StoreState, queries: Any, k: int, filter: FilterSpec | No
     from langchain_ascend.index.device_index import l2_normalize, to_matrix
 
     node = None if filter is None else parse_filter(filter)
-    check_number("k", k, minimum=0, integer=True, error=VectorStoreInputError)
+    check_store_number("k", k, minimum=0)
     matrix = to_matrix(queries, device=state.device, dim=state.dim)
     if state.index is None or state.index.ntotal == 0 or k == 0:
         return [[] for _ in range(matrix.shape[0])]
@@ -88,6 +87,9 @@ def mmr_by_vectors(state: StoreState, embeddings: Any, k: int, fetch_k: int, lam
     from langchain_ascend.index.device_index import to_matrix
     from langchain_ascend.index.mmr import mmr_select
 
+    check_store_number("k", k, minimum=0)
+    check_store_number("fetch_k", fetch_k, minimum=1)
+    check_store_number("lambda_mult", lambda_mult, minimum=0.0, maximum=1.0, integer=False)
     with state.lock:
         queries = to_matrix(embeddings, device=state.device, dim=state.dim)
         hits = search_rows(state, queries, fetch_k, filter, normalize=normalize)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 
-from langchain_ascend.errors import VectorStoreInputError
+from langchain_ascend.errors import VectorStoreArgumentTypeError, VectorStoreInputError
+from langchain_ascend.index.checks import as_items
 from langchain_ascend.index.filters import MetadataColumns, Node
 
 if TYPE_CHECKING:
@@ -75,6 +76,32 @@ class IndexOptions:
         }
 
 
+def text_items(texts: Any, name: str = "texts") -> list[str]:
+    """The texts of a write: a list of strings; a bare string, None or a non-string item is
+    refused (a string would be stored letter by letter; wrap one text in a list)."""
+    items = as_items(name, texts, str_is_item=False, error=VectorStoreArgumentTypeError,
+                     what="a list of strings")
+    assert items is not None
+    for i, text in enumerate(items):
+        if not isinstance(text, str):
+            raise VectorStoreArgumentTypeError(
+                f"{name}[{i}] must be a string, got {type(text).__name__} {text!r:.60}")
+    return items
+
+
+def id_items(ids: Any) -> list[str]:
+    """Ids to look up or delete: a list, or one id as a bare string."""
+    items = as_items("ids", ids, str_is_item=True, error=VectorStoreArgumentTypeError,
+                     what="a list of ids")
+    assert items is not None
+    for i, doc_id in enumerate(items):
+        # Writes store str(id), so an int id given back is looked up as that string.
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
+            raise VectorStoreArgumentTypeError(
+                f"ids[{i}] must be a string id, got {type(doc_id).__name__} {doc_id!r:.60}")
+    return [str(doc_id) for doc_id in items]
+
+
 def validated_rows(texts: list[str], metadatas: Any,
                    ids: Any) -> tuple[list[str], list[dict[str, Any]]]:
     """Final ids (a uuid4 for each missing one) and metadata dicts of a write.
@@ -83,7 +110,10 @@ def validated_rows(texts: list[str], metadatas: Any,
         VectorStoreInputError: Lengths differ, a metadata is not a mapping, or ids repeat.
     """
     count = len(texts)
-    metas = [{} for _ in range(count)] if metadatas is None else list(metadatas)
+    metas = [{} for _ in range(count)] if metadatas is None else as_items(
+        "metadatas", metadatas, str_is_item=False, error=VectorStoreArgumentTypeError,
+        what="a list of dicts (one per text)")
+    assert metas is not None
     if len(metas) != count:
         raise VectorStoreInputError(
             f"texts and metadatas expected to be equal length but len(texts)={count} and "
@@ -92,7 +122,10 @@ def validated_rows(texts: list[str], metadatas: Any,
         if meta is not None and not isinstance(meta, Mapping):
             raise VectorStoreInputError(
                 f"metadata at position {i} must be a dict, got {type(meta).__name__}")
-    id_list = [None] * count if ids is None else list(ids)
+    # One id as a bare string is that id (never its letters).
+    id_list = [None] * count if ids is None else as_items(
+        "ids", ids, str_is_item=True, error=VectorStoreArgumentTypeError)
+    assert id_list is not None
     if len(id_list) != count:
         raise VectorStoreInputError(
             f"texts and ids expected to be equal length but len(texts)={count} and "
@@ -181,8 +214,9 @@ class StoreState:
         self.columns = None
 
     def delete(self, ids: Iterable[str]) -> None:
-        """Delete documents by id; unknown ids are ignored."""
-        ids = list(ids)
+        """Delete documents by id (one id as a bare string is that id); unknown ids are
+        ignored."""
+        ids = id_items(ids)
         with self.lock:
             rows = [self.id_to_row[i] for i in set(ids) if i in self.id_to_row]
             if rows:
@@ -191,9 +225,10 @@ class StoreState:
                 self.docs.pop(doc_id, None)
 
     def get_by_ids(self, ids: Sequence[str]) -> list[Document]:
-        """Documents for the ids that exist, in the order asked."""
+        """Documents for the ids that exist, in the order asked (one id may be a string)."""
+        wanted = id_items(ids)
         with self.lock:
-            return [self.docs[i] for i in ids if i in self.docs]
+            return [self.docs[i] for i in wanted if i in self.docs]
 
     def documents(self) -> list[Document]:
         """Documents in row order; caller holds the lock."""
