@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
@@ -28,7 +28,7 @@ from langchain_core.tools import tool as as_tool
 from pydantic import ValidationError
 
 from langchain_ascend import platform
-from langchain_ascend.errors import InvalidRequestError, ToolCallError
+from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError, ToolCallError
 from langchain_ascend.executor import calls as calls_mod
 from langchain_ascend.executor.calls import PreparedCall
 from langchain_ascend.executor.error_policy import error_policy
@@ -73,8 +73,11 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
     Timeouts: each attempt has ``timeout_ms``. A late call is answered on time with
     ``ToolMessage(status="error")``. An async tool is cancelled. A sync tool cannot be killed:
     its thread is abandoned (it finishes on its own and its result is dropped); at most
-    ``max_abandoned_threads`` may be stuck at once, after which new calls fail fast with a
-    clear error instead of piling up threads.
+    ``max_abandoned_threads`` may be stuck at once, and the bound holds even when every
+    call in flight hangs: it is also the most sync attempts busy at once (running or stuck),
+    so a further sync call waits for a slot, and once every slot is held by a stuck thread new
+    sync calls fail fast with ``ToolWorkersExhaustedError`` (as an error ``ToolMessage`` under
+    the default ``handle_tool_errors``) until some return; async tools keep running.
 
     Retries: an error that is an instance of ``retry_on`` (or for which a ``retry_on``
     predicate returns True) is retried up to ``retry_times`` times with exponential backoff
@@ -131,7 +134,8 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
             streams; torch is never imported).
         enable_parallel: False runs the calls one after another, in order (timeouts and
             retries still apply).
-        max_abandoned_threads: Most threads that may be stuck in timed-out sync calls.
+        max_abandoned_threads: Most threads that may be stuck in timed-out sync calls (>= 1),
+            hence also the most sync attempts busy at once.
         messages_key: State field with the messages.
         name: Run name in traces.
 
@@ -171,13 +175,13 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
         handle_tool_errors: Any = True,
         device: Any = "auto",
         enable_parallel: bool = True,
-        max_abandoned_threads: int = 32,
+        max_abandoned_threads: int = DEFAULT_MAX_PARALLEL,
         messages_key: str = "messages",
         name: str = "tools",
     ) -> None:
         self.name = name
         self.tools_by_name: dict[str, BaseTool] = {}
-        for item in tools:
+        for item in _tool_items(tools):
             tool = item if isinstance(item, BaseTool) else as_tool(item)
             if tool.name in self.tools_by_name:
                 raise InvalidRequestError(f"two tools are named {tool.name!r}; names must differ")
@@ -188,8 +192,12 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
         check_number("retry_backoff_ms", retry_backoff_ms, minimum=0, error=bad)
         check_number("max_concurrency", max_concurrency, allow_none=True, minimum=1,
                      integer=True, error=bad)
-        check_number("max_abandoned_threads", max_abandoned_threads, minimum=0, integer=True,
+        check_number("max_abandoned_threads", max_abandoned_threads, minimum=1, integer=True,
                      error=bad)
+        for flag, value in (("enable_parallel", enable_parallel),
+                            ("retry_on_timeout", retry_on_timeout)):
+            if not isinstance(value, bool):
+                raise InvalidArgumentTypeError(f"{flag} must be True or False, got {value!r}")
         self.timeout_ms = timeout_ms
         self.max_concurrency = max_concurrency
         self.enable_parallel = enable_parallel
@@ -530,3 +538,21 @@ def _retry_matcher(retry_on: Any) -> tuple[type[BaseException], ...] | Callable[
     raise InvalidRequestError(
         f"retry_on must be an exception type, a tuple of them or a predicate; got {retry_on!r}")
 
+
+
+def _tool_items(tools: Any) -> list[Any]:
+    """The executor's tools as a list: one tool alone is one tool; a string (a tool's name is
+    not a tool) or anything that is not a tool or a function is refused."""
+    if isinstance(tools, BaseTool) or (callable(tools) and not isinstance(tools, type)):
+        return [tools]
+    if isinstance(tools, (str, bytes, dict)) or not isinstance(tools, Iterable):
+        raise InvalidArgumentTypeError(
+            f"tools must be a list of tools (BaseTool or functions), got "
+            f"{type(tools).__name__} {tools!r:.60}")
+    items = list(tools)
+    for i, item in enumerate(items):
+        if not isinstance(item, BaseTool) and not callable(item):
+            raise InvalidArgumentTypeError(
+                f"tools[{i}] must be a BaseTool or a function, got {type(item).__name__} "
+                f"{item!r:.60}")
+    return items

@@ -133,7 +133,12 @@ def parse_input(value: Any, messages_key: str = "messages") -> ParsedInput:
                 f"the state dict has no {messages_key!r} key (keys: {sorted(map(str, value))}); "
                 "pass an AIMessage, a list of messages, a list of tool calls or a state with "
                 f"{messages_key!r}")
-        ai = _last_ai_message(list(value[messages_key] or []))
+        messages = value[messages_key] or []
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, (list, tuple)):
+            raise ToolCallError(
+                f"state[{messages_key!r}] must be a list of messages, got "
+                f"{type(messages).__name__} {messages!r:.60}")
+        ai = _last_ai_message(list(messages))
         return ParsedInput(list(ai.tool_calls) if ai else [], "state", value)
     messages = getattr(value, messages_key, None)
     if isinstance(messages, (list, tuple)):

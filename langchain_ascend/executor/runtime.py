@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_ascend.errors import ToolTimeoutError, ToolWorkersExhaustedError
-from langchain_ascend.executor.workers import WorkerPool, _Job
+from langchain_ascend.executor.workers import PoolFull, WorkerPool, _Job
 
 _clock = time.perf_counter
+#: How often a call waiting for a busy pool slot looks again.
+_POOL_POLL_S = 0.005
 
 # --------------------------------------------------------------------------- retry policy
 
@@ -285,6 +287,7 @@ class _LaneRun:
                 raise self.fatal
         # A new lane gets its first call here, so every attempt in flight is known below
         # (later attempts of a lane start after this one and so have later deadlines).
+        full = False
         while self.remaining and len(self.lanes) < limits.concurrency:
             index = self._take_locked(now)
             if index is None:
@@ -297,10 +300,14 @@ class _LaneRun:
             except ToolWorkersExhaustedError as exc:
                 self._refuse_locked(index, exc, now)
                 continue
+            except PoolFull:  # the slots free when attempts (maybe other runs') return
+                self._unbegin_locked(index)
+                full = True
+                break
             self.lanes.append(lane)
         if not self.remaining:
             return 0.0
-        wait: float | None = None
+        wait: float | None = _POOL_POLL_S if full else None
         if timeout_s is not None:
             starts = [ln.start for ln in self.lanes if ln.index is not None]
             if starts:
@@ -309,6 +316,14 @@ class _LaneRun:
             due = self.retry_at[0][0] - now
             wait = due if wait is None else min(wait, due)
         return None if wait is None else max(wait, 0.0)
+
+    def _unbegin_locked(self, index: int) -> None:
+        """Undo :meth:`_begin_locked` for a call that found no free slot: it waits again."""
+        record = self.records[index]
+        record.attempts -= 1
+        if not record.attempts:
+            record.first_start = None
+        self.waiting.appendleft(index)
 
     def _refuse_locked(self, index: int, exc: ToolWorkersExhaustedError, now: float) -> None:
         """No thread for a lane: fail its call with ``exc`` so the run still progresses."""
@@ -446,8 +461,13 @@ async def run_async(specs: Sequence[CallSpec], limits: Limits, pool: WorkerPool
             exc = task.exception()
             return (True, task.result(), t0, t1) if exc is None else (False, exc, t0, t1)
         future: asyncio.Future[Any] = loop.create_future()
-        job = pool.submit(spec.run_in_thread,  # type: ignore[arg-type]
-                          contextvars.copy_context(), _bind_sink(loop, future), index)
+        while True:
+            try:
+                job = pool.submit(spec.run_in_thread,  # type: ignore[arg-type]
+                                  contextvars.copy_context(), _bind_sink(loop, future), index)
+                break
+            except PoolFull:
+                await asyncio.sleep(_POOL_POLL_S)
         finished, _ = await asyncio.wait([future], timeout=timeout_s)  # type: ignore[list-item]
         if not finished:
             pool.abandon(job)

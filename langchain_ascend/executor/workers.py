@@ -2,8 +2,11 @@
 worker threads that tolerate hung calls, and device side streams.
 
 The :class:`WorkerPool` grows to the calls in flight (tools mostly wait on I/O) and retires
-idle threads. A thread past its deadline is abandoned, not killed; at most ``max_abandoned``
-may be stuck before new calls fail fast, and daemon threads never block interpreter exit.
+idle threads. A thread past its deadline is abandoned, not killed. The bound on stuck threads
+holds strictly: any running attempt may hang, so at most ``max_abandoned`` attempts are busy
+at once (running or stuck); a further attempt waits for a slot (:class:`PoolFull`) while some
+slot is held by a live attempt, and fails fast (``ToolWorkersExhaustedError``) once every slot
+is held by a stuck one. Daemon threads never block interpreter exit.
 On an accelerator each attempt runs on a pooled side stream ordered after the caller's work;
 the caller's stream waits on its "done" event and result tensors are ``record_stream``-ed, so
 no global synchronize is needed. On CPU none of this runs; the NPU path (torch_npu's
@@ -27,6 +30,10 @@ from langchain_ascend.errors import ToolWorkersExhaustedError
 _clock = time.perf_counter
 
 # --------------------------------------------------------------------------- worker threads
+
+
+class PoolFull(Exception):  # noqa: N818 - a signal to wait, not an error for users
+    """Every slot is busy, some with a live attempt: try again when one returns."""
 
 
 class _Job:
@@ -91,18 +98,22 @@ class WorkerPool:
         given, gets the outcome (``value`` is the exception when not ``ok``).
 
         Raises:
-            ToolWorkersExhaustedError: No idle thread, and ``max_abandoned`` threads are stuck.
+            ToolWorkersExhaustedError: ``max_abandoned`` threads are stuck.
+            PoolFull: ``max_abandoned`` attempts are busy, not all stuck: wait and retry.
         """
         job = _Job(fn, context, sink, index)
         with self._lock:
+            busy = self._threads - self._idle  # running or stuck attempts
+            if self._abandoned >= self._max_abandoned:
+                raise ToolWorkersExhaustedError(
+                    f"{self._abandoned} tool threads are still stuck in calls that timed out "
+                    f"(limit max_abandoned_threads={self._max_abandoned}); no new sync tool "
+                    "call is started until some of them return (async tools still run)")
+            if busy >= self._max_abandoned:
+                raise PoolFull
             if self._idle:
                 self._idle -= 1
                 spawn = False
-            elif self._abandoned >= self._max_abandoned:
-                raise ToolWorkersExhaustedError(
-                    f"{self._abandoned} tool threads are still stuck in calls that timed out "
-                    f"(limit max_abandoned_threads={self._max_abandoned}); no new call is "
-                    "started until some of them return")
             else:
                 self._threads += 1
                 spawn = True
