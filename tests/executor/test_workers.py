@@ -132,3 +132,58 @@ def test_retry_policy() -> None:
                              never=(ToolCallError,), backoff_s=0)
     assert not everything.should_retry(ToolCallError("bad args"), 1)
     assert everything.should_retry(ToolTimeoutError("t"), 1)
+
+
+def test_the_abandoned_bound_holds_when_every_call_hangs(release: threading.Event) -> None:
+    """Five hung calls, bound 2: never more than 2 stuck threads; the calls beyond the bound
+    wait for a slot, then fail fast once both slots are stuck; an async tool still runs."""
+    @tool
+    def hang(x: int) -> str:
+        """Blocks until released."""
+        release.wait(10)
+        return "late"
+
+    @tool
+    async def aping(x: int) -> int:
+        """Async echo."""
+        return x
+
+    executor = NPUStreamToolExecutor([hang, aping], timeout_ms=100, max_abandoned_threads=2)
+    out = executor.invoke([tool_call("hang", f"h{i}", x=i) for i in range(5)])
+    assert [m.status for m in out] == ["error"] * 5
+    assert sum("timed out after 100 ms" in m.content for m in out) == 2
+    assert sum("still stuck" in m.content for m in out) == 3
+    stats = executor.thread_stats()
+    assert stats.abandoned == 2 and stats.threads == 2
+
+    import asyncio
+
+    (served,) = asyncio.run(executor.ainvoke([tool_call("aping", "a", x=7)]))
+    assert served.content == "7"
+    (refused,) = executor.invoke([tool_call("hang", "h9", x=9)])
+    assert "max_abandoned_threads=2" in refused.content
+    assert executor.thread_stats().abandoned == 2
+    release.set()
+    assert _wait_for(lambda: executor.thread_stats().abandoned == 0)
+
+
+def test_pool_slots_wait_for_live_attempts() -> None:
+    from langchain_ascend.executor.workers import PoolFull
+
+    pool = WorkerPool(max_abandoned=1)
+    gate = threading.Event()
+    pool.submit(lambda: gate.wait(5), contextvars.copy_context())
+    with pytest.raises(PoolFull):  # busy with a live attempt: wait, do not fail the call
+        pool.submit(lambda: None, contextvars.copy_context())
+    gate.set()
+    assert _wait_for(lambda: pool.stats().idle == 1)
+    done = threading.Event()
+    pool.submit(done.set, contextvars.copy_context())
+    assert done.wait(2)
+
+
+def test_max_abandoned_threads_must_be_positive() -> None:
+    from langchain_ascend.errors import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match="max_abandoned_threads"):
+        NPUStreamToolExecutor([], max_abandoned_threads=0)
