@@ -26,6 +26,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ascend.errors import (
@@ -195,7 +196,8 @@ def to_template_tools(tools: Any) -> list[dict[str, Any]]:
         InvalidRequestError: A tool that ``convert_to_openai_tool`` cannot convert, or a tool
             dict without a non-empty string ``name``.
     """
-    if isinstance(tools, (Mapping, type)) or (callable(tools) and not isinstance(tools, str)):
+    if isinstance(tools, (Mapping, type, BaseTool)) or (
+            callable(tools) and not isinstance(tools, str)):
         tools = [tools]
     items = as_items("tools", tools, str_is_item=False, error=InvalidArgumentTypeError,
                      what="a list of tools")
