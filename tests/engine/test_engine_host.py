@@ -23,6 +23,7 @@ from langchain_ascend.engine.llm_engine import LLMEngine
 from langchain_ascend.errors import (
     EngineClosedError,
     EngineStepError,
+    InvalidArgumentTypeError,
     InvalidRequestError,
     PromptTooLongError,
     RequestAbortedError,
@@ -397,6 +398,33 @@ async def test_astream_deltas_match_generate(make_engine):
         ([300, 301], {"max_tokens": 3}, InvalidRequestError, "SamplingParams"),
         ([300, 301], SamplingParams(stop_token_ids=["x"]), InvalidRequestError, "stop_token"),
         ([300, 301], SamplingParams(stop=[""]), InvalidRequestError, "stop strings"),
+        ([300, 301], SamplingParams(temperature=float("nan")), InvalidRequestError,
+         r"temperature must be a finite number >= 0, got nan"),
+        ([300, 301], SamplingParams(temperature=float("inf")), InvalidRequestError,
+         "temperature"),
+        ([300, 301], SamplingParams(temperature="0.5"), InvalidArgumentTypeError,
+         "temperature"),
+        ([300, 301], SamplingParams(top_p=0.0), InvalidRequestError, r"top_p .*\(0, 1\]"),
+        ([300, 301], SamplingParams(top_p=float("nan")), InvalidRequestError, "top_p"),
+        ([300, 301], SamplingParams(top_p=1.5), InvalidRequestError, "top_p"),
+        ([300, 301], SamplingParams(top_k=2.7), InvalidArgumentTypeError, "top_k.*float 2.7"),
+        ([300, 301], SamplingParams(top_k=True), InvalidArgumentTypeError, "top_k"),
+        ([300, 301], SamplingParams(top_k=-1), InvalidRequestError, "top_k"),
+        ([300, 301], SamplingParams(max_tokens=True), InvalidArgumentTypeError, "max_tokens"),
+        ([300, 301], SamplingParams(max_tokens=2.0), InvalidArgumentTypeError, "max_tokens"),
+        ([300, 301], SamplingParams(seed=-1), InvalidRequestError, r"seed .*\[0, 9223372036854775807\]"),
+        ([300, 301], SamplingParams(seed=2**63), InvalidRequestError, "seed"),
+        ([300, 301], SamplingParams(seed=False), InvalidArgumentTypeError, "seed"),
+        ([300, 301], SamplingParams(seed="7"), InvalidArgumentTypeError, "seed"),
+        ([300, 301], SamplingParams(stop=[3]), InvalidArgumentTypeError, "stop"),
+        ([300, 301], SamplingParams(stop=None), InvalidArgumentTypeError, "stop"),
+        ([300, 301], SamplingParams(stop_token_ids=[True]), InvalidArgumentTypeError,
+         "stop_token_ids"),
+        ([300, 301], SamplingParams(stop_token_ids=[-2]), InvalidRequestError,
+         "stop_token_ids"),
+        ([300, 301], SamplingParams(ignore_eos="yes"), InvalidArgumentTypeError, "ignore_eos"),
+        ([300, 301], SamplingParams(constraint=object()), InvalidArgumentTypeError,
+         "constraint"),
     ],
 )
 def test_bad_input_raises_typed_errors_and_engine_keeps_serving(make_engine, prompt, params,
@@ -631,3 +659,13 @@ def test_interrupted_caller_step_spares_the_other_requests(make_engine):
     assert engine.stats().num_blocks_used == 0
     again = engine.generate(prompt_of(3, 4), SamplingParams(max_tokens=3))
     assert again.token_ids == reference(prompt_of(3, 4), 3)
+
+
+def test_a_single_stop_string_is_one_stop_and_a_single_id_one_id(make_engine, tokenizer):
+    engine = make_engine()
+    params = SamplingParams(max_tokens=3, stop="###", stop_token_ids=7)
+    engine.generate(prompt_of(4, 5), params)
+    assert params.stop == ["###"] and params.stop_token_ids == [7]
+    tuple_params = SamplingParams(max_tokens=3, stop=("a b", "c"), stop_token_ids=(7, 8))
+    tuple_params.validate()
+    assert tuple_params.stop == ["a b", "c"] and tuple_params.stop_token_ids == [7, 8]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from langchain_ascend.engine.core.util import check_positive
-from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError
+
+MAX_SEED = 2**63 - 1
+"""Largest ``seed``: the sampler seeds a 64-bit ``torch.Generator`` with it."""
 
 
 @runtime_checkable
@@ -56,17 +59,88 @@ class SamplingParams:
     constraint: TokenConstraint | None = None
 
     def validate(self) -> None:
-        """Raise :class:`InvalidRequestError` naming the first bad field."""
-        check_positive(allow_none=False, max_tokens=self.max_tokens)
-        if self.temperature < 0:
-            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.top_k < 0:
-            raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k!r}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise InvalidRequestError(f"stop strings must be non-empty strings, got {self.stop!r}")
+        """Check every field before the request runs, so no value fails inside a model step.
+
+        A single ``str`` given as ``stop`` is one stop string and a single int given as
+        ``stop_token_ids`` one id (both are turned into one-item lists here); tuples become
+        lists.
+
+        Raises:
+            InvalidArgumentTypeError: A field of the wrong type (``max_tokens=True``,
+                ``top_k=2.7``, ``temperature="0.5"``, ``stop=[1]``, a constraint without the
+                :class:`TokenConstraint` methods); the message names the field, the value
+                and what is allowed.
+            InvalidRequestError: A value out of range (``max_tokens=0``, ``temperature=nan``
+                or ``inf``, ``top_p=0``, ``top_k=-1``, ``seed=-1`` or ``>= 2**63``,
+                ``stop=[""]``).
+        """
+        _check_int("max_tokens", self.max_tokens, minimum=1)
+        _check_float("temperature", self.temperature, "a finite number >= 0",
+                     lambda v: v >= 0)
+        _check_float("top_p", self.top_p, "a finite number in (0, 1]", lambda v: 0 < v <= 1)
+        _check_int("top_k", self.top_k, minimum=0, what="0 (off) or a positive integer")
+        if self.seed is not None:
+            _check_int("seed", self.seed, minimum=0, maximum=MAX_SEED,
+                       what=f"None or an integer in [0, {MAX_SEED}]")
+        self.stop = _as_list("stop", self.stop, str)
+        for item in self.stop:
+            if not isinstance(item, str):
+                raise InvalidArgumentTypeError(
+                    f"stop must be a string or a list of non-empty strings, got the item "
+                    f"{type(item).__name__} {item!r} in {self.stop!r}")
+            if not item:
+                raise InvalidRequestError(
+                    f"stop strings must be non-empty, got {self.stop!r}")
+        self.stop_token_ids = _as_list("stop_token_ids", self.stop_token_ids, int)
+        for item in self.stop_token_ids:
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise InvalidArgumentTypeError(
+                    f"stop_token_ids must be a list of token ids (ints), got the item "
+                    f"{type(item).__name__} {item!r} in {self.stop_token_ids!r}")
+            if item < 0:
+                raise InvalidRequestError(
+                    f"stop_token_ids must be token ids >= 0, got {item!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise InvalidArgumentTypeError(
+                f"ignore_eos must be True or False, got {type(self.ignore_eos).__name__} "
+                f"{self.ignore_eos!r}")
+        if self.constraint is not None and not isinstance(self.constraint, TokenConstraint):
+            raise InvalidArgumentTypeError(
+                f"constraint must be None or a TokenConstraint (mask_logits, accept_token, "
+                f"is_terminated), got {type(self.constraint).__name__}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None,
+               what: str | None = None) -> None:
+    """``value`` is an int (not a bool) in ``[minimum, maximum]``."""
+    allowed = what or (f"an integer >= {minimum}" if maximum is None
+                       else f"an integer in [{minimum}, {maximum}]")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(
+            f"{name} must be {allowed}, got {type(value).__name__} {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise InvalidRequestError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _check_float(name: str, value: Any, allowed: str, in_range: Any) -> None:
+    """``value`` is a finite int or float (not a bool) for which ``in_range`` holds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentTypeError(
+            f"{name} must be {allowed}, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or not in_range(value):
+        raise InvalidRequestError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _as_list(name: str, value: Any, item_type: type) -> list[Any]:
+    """A list field as a list: one bare ``item_type`` value is one item, tuples become lists."""
+    if isinstance(value, item_type) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise InvalidArgumentTypeError(
+        f"{name} must be a list (or one {item_type.__name__}), got {type(value).__name__} "
+        f"{value!r}")
