@@ -318,3 +318,44 @@ def describe(device: str | torch.device = "auto") -> PlatformInfo:
         npu_reason=probe_npu().reason,
         cuda_reason=cuda_reason(),
     )
+
+
+@dataclass(frozen=True)
+class GraphAPI:
+    """What capturing the decode step needs from a device's graph module.
+
+    ``torch.cuda`` (``CUDAGraph``, ``graph``, ``graph_pool_handle``) and ``torch.npu``
+    (``NPUGraph``, ``graph``, ``graph_pool_handle``; untested on hardware) have the same shape;
+    tests pass a fake.
+
+    Attributes:
+        new_graph: Makes an empty graph (``replay()`` runs what it captured).
+        graph: ``graph(g, pool=handle)``: the context manager that captures into ``g``.
+        pool_handle: A fresh memory-pool handle the captures share.
+        synchronize: Waits for the device.
+    """
+
+    new_graph: Any
+    graph: Any
+    pool_handle: Any
+    synchronize: Any
+
+
+def graph_api(device: torch.device) -> GraphAPI | None:
+    """The graph-capture API of ``device``: CUDA graphs, Ascend ACLGraph (``torch.npu``),
+    None on the CPU or where the installed build lacks it."""
+    mod = _backend_module(device)
+    if mod is None:
+        return None
+    names = ("CUDAGraph" if device_type(device) == "cuda" else "NPUGraph", "graph",
+             "graph_pool_handle")
+    if not all(hasattr(mod, name) for name in names):
+        return None
+    return GraphAPI(new_graph=getattr(mod, names[0]), graph=mod.graph,
+                    pool_handle=mod.graph_pool_handle,
+                    synchronize=lambda: mod.synchronize(device))
+
+
+def pins_memory(device: torch.device) -> bool:
+    """Whether host staging for ``device`` should be pinned (page-locked): accelerators only."""
+    return _backend_module(device) is not None

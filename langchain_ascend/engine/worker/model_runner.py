@@ -25,10 +25,11 @@ from langchain_ascend.attention.backends.base import BatchLayout
 from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.worker.compile import StepCompiler
+from langchain_ascend.engine.worker.compile import StepCompiler, resolve_plan
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.worker.sampler import Sampler
+from langchain_ascend.engine.worker.static_step import StaticDecodeStep
 from langchain_ascend.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -139,7 +140,12 @@ class ModelRunner:
         self.max_batch_size = max_batch_size
         self.sampler = Sampler(self.device)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.compiler = StepCompiler(self._forward, device=self.device, mode=compile)
+        self.static = (StaticDecodeStep(
+            model, kv_caches=kv_cache.tensors, blocks_dim=kv_cache.blocks_dim,
+            block_size=self.block_size, scratch_block_id=self.scratch_block_id,
+            max_batch_size=max_batch_size, max_model_len=self.max_model_len,
+            device=self.device) if resolve_plan(compile, self.device) != "eager" else None)
+        self.compiler = StepCompiler(self.static, device=self.device, mode=compile)
         self.hooks = ModelHooks() if hooks is None else hooks
         self.logits_head = self.hooks.make_logits_head(model)
 
@@ -163,8 +169,9 @@ class ModelRunner:
             max_batch_size: Most requests of one step (sizes compiled buckets).
             attention_backend: ``"auto"`` (npu on NPU, cpu on CPU, torch_ref elsewhere) or a
                 backend name.
-            compile: ``"auto"`` (currently off everywhere, see ``engine.worker.compile``), True
-                or False: compile the decode step.
+            compile: ``"auto"`` (graphs captured on CUDA / NPU, eager on the CPU), True
+                (captured, or compiled on the CPU), ``"static"`` (the static step, eager) or
+                False: how pure-decode steps run (``engine.worker.compile``).
             weight_layout: How the CPU lays out the linear weights (ignored elsewhere):
                 ``"auto"`` (``"dual"`` for float32 when its copies fit: a product picked by
                 row count, see ``engine.cpu.weight_layout``), ``"row"``, ``"column"`` or
@@ -295,9 +302,12 @@ class ModelRunner:
         """Packed forward; returns ``(len(sample_rows), vocab)`` logits of the given tokens."""
         import torch
 
-        ints, rows, step = self._step_inputs(layout, input_ids, positions, sample_rows)
         with torch.inference_mode(), _without_autocast(self.device.type):
-            return self.compiler.run(ints[0:1], ints[1:2], rows, step, layout)
+            logits = self.compiler.run(layout, input_ids, positions, sample_rows)
+            if logits is not None:
+                return logits  # (S, V) from the static decode step
+            ints, rows, step = self._step_inputs(layout, input_ids, positions, sample_rows)
+            return self._forward(ints[0:1], ints[1:2], rows, step)
 
     def _step_inputs(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
                      sample_rows: list[int],
@@ -348,8 +358,8 @@ class ModelRunner:
     def warmup(self) -> None:
         """Run a small prefill and a decode step on the scratch block (touches no real block).
 
-        Brings kernels, allocator pools and (when enabled) compiled decode buckets up before
-        the first request.
+        Brings kernels, allocator pools and (when enabled) the captured decode graphs or the
+        smallest compiled bucket up before the first request.
         """
         block = [self.scratch_block_id]
         length = max(1, min(self.block_size - 1, 8))
@@ -359,5 +369,5 @@ class ModelRunner:
         if length < self.block_size:
             decode = ScheduledSegment("__warmup__", [0], length, block, True, greedy)
             self.execute(ScheduledBatch(segments=[decode]))
-            self.compiler.warmup(self, block)
+            self.compiler.warmup()
         self.release(["__warmup__"])

@@ -15,9 +15,10 @@ from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.worker.compile import StepCompiler, batch_bucket, resolve_compile
+from langchain_ascend.engine.worker.compile import StepCompiler, resolve_compile, resolve_plan
 from langchain_ascend.engine.worker.kv_cache import plan_num_blocks
 from langchain_ascend.engine.worker.model_runner import ModelRunner
+from langchain_ascend.engine.worker.static_step import capture_sizes
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.testing import ARCHITECTURES
 
@@ -229,13 +230,15 @@ def test_runner_sizes_its_cache_from_the_memory_fraction(tiny_model_paths):
     assert runner.max_model_len == runner.config.max_position_embeddings
 
 
-def test_compile_resolution_and_eager_fallback(qwen2_runner, caplog):
+def test_compile_resolution_and_eager_fallback(tiny_model_paths, caplog):
     cpu = torch.device("cpu")
-    assert resolve_compile("auto", cpu) is False
+    assert resolve_compile("auto", cpu) is False  # no graphs on the CPU: eager
     assert resolve_compile(False, cpu) is False
+    assert resolve_plan("static", cpu) == "static" and resolve_plan(False, cpu) == "eager"
     with pytest.raises(ValueError, match="compile must be"):
         resolve_compile("sometimes", cpu)
-    assert [batch_bucket(n) for n in (1, 2, 3, 5, 16, 17)] == [1, 2, 4, 8, 16, 32]
+    assert capture_sizes(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert capture_sizes(3) == [1, 2, 4] and capture_sizes(17) == [1, 2, 4, 8, 16, 24]
 
     compiled_calls = []
 
@@ -246,24 +249,25 @@ def test_compile_resolution_and_eager_fallback(qwen2_runner, caplog):
 
         return compiled
 
+    runner = ModelRunner.load(str(tiny_model_paths["qwen2"]), device="cpu", block_size=BLOCK,
+                              num_blocks=64, compile="static", max_batch_size=4)
+    eager = ModelRunner.load(str(tiny_model_paths["qwen2"]), device="cpu", block_size=BLOCK,
+                             num_blocks=64, compile=False)
     pool = Blocks()
     tokens, table = prompt(60, 9), pool.take(10)
-    qwen2_runner.execute(ScheduledBatch(segments=[seg("c", tokens, 0, table)]))
-    eager_logits = qwen2_runner.forward_batch([seg("c", [11], 9, table)])[1]
-    eager_compiler = qwen2_runner.compiler
-    qwen2_runner.compiler = StepCompiler(qwen2_runner._forward, device=cpu, mode=True,
-                                         compile_fn=broken_compile)
-    assert qwen2_runner.compiler.enabled
-    try:
-        with caplog.at_level(logging.WARNING, logger="langchain_ascend.engine.worker.compile"):
-            fallback_logits = qwen2_runner.forward_batch([seg("c", [11], 9, table)])[1]
-        assert compiled_calls == [4]  # the decode step went to the compiled callable first
-        assert qwen2_runner.compiler.enabled is False
-        assert "backend exploded" in qwen2_runner.compiler.failure
-        assert "running eagerly" in caplog.text
-        torch.testing.assert_close(fallback_logits, eager_logits)
-    finally:
-        qwen2_runner.compiler = eager_compiler
+    for r in (runner, eager):
+        r.execute(ScheduledBatch(segments=[seg("c", tokens, 0, table)]))
+    eager_logits = eager.forward_batch([seg("c", [11], 9, table)])[1]
+    runner.compiler = StepCompiler(runner.static, device=cpu, mode=True,
+                                   compile_fn=broken_compile)
+    assert runner.compiler.enabled and runner.compiler.plan == "compile"
+    with caplog.at_level(logging.WARNING, logger="langchain_ascend.engine.worker.compile"):
+        fallback_logits = runner.forward_batch([seg("c", [11], 9, table)])[1]
+    assert compiled_calls == [6]  # the decode step went to the compiled static step first
+    assert runner.compiler.enabled is False
+    assert "backend exploded" in runner.compiler.failure
+    assert "running eagerly" in caplog.text
+    torch.testing.assert_close(fallback_logits, eager_logits)
 
 
 class OnlyToken:
