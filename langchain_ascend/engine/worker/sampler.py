@@ -1,12 +1,16 @@
 """Batched next-token choice: greedy, temperature, top-k, top-p, constraints.
 
 One call per engine step over the ``(S, V)`` logits of the sampling segments, with ONE
-device->host copy (the final ``tolist()`` of the chosen ids).
+device->host copy (the final ``tolist()`` of the chosen ids). Greedy, temperature, top-k and
+top-p rows are handled by batched tensor ops over all rows at once (no per-row torch op).
 
-Reproducibility: every sampled request draws from its own ``torch.Generator`` (seeded from
-``SamplingParams.seed``, or from OS entropy when unset), kept across steps until
-:meth:`Sampler.release`. Filtering is row-wise, so a request's tokens depend only on its own
-logits and generator, never on which other requests share the batch.
+Sampling is an exponential race: ``argmax(probs / E)`` with ``E ~ Exp(1)`` independent per
+vocabulary entry picks token ``j`` with probability ``probs[j]``. The noise is counter-based:
+every sampled request owns a host ``random.Random`` (seeded from ``SamplingParams.seed``, or
+from OS entropy when unset, kept across steps until :meth:`Sampler.release`) that gives one
+64-bit key per step; the ``(R, V)`` uniforms are a hash of ``(key, vocab index)`` computed on
+the device in one batch (:func:`uniform_noise`). So a request's tokens depend only on its own
+logits and its own generator, never on which other requests share the batch.
 
 Constraints: ``constraint.mask_logits(row)`` edits the request's logits row in place before
 the choice; ``constraint.accept_token(token)`` is called with the chosen id afterwards.
@@ -14,6 +18,7 @@ the choice; ``constraint.accept_token(token)`` is called with the chosen id afte
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -63,25 +68,50 @@ def filter_logits(logits: torch.Tensor, temperatures: Sequence[float], top_ks: S
     return torch.empty_like(scaled).scatter_(-1, order, sorted_logits)  # (R, V)
 
 
+_MASK62 = (1 << 62) - 1
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A 62-bit integer hash round (xor-shift-multiply) on non-negative int64 values."""
+    x = x ^ (x >> 31)
+    x = (x * 0x7FB5D329728EA185) & _MASK62
+    x = x ^ (x >> 27)
+    x = (x * 0x1B873593) & _MASK62
+    return x ^ (x >> 33)
+
+
+def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``(R, V)`` float32 uniforms in (0, 1), a pure function of each row's key (pure function).
+
+    Args:
+        keys: ``(R,)`` int64 in ``[0, 2**62)``, one per row.
+        vocab: ``V``.
+    """
+    import torch
+
+    index = torch.arange(vocab, dtype=torch.long, device=keys.device)  # (V,)
+    x = (keys[:, None] * 0x9E3779B1 + index[None, :] * 0x2545F491 + 1) & _MASK62  # (R, V)
+    x = _mix(_mix(x))
+    bits = (x >> 38) & 0xFFFFFF  # (R, V) 24 bits
+    return (bits.float() + 0.5) * (1.0 / (1 << 24))
+
+
 class Sampler:
     """Chooses one token per row of the step's logits.
 
     Args:
-        device: Where logits live; generators are created there.
+        device: Where logits live (the noise is computed there).
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.req_to_generator: dict[str, torch.Generator] = {}
+        self.req_to_generator: dict[str, random.Random] = {}
 
-    def generator_for(self, request_id: str, seed: int | None) -> torch.Generator:
+    def generator_for(self, request_id: str, seed: int | None) -> random.Random:
         """The request's generator, created on first use from ``seed`` (or OS entropy)."""
-        import torch
-
         gen = self.req_to_generator.get(request_id)
         if gen is None:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(seed if seed is not None else secrets.randbits(63))
+            gen = random.Random(seed if seed is not None else secrets.randbits(63))
             self.req_to_generator[request_id] = gen
         return gen
 
@@ -102,30 +132,30 @@ class Sampler:
         Returns:
             ``S`` token ids (the step's single device->host copy).
         """
+        import torch
 
         logits = logits.float()  # (S, V); a copy for bf16/fp16, masks edit it in place
         constrained = [(i, p.constraint) for i, p in enumerate(params) if p.constraint is not None]
         for i, constraint in constrained:
             constraint.mask_logits(logits[i])
-        chosen = logits.argmax(dim=-1)  # (S,)
         sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
-        if sampled_rows:
-            chosen[sampled_rows] = self._sample_rows(logits, params, request_ids, sampled_rows)
-        token_ids = chosen.tolist()
+        if not sampled_rows:
+            token_ids = logits.argmax(dim=-1).tolist()
+        else:
+            chosen = logits.argmax(dim=-1)  # (S,)
+            picked = [params[i] for i in sampled_rows]
+            keys = [self.generator_for(request_ids[i], params[i].seed).getrandbits(62)
+                    for i in sampled_rows]
+            rows = torch.tensor(sampled_rows, dtype=torch.long, device=logits.device)  # (R,)
+            probs = filter_logits(
+                logits.index_select(0, rows),  # (R, V)
+                [p.temperature for p in picked], [p.top_k for p in picked],
+                [p.top_p for p in picked]).softmax(dim=-1)  # (R, V)
+            exponential = -torch.log(uniform_noise(
+                torch.tensor(keys, dtype=torch.long, device=logits.device),
+                logits.shape[-1]))  # (R, V) Exp(1)
+            chosen.index_copy_(0, rows, (probs / exponential).argmax(dim=-1))
+            token_ids = chosen.tolist()
         for i, constraint in constrained:
             constraint.accept_token(token_ids[i])
         return token_ids
-
-    def _sample_rows(self, logits, params, request_ids, rows: list[int]):
-        import torch
-
-        picked = [params[i] for i in rows]
-        probs = filter_logits(
-            logits[rows],  # (R, V)
-            [p.temperature for p in picked], [p.top_k for p in picked], [p.top_p for p in picked],
-        ).softmax(dim=-1)  # (R, V)
-        draws = [
-            torch.multinomial(probs[r], 1, generator=self.generator_for(request_ids[i], params[i].seed))
-            for r, i in enumerate(rows)
-        ]
-        return torch.cat(draws)  # (R,)
