@@ -41,6 +41,13 @@ class EngineStepError(LangChainAscendError, RuntimeError):
     ``__cause__``); the engine keeps serving the others and new requests."""
 
 
+class RequestFaultError(EngineStepError):
+    """One request's own part of a model step failed (its grammar constraint, logits
+    processing or sampling raised): that request alone was failed, the other requests of the
+    step kept their tokens and went on. The message names the request and the callback, the
+    cause is chained as ``__cause__``."""
+
+
 class ToolCallError(LangChainAscendError, ValueError):
     """A tool call cannot be run as given: unknown tool name, arguments that are not a JSON
     object or fail the tool's schema, a missing name, or a ``tool_call_id`` used twice."""

@@ -7,6 +7,16 @@ sink. A background loop thread (started on demand) serves coroutines and streams
 nobody else does, and the loop thread ends when it runs out of work, so the steps run on the
 caller's OpenMP pool instead of a second one (see ``docs/performance.md``).
 
+Fault isolation: a request's own callbacks inside a step (its grammar constraint's
+``mask_logits`` / ``accept_token`` / ``is_terminated``) run behind a :class:`GuardedConstraint`
+that records an exception instead of letting it end the step. The step then completes for
+everyone: the forward already wrote every row's K/V, and each row's token depends only on its
+own logits, so the other rows keep exactly the tokens they would have had without the faulty
+request. The faulty request alone is failed with :class:`RequestFaultError` before the step's
+results are applied (its row's token is discarded, its blocks freed). A step that fails in a
+way no request owns (the forward itself) fails all of that step's requests with
+:class:`EngineStepError`, and the engine keeps serving.
+
 Locking: ``_lock`` guards the scheduler, the block pool and the per-request state. A driver
 holds it while scheduling and while applying a step's results, never while the model runs, so
 ``abort`` (and a closed stream or a cancelled task) frees a request's blocks at once.
@@ -26,9 +36,73 @@ from langchain_ascend.engine.core.outputs import RequestOutput, TokenDelta
 from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
 from langchain_ascend.engine.streams import Item, ThreadSink, Tracked
-from langchain_ascend.errors import EngineClosedError, EngineStepError
+from langchain_ascend.errors import (
+    EngineClosedError,
+    EngineStepError,
+    RequestAbortedError,
+    RequestFaultError,
+)
 
 logger = logging.getLogger(__name__)
+
+
+class GuardedConstraint:
+    """One request's :class:`~langchain_ascend.engine.core.sampling_params.TokenConstraint`,
+    with its exceptions recorded in :attr:`fault` instead of raised into the step.
+
+    Once faulted the wrapper stops calling the constraint: ``mask_logits`` leaves a neutral
+    row (all zeros, so sampling that row cannot fail on an all ``-inf`` row; its token is
+    discarded anyway), ``accept_token`` does nothing and ``is_terminated`` says True. Other
+    attributes are the wrapped constraint's.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.fault: tuple[str, Exception] | None = None
+
+    def mask_logits(self, logits: Any) -> None:
+        if self.fault is None:
+            try:
+                self.inner.mask_logits(logits)
+                return
+            except Exception as exc:  # noqa: BLE001 - the request's own failure
+                self.fault = ("mask_logits", exc)
+        logits.fill_(0.0)
+
+    def accept_token(self, token_id: int) -> None:
+        if self.fault is None:
+            try:
+                self.inner.accept_token(token_id)
+            except Exception as exc:  # noqa: BLE001 - the request's own failure
+                self.fault = ("accept_token", exc)
+
+    def is_terminated(self) -> bool:
+        if self.fault is None:
+            try:
+                return bool(self.inner.is_terminated())
+            except Exception as exc:  # noqa: BLE001 - the request's own failure
+                self.fault = ("is_terminated", exc)
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def fault_of(request: Request) -> tuple[str, Exception] | None:
+    """``(callback, exception)`` when the request's own constraint failed, else None."""
+    constraint = request.sampling.constraint
+    return constraint.fault if isinstance(constraint, GuardedConstraint) else None
+
+
+def fault_error(request: Request, fault: tuple[str, Exception]) -> RequestFaultError:
+    """The error a request whose own callback failed ends with (the cause chained)."""
+    where, exc = fault
+    error = RequestFaultError(
+        f"request {request.request_id!r} failed in its own part of the model step: its "
+        f"constraint's {where}() raised {type(exc).__name__}: {exc}; the other requests "
+        "of the step were not affected")
+    error.__cause__ = exc
+    return error
 
 
 class EngineDriver:
@@ -47,6 +121,7 @@ class EngineDriver:
     _closed: bool
     _close_reason: str
     _pending_aborts: collections.deque[Request]
+    _stream_buffer_limit: int
 
     # ----------------------------------------------------------------- abort / failure
 
@@ -214,6 +289,7 @@ class EngineDriver:
                 self._fail_step_locked(batch.segments, exc)
             return
         with self._lock:
+            self._fail_faulted_locked(batch.segments)  # before update: their rows are dropped
             outputs = self._scheduler.update(batch, sampled)
             self._deliver_locked(outputs)
 
@@ -234,12 +310,29 @@ class EngineDriver:
             error.__cause__ = exc
             self._fail_locked(tracked, error)
 
+    def _fail_faulted_locked(self, segments: Sequence[Any]) -> None:
+        """Fail the requests of ``segments`` whose own constraint failed in this step; the
+        scheduler then skips their rows (they are no longer live)."""
+        for segment in segments:
+            tracked = self._tracked.get(segment.request_id)
+            if tracked is None:
+                continue
+            fault = fault_of(tracked.request)
+            if fault is not None:
+                logger.warning("request %s failed in its own constraint (%s): %r",
+                               segment.request_id, fault[0], fault[1])
+                self._fail_locked(tracked, fault_error(tracked.request, fault))
+
     # ----------------------------------------------------------------- delivery
 
     def _deliver_locked(self, outputs: list[StepOutput]) -> None:
         for out in outputs:
             tracked = self._tracked.get(out.request.request_id)
             if tracked is None or tracked.request is not out.request:
+                continue
+            fault = fault_of(out.request)
+            if fault is not None:  # its is_terminated() failed while the step was applied
+                self._fail_locked(tracked, fault_error(out.request, fault))
                 continue
             try:
                 delivered = self._deliver_one_locked(tracked, out)
@@ -273,6 +366,12 @@ class EngineDriver:
         if not request.is_finished:
             if not tracked.stream:
                 return True
+            if tracked.sink.num_unread >= self._stream_buffer_limit:  # abandoned, see streams
+                self._abort_locked(tracked)
+                return tracked.sink.put(RequestAbortedError(
+                    f"request {request.request_id!r} was aborted: its stream left "
+                    f"{self._stream_buffer_limit} deltas unread (stream_buffer_limit), so "
+                    "it counted as abandoned and its KV blocks were freed"))
             return tracked.sink.put(TokenDelta(request.request_id, new_ids, detok.take_delta()))
         self._tracked.pop(request.request_id, None)
         detok.finish()

@@ -10,6 +10,7 @@ are delivered, is the ``driver``'s part.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 import time
@@ -26,7 +27,7 @@ from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.scheduler import Scheduler
 from langchain_ascend.engine.core.util import check_positive
 from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
-from langchain_ascend.engine.driver import EngineDriver
+from langchain_ascend.engine.driver import EngineDriver, GuardedConstraint
 from langchain_ascend.engine.streams import (
     AsyncSink,
     LazyText,
@@ -58,13 +59,19 @@ class LLMEngine(EngineDriver):
         max_context_length: Most tokens (prompt + generated) per request; default the model's
             ``max_position_embeddings``.
         block_size: Tokens per KV block; default chosen by the attention backend.
-        num_blocks: KV blocks; default sized from ``kv_cache_memory_fraction``.
-        kv_cache_memory_fraction: Share of free device memory for the KV cache.
+        num_blocks: KV blocks; default: enough for ``max_batch_size`` requests of
+            ``max_context_length`` tokens, at most 256k tokens
+            (``worker.kv_cache.DEFAULT_MAX_KV_TOKENS``) and at most
+            ``kv_cache_memory_fraction`` of the free memory (see
+            ``worker.kv_cache.plan_num_blocks``).
+        kv_cache_memory_fraction: Most of the free device memory the default pool takes.
         enable_prefix_caching: Reuse the K/V of shared prompt prefixes across requests.
         max_batch_size: Most requests in one step.
         max_num_batched_tokens: Token budget of one step; longer prompts are prefilled in
             chunks.
         compile: ``"auto"``, True or False: compile the decode step.
+        stream_buffer_limit: Unread deltas after which a stream counts as abandoned: its
+            request is aborted and its blocks freed (see ``engine.streams``).
 
     Example:
         >>> engine = LLMEngine(path, device="cpu")  # doctest: +SKIP
@@ -87,6 +94,7 @@ class LLMEngine(EngineDriver):
         max_batch_size: int = 64,
         max_num_batched_tokens: int = 2048,
         compile: bool | str = "auto",
+        stream_buffer_limit: int = 1024,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -95,9 +103,15 @@ class LLMEngine(EngineDriver):
         check_positive(max_batch_size=max_batch_size,
                        max_num_batched_tokens=max_num_batched_tokens,
                        block_size=block_size, num_blocks=num_blocks,
-                       max_context_length=max_context_length)
+                       max_context_length=max_context_length,
+                       stream_buffer_limit=stream_buffer_limit)
         platform.resolve_device(device)  # an unusable device fails here, before anything loads
         path = os.fspath(model_path)
+        if num_blocks is None:
+            num_blocks = _default_num_blocks(
+                path, device=device, dtype=dtype, block_size=block_size,
+                memory_fraction=kv_cache_memory_fraction, max_batch_size=max_batch_size,
+                max_context_length=max_context_length)
         runner = ModelRunner.load(
             path, device=str(device), dtype=_dtype_name(dtype), block_size=block_size,
             num_blocks=num_blocks, kv_cache_memory_fraction=kv_cache_memory_fraction,
@@ -110,6 +124,7 @@ class LLMEngine(EngineDriver):
             eos_token_ids=hf_config.default_eos_token_ids(path, runner.config, tokenizer),
             max_context_length=max_context_length, enable_prefix_caching=enable_prefix_caching,
             max_batch_size=max_batch_size, max_num_batched_tokens=max_num_batched_tokens,
+            stream_buffer_limit=stream_buffer_limit,
         )
 
     @classmethod
@@ -124,13 +139,15 @@ class LLMEngine(EngineDriver):
         enable_prefix_caching: bool = True,
         max_batch_size: int = 64,
         max_num_batched_tokens: int = 2048,
+        stream_buffer_limit: int = 1024,
     ) -> LLMEngine:
         """An engine over an already loaded model runner (anything with the ModelRunner
         interface: ``block_size``, ``num_blocks``, ``max_model_len``, ``config``, ``device``,
         ``dtype``, ``execute``, ``release``, ``warmup``)."""
         check_positive(max_batch_size=max_batch_size,
                        max_num_batched_tokens=max_num_batched_tokens,
-                       max_context_length=max_context_length)
+                       max_context_length=max_context_length,
+                       stream_buffer_limit=stream_buffer_limit)
         engine = cls.__new__(cls)
         if eos_token_ids is None:
             eos_token_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -138,6 +155,7 @@ class LLMEngine(EngineDriver):
             runner, tokenizer, model_path=model_path, eos_token_ids=eos_token_ids,
             max_context_length=max_context_length, enable_prefix_caching=enable_prefix_caching,
             max_batch_size=max_batch_size, max_num_batched_tokens=max_num_batched_tokens,
+            stream_buffer_limit=stream_buffer_limit,
         )
         return engine
 
@@ -152,6 +170,7 @@ class LLMEngine(EngineDriver):
         enable_prefix_caching: bool,
         max_batch_size: int,
         max_num_batched_tokens: int,
+        stream_buffer_limit: int = 1024,
     ) -> None:
         model_max = int(runner.max_model_len)
         if max_context_length is None:
@@ -189,6 +208,7 @@ class LLMEngine(EngineDriver):
         self._close_reason = ""
         self._engine_kwargs: dict[str, Any] = {}
         self._pending_aborts = collections.deque()
+        self._stream_buffer_limit = stream_buffer_limit
         registry.track_live(self)
 
     # ----------------------------------------------------------------- public API
@@ -278,6 +298,7 @@ class LLMEngine(EngineDriver):
         except BaseException:
             self._abort_own(request)
             raise
+        sink.num_taken += 1
         if isinstance(item, BaseException):
             raise item
         return item
@@ -353,6 +374,8 @@ class LLMEngine(EngineDriver):
         rid = uuid.uuid4().hex if request_id is None else request_id
         if not isinstance(rid, str) or not rid:
             raise InvalidRequestError(f"request_id must be a non-empty string, got {rid!r}")
+        if params.constraint is not None:  # its failures stay its own (see engine.driver)
+            params = dataclasses.replace(params, constraint=GuardedConstraint(params.constraint))
         request = Request(rid, prompt, params, eos_token_ids=self.eos_token_ids,
                           arrival_time=time.monotonic())
         incremental = stream or bool(params.stop)
@@ -375,9 +398,6 @@ class LLMEngine(EngineDriver):
             raise InvalidRequestError(
                 f"params must be a SamplingParams, got {type(params).__name__}")
         params.validate()
-        if any(isinstance(t, bool) or not isinstance(t, int) for t in params.stop_token_ids):
-            raise InvalidRequestError(
-                f"stop_token_ids must be ints, got {params.stop_token_ids!r}")
         if isinstance(prompt_token_ids, (str, bytes)):
             raise InvalidRequestError("prompt_token_ids must be token ids; tokenize the text "
                                       "first (engine.tokenizer.encode)")
@@ -424,6 +444,33 @@ class LLMEngine(EngineDriver):
         finally:
             self._lock.release()
 
+
+
+def _default_num_blocks(path: str, *, device: Any, dtype: Any, block_size: int | None,
+                        memory_fraction: float, max_batch_size: int,
+                        max_context_length: int | None) -> int:
+    """The default pool of the model at ``path``: room for ``max_batch_size`` requests of the
+    context length (the model's when not set), bounded by ``plan_num_blocks``'s caps."""
+    from transformers import AutoConfig
+
+    from langchain_ascend.attention.backends import backend_name_for, get_backend_class
+    from langchain_ascend.engine.worker.kv_cache import plan_num_blocks
+
+    config = AutoConfig.from_pretrained(path)
+    num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(config)
+    resolved_device = platform.resolve_device(device)
+    resolved_dtype = platform.resolve_dtype(_dtype_name(dtype), resolved_device)
+    backend_cls = get_backend_class(backend_name_for(platform.device_type(resolved_device),
+                                                     "auto"))
+    block_size = block_size or backend_cls.preferred_block_size()
+    backend = backend_cls(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                          dtype=resolved_dtype, device=resolved_device)
+    model_max = hf_config.max_position_embeddings(config)
+    context = model_max if max_context_length is None else min(max_context_length, model_max)
+    return plan_num_blocks(
+        device=resolved_device, bytes_per_block=backend.bytes_per_block(block_size, num_layers),
+        memory_fraction=memory_fraction, block_size=block_size,
+        max_num_tokens=max_batch_size * context)
 
 
 def _dtype_name(dtype: Any) -> str:

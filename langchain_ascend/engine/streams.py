@@ -3,6 +3,17 @@
 A driver thread puts :class:`~langchain_ascend.engine.core.outputs.TokenDelta` s (or the
 exception that ends the request) into the request's sink; the caller takes them out. Requests
 that neither stream nor have stop strings get :class:`LazyText`, decoded once at the end.
+
+Abandoned streams. A stream whose consumer is gone frees its KV blocks at once: a dropped
+:class:`SyncTokenStream` aborts its request from its finalizer, and an ``astream`` generator
+that is closed, garbage-collected (asyncio's async-generator finalizer closes it) or whose
+task is cancelled aborts its request in its ``finally``. A consumer that keeps the stream but
+stops reading is caught by a bound: each sink counts the deltas put and taken, and once
+``stream_buffer_limit`` deltas lie unread the driver aborts the request (blocks freed, no
+more tokens generated); the consumer, if it comes back, reads the buffered deltas and then
+:class:`~langchain_ascend.errors.RequestAbortedError` saying why. The bound aborts rather than
+pauses so a forgotten stream never pins blocks other requests need; it is generous (1024
+deltas by default), so only a consumer that fell that far behind is cut off.
 """
 
 from __future__ import annotations
@@ -29,9 +40,17 @@ class ThreadSink:
 
     def __init__(self) -> None:
         self.queue: queue.Queue[Item] = queue.Queue()
+        self.num_put = 0  # written by the driver only
+        self.num_taken = 0  # written by the consumer only
+
+    @property
+    def num_unread(self) -> int:
+        """Items put and not yet taken by the consumer."""
+        return self.num_put - self.num_taken
 
     def put(self, item: Item) -> bool:
         self.queue.put(item)
+        self.num_put += 1
         return True
 
 
@@ -41,12 +60,20 @@ class AsyncSink:
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        self.num_put = 0  # written by the driver only
+        self.num_taken = 0  # written by the consumer only
+
+    @property
+    def num_unread(self) -> int:
+        """Items put and not yet taken by the consumer."""
+        return self.num_put - self.num_taken
 
     def put(self, item: Item) -> bool:
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         except RuntimeError:  # the caller's event loop is closed: nobody is listening
             return False
+        self.num_put += 1
         return True
 
 
@@ -105,6 +132,7 @@ class SyncTokenStream(Iterator[TokenDelta]):
         except BaseException:
             self.close()
             raise
+        self._sink.num_taken += 1
         if isinstance(item, BaseException):
             self._engine = None
             raise item

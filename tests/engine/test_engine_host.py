@@ -669,3 +669,78 @@ def test_a_single_stop_string_is_one_stop_and_a_single_id_one_id(make_engine, to
     tuple_params = SamplingParams(max_tokens=3, stop=("a b", "c"), stop_token_ids=(7, 8))
     tuple_params.validate()
     assert tuple_params.stop == ["a b", "c"] and tuple_params.stop_token_ids == [7, 8]
+
+
+def test_a_sync_stream_kept_but_not_read_is_aborted_at_its_buffer_bound(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.001), stream_buffer_limit=8)
+    free_at_start = engine.stats().num_blocks_free
+    stream = engine.stream(prompt_of(5, 6), SamplingParams(max_tokens=10_000, ignore_eos=True))
+    first = next(stream)
+    for _ in range(500):  # the engine generates on; the stream is still referenced
+        if engine.stats().num_running + engine.stats().num_waiting == 0:
+            break
+        time.sleep(0.01)
+    stats = engine.stats()
+    assert stats.num_blocks_free == free_at_start and stats.num_running == 0
+    rest = []
+    with pytest.raises(RequestAbortedError, match="stream_buffer_limit"):
+        for delta in stream:
+            rest.append(delta)
+    tokens = first.token_ids + [t for d in rest for t in d.token_ids]
+    assert len(rest) == 8 and tokens == reference(prompt_of(5, 6), 9)
+
+
+async def test_an_astream_kept_but_not_read_is_aborted_at_its_buffer_bound(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.001), stream_buffer_limit=8)
+    free_at_start = engine.stats().num_blocks_free
+    agen = engine.astream(prompt_of(6, 6), SamplingParams(max_tokens=10_000, ignore_eos=True))
+    async for _ in agen:  # break without aclose(); agen stays referenced
+        break
+    for _ in range(500):
+        if engine.stats().num_running + engine.stats().num_waiting == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.stats().num_blocks_free == free_at_start
+    with pytest.raises(RequestAbortedError, match="unread"):
+        async for _ in agen:
+            pass
+
+
+async def test_a_garbage_collected_astream_frees_its_blocks(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.002))
+    free_at_start = engine.stats().num_blocks_free
+    agen = engine.astream(prompt_of(7, 6), SamplingParams(max_tokens=10_000, ignore_eos=True))
+    await agen.__anext__()
+    assert engine.stats().num_blocks_free < free_at_start
+    del agen  # asyncio's async-generator finalizer closes it on the loop
+    gc.collect()
+    for _ in range(200):
+        if engine.stats().num_blocks_free == free_at_start:
+            break
+        await asyncio.sleep(0.01)
+    stats = engine.stats()
+    assert stats.num_blocks_free == free_at_start
+    assert stats.num_running + stats.num_waiting == 0
+
+
+def test_a_sync_stream_dropped_while_generating_frees_its_blocks(make_engine):
+    engine = make_engine(FakeRunner(step_delay=0.002))
+    free_at_start = engine.stats().num_blocks_free
+    stream = engine.stream(prompt_of(8, 9), SamplingParams(max_tokens=10_000, ignore_eos=True))
+    next(stream)
+    assert engine.stats().num_blocks_free < free_at_start
+    del stream
+    stats = engine.stats()  # the finalizer ran on del (no cycle holds the stream)
+    assert stats.num_blocks_free == free_at_start
+    assert stats.num_running + stats.num_waiting == 0
+
+
+def test_a_slow_reader_within_the_bound_gets_every_token(make_engine):
+    engine = make_engine(FakeRunner(), stream_buffer_limit=64)
+    prompt = prompt_of(9, 5)
+    stream = engine.stream(prompt, SamplingParams(max_tokens=40, ignore_eos=True))
+    tokens = []
+    for delta in stream:
+        time.sleep(0.001)
+        tokens.extend(delta.token_ids)
+    assert tokens == reference(prompt, 40)

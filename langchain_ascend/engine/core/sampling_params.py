@@ -92,14 +92,14 @@ class SamplingParams:
                 raise InvalidRequestError(
                     f"stop strings must be non-empty, got {self.stop!r}")
         self.stop_token_ids = _as_list("stop_token_ids", self.stop_token_ids, int)
-        for item in self.stop_token_ids:
-            if isinstance(item, bool) or not isinstance(item, int):
+        for token_id in self.stop_token_ids:
+            if isinstance(token_id, bool) or not isinstance(token_id, int):
                 raise InvalidArgumentTypeError(
                     f"stop_token_ids must be a list of token ids (ints), got the item "
-                    f"{type(item).__name__} {item!r} in {self.stop_token_ids!r}")
-            if item < 0:
+                    f"{type(token_id).__name__} {token_id!r} in {self.stop_token_ids!r}")
+            if token_id < 0:
                 raise InvalidRequestError(
-                    f"stop_token_ids must be token ids >= 0, got {item!r}")
+                    f"stop_token_ids must be token ids >= 0, got {token_id!r}")
         if not isinstance(self.ignore_eos, bool):
             raise InvalidArgumentTypeError(
                 f"ignore_eos must be True or False, got {type(self.ignore_eos).__name__} "

@@ -27,25 +27,47 @@ activations need the rest of the host)."""
 
 MIN_NUM_BLOCKS = 2
 
+DEFAULT_MAX_KV_TOKENS = 262_144
+"""Most tokens a default-sized KV pool holds (256k), whatever the free memory: a small model
+needs no gigabytes of cache, and an untouched pool still ends up resident on the CPU once
+the block pool has cycled through it."""
+
 
 def plan_num_blocks(*, device: torch.device, bytes_per_block: int,
                     memory_fraction: float, num_blocks: int | None = None,
-                    cpu_cap_bytes: int = CPU_KV_CACHE_CAP_BYTES) -> int:
+                    cpu_cap_bytes: int = CPU_KV_CACHE_CAP_BYTES,
+                    block_size: int | None = None, max_num_tokens: int | None = None) -> int:
     """How many KV blocks to allocate.
+
+    An explicit ``num_blocks`` is used as is. Otherwise the pool is the smallest of:
+
+    - ``memory_fraction`` of the currently free device memory (host RAM on CPU, where it is
+      also at most ``cpu_cap_bytes``);
+    - when ``block_size`` is given, enough blocks for ``max_num_tokens`` tokens (the engine
+      passes ``max_batch_size x max_context_length``: every request of a full batch at its
+      longest), and never more than :data:`DEFAULT_MAX_KV_TOKENS` tokens.
+
+    So a 1M-parameter test model gets a pool of a few MiB instead of half the RAM, and a
+    large model on a large device still stops at 256k tokens unless ``num_blocks`` asks for
+    more.
 
     Args:
         device: Where the cache lives.
         bytes_per_block: One block across all layers (``AttentionBackend.bytes_per_block``).
         memory_fraction: Share of the currently free device memory (host RAM on CPU) to use,
             in (0, 1].
-        num_blocks: Explicit count; wins over the fraction when given.
+        num_blocks: Explicit count; wins over every default bound when given.
         cpu_cap_bytes: Upper bound for a fraction-sized cache on CPU.
+        block_size: Tokens per block; without it the token caps do not apply.
+        max_num_tokens: Tokens the pool needs at most (capped at
+            :data:`DEFAULT_MAX_KV_TOKENS`); None: that cap alone.
 
     Returns:
         The number of blocks (at least :data:`MIN_NUM_BLOCKS`).
 
     Raises:
-        ValueError: Bad ``num_blocks`` / ``memory_fraction``, or too little memory.
+        ValueError: Bad ``num_blocks`` / ``memory_fraction`` / ``max_num_tokens``, or too
+            little memory.
     """
     if num_blocks is not None:
         if not isinstance(num_blocks, int) or num_blocks < MIN_NUM_BLOCKS:
@@ -61,6 +83,12 @@ def plan_num_blocks(*, device: torch.device, bytes_per_block: int,
         raise ValueError(
             f"not enough free memory on {device} for a KV cache: {budget} bytes allowed by "
             f"kv_cache_memory_fraction={memory_fraction}, one block needs {bytes_per_block}")
+    if block_size is not None:
+        if max_num_tokens is not None and (not isinstance(max_num_tokens, int)
+                                           or max_num_tokens <= 0):
+            raise ValueError(f"max_num_tokens must be a positive integer, got {max_num_tokens!r}")
+        tokens = min(DEFAULT_MAX_KV_TOKENS, max_num_tokens or DEFAULT_MAX_KV_TOKENS)
+        planned = min(planned, max(MIN_NUM_BLOCKS, -(-tokens // block_size)))
     return planned
 
 
