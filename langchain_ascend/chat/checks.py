@@ -56,8 +56,12 @@ def check_float(name: str, value: Any, *, minimum: float, maximum: float | None 
         raise InvalidArgumentTypeError(
             f"{name} must be a finite number {bound} or None, got {type(value).__name__} "
             f"{value!r}")
-    below = value <= minimum if open_min else value < minimum
-    if not math.isfinite(value) or below or (maximum is not None and value > maximum):
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = math.inf
+    below = number <= minimum if open_min else number < minimum
+    if not math.isfinite(number) or below or (maximum is not None and number > maximum):
         raise InvalidRequestError(f"{name} must be a finite number {bound}, got {value!r}")
 
 

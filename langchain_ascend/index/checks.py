@@ -96,6 +96,10 @@ def check_store_number(name: str, value: Any, *, minimum: float, maximum: float 
     if not isinstance(value, kind) or isinstance(value, bool):
         raise VectorStoreArgumentTypeError(
             f"{name} must be {what} {bound}, got {type(value).__name__} {_short(value)}")
-    if (not math.isfinite(value) or value < minimum
-            or (maximum is not None and value > maximum)):
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = math.inf
+    if (not math.isfinite(number) or number < minimum
+            or (maximum is not None and number > maximum)):
         raise VectorStoreInputError(f"{name} must be {what} {bound}, got {value!r}")
