@@ -2,22 +2,20 @@
 
 Pure Python (no torch). Formats understood:
 
-* ``hermes`` — Hermes / Qwen2.5 / Qwen3: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n
+* ``hermes`` (Hermes / Qwen2.5 / Qwen3): ``<tool_call>\n{"name": ..., "arguments": {...}}\n
   </tool_call>``, several blocks per message.
-* ``llama3_json`` — Llama-3.1/3.2/3.3 JSON tool calling: the whole reply is
-  ``{"name": ..., "parameters": {...}}`` (optionally after ``<|python_tag|>``, several objects
-  separated by ``;``), or the built-in-tool form ``<|python_tag|>tool.call(arg="...")``.
-* ``mistral`` — ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`` (v3-v7) and
+* ``llama3_json`` (Llama-3.1/3.2/3.3): the whole reply is ``{"name": ..., "parameters": {...}}``
+  (optionally after ``<|python_tag|>``, several objects separated by ``;``), or the
+  built-in-tool form ``<|python_tag|>tool.call(arg="...")``.
+* ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`` (v3-v7) and
   ``[TOOL_CALLS]name[ARGS]{...}`` (v11+, optionally ``name[CALL_ID]id[ARGS]{...}``).
-* ``auto`` — all of the above, recognised by their markers; a bare JSON reply counts as a call
-  only when it has a ``name`` and ``arguments``/``parameters`` (and, when the bound tool names
-  are known, names one of them).
+* ``auto``: all of the above, by their markers; a bare JSON reply is a call only with a
+  ``name`` and ``arguments``/``parameters`` (naming a bound tool, when the names are known).
 
-One streaming parser (:class:`ToolCallStreamParser`) does the work for both the streamed and
-the one-shot path (:func:`parse_tool_calls` feeds it the whole text), so ``invoke`` and the
-aggregated ``stream`` always agree. Text outside the calls stays content; whitespace touching a
-call is trimmed. A malformed call never raises: it becomes an ``InvalidToolCall`` carrying the
-raw text as the model wrote it and the error.
+One streaming parser (:class:`ToolCallStreamParser`) serves the streamed and the one-shot path
+(:func:`parse_tool_calls` feeds it the whole text), so ``invoke`` and the aggregated ``stream``
+agree. Text outside the calls stays content; whitespace touching a call is trimmed. A malformed
+call never raises: it becomes an ``InvalidToolCall`` with the raw text and the error.
 """
 
 from __future__ import annotations
