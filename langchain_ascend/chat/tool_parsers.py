@@ -2,20 +2,19 @@
 
 Pure Python (no torch). Formats understood:
 
-* ``hermes`` (Hermes / Qwen2.5 / Qwen3): ``<tool_call>\n{"name": ..., "arguments": {...}}\n
-  </tool_call>``, several blocks per message.
+* ``hermes`` (Hermes / Qwen2.5 / Qwen3): ``<tool_call>{"name", "arguments"}</tool_call>`` blocks.
 * ``llama3_json`` (Llama-3.1/3.2/3.3): the whole reply is ``{"name": ..., "parameters": {...}}``
   (optionally after ``<|python_tag|>``, several objects separated by ``;``), or the
   built-in-tool form ``<|python_tag|>tool.call(arg="...")``.
 * ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`` (v3-v7) and
   ``[TOOL_CALLS]name[ARGS]{...}`` (v11+, optionally ``name[CALL_ID]id[ARGS]{...}``).
-* ``auto``: all of the above, by their markers; a bare JSON reply is a call only with a
-  ``name`` and ``arguments``/``parameters`` (naming a bound tool, when the names are known).
+* ``auto``: all of these by their markers; bare JSON is a call only with ``name`` and
+  ``arguments``/``parameters`` (naming a bound tool, when the names are known).
 
 One streaming parser (:class:`ToolCallStreamParser`) serves the streamed and the one-shot path
-(:func:`parse_tool_calls` feeds it the whole text), so ``invoke`` and the aggregated ``stream``
-agree. Text outside the calls stays content; whitespace touching a call is trimmed. A malformed
-call never raises: it becomes an ``InvalidToolCall`` with the raw text and the error.
+(:func:`parse_tool_calls` feeds it the whole text), so ``invoke`` and ``stream`` agree. Text
+outside calls stays content (whitespace touching a call trimmed); a malformed call never raises
+but becomes an ``InvalidToolCall`` with the raw text and the error.
 """
 
 from __future__ import annotations
@@ -41,9 +40,7 @@ from langchain_ascend.chat.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 ToolCallFormat = Literal["auto", "hermes", "llama3_json", "mistral"]
 TOOL_CALL_FORMATS: tuple[str, ...] = ("auto", "hermes", "llama3_json", "mistral")
 
-# The Hermes markers are the fallback format's (chat.tool_format): one definition.
-HERMES_OPEN = TOOL_CALL_OPEN
-HERMES_CLOSE = TOOL_CALL_CLOSE
+HERMES_OPEN, HERMES_CLOSE = TOOL_CALL_OPEN, TOOL_CALL_CLOSE  # the fallback format's markers
 MISTRAL_MARKER = "[TOOL_CALLS]"
 MISTRAL_ARGS = "[ARGS]"
 MISTRAL_CALL_ID = "[CALL_ID]"
