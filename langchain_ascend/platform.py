@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_ascend.errors import DeviceUnavailableError
+from langchain_ascend.errors import DeviceUnavailableError, InvalidRequestError
 
 if TYPE_CHECKING:
     import torch
@@ -104,6 +104,8 @@ def _parse(device: str) -> tuple[str, int | None]:
     if index:
         if not index.isdigit():
             raise DeviceUnavailableError(f"bad device index in {device!r}")
+        if kind == "cpu" and int(index) != 0:
+            raise DeviceUnavailableError(f"device {device!r}: the CPU has no index; use 'cpu'")
         return kind, int(index)
     return kind, None
 
@@ -209,7 +211,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     }
     key = str(dtype).lower().removeprefix("torch.")
     if key not in names:
-        raise ValueError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+        raise InvalidRequestError(
+            f"dtype={dtype!r} is not supported: use auto, float32, bfloat16 or float16")
     return names[key]
 
 

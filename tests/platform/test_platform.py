@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from langchain_ascend import platform
-from langchain_ascend.errors import DeviceUnavailableError
+from langchain_ascend.errors import DeviceUnavailableError, InvalidRequestError
 
 
 @pytest.fixture(autouse=True)
@@ -135,8 +135,16 @@ def test_resolve_dtype_names():
     assert platform.resolve_dtype("bf16", cpu) == torch.bfloat16
     assert platform.resolve_dtype("torch.float16", cpu) == torch.float16
     assert platform.resolve_dtype(torch.float32, cpu) == torch.float32
-    with pytest.raises(ValueError, match="unknown dtype"):
+    with pytest.raises(InvalidRequestError, match="dtype='int3' is not supported"):
         platform.resolve_dtype("int3", cpu)
+    with pytest.raises(ValueError, match="float8"):  # still a ValueError for callers
+        platform.resolve_dtype("float8", cpu)
+
+
+def test_cpu_has_no_index():
+    with pytest.raises(DeviceUnavailableError, match="the CPU has no index"):
+        platform.resolve_device("cpu:1")
+    assert platform.resolve_device("cpu:0").type == "cpu"
 
 
 def test_package_import_is_light():
