@@ -219,7 +219,8 @@ class AscendChatModel(BaseChatModel):
     """Tokens per KV-cache block; default chosen by the attention backend (128 on Ascend)."""
 
     num_kv_blocks: int | None = None
-    """KV-cache blocks to allocate; default sized by ``kv_cache_memory_fraction``."""
+    """KV-cache blocks to allocate; default: enough for ``max_batch_size`` requests of the full
+    context, at most 256k tokens, and at most ``kv_cache_memory_fraction`` of free memory."""
 
     kv_cache_memory_fraction: float = 0.5
     """Share of free device memory given to the KV cache when ``num_kv_blocks`` is unset."""
