@@ -163,7 +163,10 @@ def run_agent(llm: Any, executor: Any, tools: list[BaseTool], question: str, *,
         else:
             choice = "auto"
         start = time.perf_counter()
-        reply = llm.bind_tools(tools, tool_choice=choice).invoke(messages)
+        # One call per forced hop: a small model asked for several at once invents extra ones.
+        bound = llm.bind_tools(tools, tool_choice=choice,
+                               **({"parallel_tool_calls": False} if choice == "required" else {}))
+        reply = bound.invoke(messages)
         row = _hop_row(hop, reply, time.perf_counter() - start)
         rows.append(row)
         print(f"  hop {hop}: {row['seconds']:.2f} s | prompt {row['input_tokens']} tok "
