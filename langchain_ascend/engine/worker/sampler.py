@@ -92,8 +92,11 @@ def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     index = torch.arange(vocab, dtype=torch.long, device=keys.device)  # (V,)
     x = (keys[:, None] * 0x9E3779B1 + index[None, :] * 0x2545F491 + 1) & _MASK62  # (R, V)
     x = _mix(_mix(x))
-    bits = (x >> 38) & 0xFFFFFF  # (R, V) 24 bits
-    return (bits.float() + 0.5) * (1.0 / (1 << 24))
+    # 23 bits: (bits + 0.5) / 2**23 is exact in float32, so u < 1 strictly. With 24 bits the
+    # top value rounds to 1.0, its Exp(1) draw is 0, and a masked token's 0 / 0 = NaN wins
+    # the argmax race.
+    bits = (x >> 39) & 0x7FFFFF  # (R, V) 23 bits
+    return (bits.float() + 0.5) * (1.0 / (1 << 23))
 
 
 class Sampler:
@@ -151,9 +154,9 @@ class Sampler:
                 logits.index_select(0, rows),  # (R, V)
                 [p.temperature for p in picked], [p.top_k for p in picked],
                 [p.top_p for p in picked]).softmax(dim=-1)  # (R, V)
-            exponential = -torch.log(uniform_noise(
+            exponential = (-torch.log(uniform_noise(
                 torch.tensor(keys, dtype=torch.long, device=logits.device),
-                logits.shape[-1]))  # (R, V) Exp(1)
+                logits.shape[-1]))).clamp_min_(torch.finfo(torch.float32).tiny)  # (R, V) Exp(1) > 0
             chosen.index_copy_(0, rows, (probs / exponential).argmax(dim=-1))
             token_ids = chosen.tolist()
         for i, constraint in constrained:

@@ -139,3 +139,46 @@ def test_constraint_masks_before_and_accepts_after(sampler, temperature):
     assert constraint.calls == [("mask", None), ("accept", worst)]
     if temperature == 0.0:
         assert out[1] == int(logits[1].argmax())
+
+
+def test_uniform_noise_stays_strictly_inside_zero_one_even_at_the_extremes():
+    # The top and bottom hash values must not round to 1.0 or 0.0 in float32: an Exp(1) draw
+    # of 0 would turn a masked token's 0 / 0 into NaN, which wins the argmax race.
+    import torch
+
+    from langchain_ascend.engine.worker import sampler
+
+    noise = sampler.uniform_noise(torch.arange(64, dtype=torch.long) * 7919, 1 << 16)
+    assert bool((noise > 0).all()) and bool((noise < 1).all())
+    top = (torch.tensor([(1 << 23) - 1, 0]).float() + 0.5) * (1.0 / (1 << 23))
+    assert top[0].item() < 1.0 and top[1].item() > 0.0
+
+
+def test_a_row_with_one_allowed_token_always_samples_it():
+    import torch
+
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+    from langchain_ascend.engine.worker.sampler import Sampler
+
+    class OnlyOne:
+        def __init__(self, token: int) -> None:
+            self.token = token
+
+        def mask_logits(self, row: torch.Tensor) -> None:
+            keep = row[self.token].clone()
+            row.fill_(float("-inf"))
+            row[self.token] = keep
+
+        def accept_token(self, token_id: int) -> None:
+            assert token_id == self.token
+
+        def is_terminated(self) -> bool:
+            return False
+
+    sampler = Sampler(torch.device("cpu"))
+    vocab = 4096
+    for seed in range(200):
+        params = SamplingParams(max_tokens=1, temperature=1.0, seed=seed)
+        params.constraint = OnlyOne(seed % vocab)
+        logits = torch.randn(1, vocab)
+        assert sampler.sample(logits, [params], [f"r{seed}"]) == [seed % vocab]
