@@ -76,9 +76,7 @@ def get_engine(
     running engine uses the model's limit) gets an engine of its own with those settings,
     never the existing one with its settings silently dropped. Each engine holds its own copy
     of the weights and its own KV pool (logged when a second one is made for a model). A call
-    with no ``engine_kwargs`` at all asks for nothing in particular: it joins the earliest
-    running engine on that model, device and dtype, whatever its settings (a new engine with
-    the defaults when none runs).
+    with no ``engine_kwargs`` asks for the defaults and shares the engine that has them.
 
     Raises:
         InvalidRequestError: An ``engine_kwargs`` name that is not an engine setting.
@@ -97,8 +95,6 @@ def get_engine(
         if engine is not None and not engine.is_closed:
             return engine
         others = [e for k, e in _REGISTRY.items() if k[:3] == place and not e.is_closed]
-        if others and not engine_kwargs:
-            return others[0]
         if others:
             differing = {name: value for name, value in settings.items()
                          if others[0]._engine_kwargs.get(name) != value}

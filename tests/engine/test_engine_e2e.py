@@ -264,7 +264,13 @@ def test_bad_inputs_raise_typed_errors_then_engine_still_serves(setups, tiny_mod
 
 def test_get_engine_shares_one_engine_per_model_device_dtype(setups, tiny_model_paths):
     engine = get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32", num_blocks=64)
-    assert get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32") is engine
-    assert get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32") is not setups["qwen2"][0]
+    assert get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32",
+                      num_blocks=64) is engine
+    # No settings = the defaults: an engine of its own (num_blocks=64 is not silently shared),
+    # and the same one for every such call; never the engine built outside the registry.
+    default = get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32")
+    assert default is not engine and default.num_blocks != 64
+    assert get_engine(tiny_model_paths["qwen2"], device="cpu", dtype="float32") is default
+    assert default is not setups["qwen2"][0]
     assert engine.eos_token_ids[0] == engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert len(engine.eos_token_ids) == 2  # generation_config's list, tokenizer EOS included
