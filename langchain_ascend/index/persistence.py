@@ -223,6 +223,40 @@ def _remove_stale(folder: Path, index_name: str, keep: str) -> None:
             entry.unlink(missing_ok=True)
 
 
+# A staging folder this old belongs to a save that died (a live save renames its staging
+# folder within seconds); younger ones may belong to a save running in another process.
+ABANDONED_STAGING_AGE_S = 600.0
+
+
+def remove_abandoned_staging(folder: Path, index_name: str, *,
+                             min_age_s: float = ABANDONED_STAGING_AGE_S) -> list[str]:
+    """Delete what killed saves of ``index_name`` left behind (hidden ``.tmp`` staging
+    folders and pointer files older than ``min_age_s``); best effort, returns the names."""
+    import time
+
+    prefixes = (f".{index_name}.ascend-", f".{index_name}.ascend.json.")
+    removed = []
+    now = time.time()
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.name.startswith(prefixes) and entry.name.endswith(".tmp")):
+            continue
+        try:
+            if now - entry.stat().st_mtime < min_age_s:
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry.name)
+        except OSError:
+            continue
+    return removed
+
+
 # ---- reading ------------------------------------------------------------------------------
 def _read_json(path: Path, what: str) -> Any:
     if not path.is_file():
@@ -273,6 +307,7 @@ def load_folder(folder: Path, index_name: str, *, device: Any = "cpu") -> SavedI
     if not isinstance(files, dict) or VECTORS_FILE not in files or DOCSTORE_FILE not in files:
         raise IndexFormatError(f"{manifest_file} does not list the vector and document files")
     payloads = {name: _verified_bytes(gen_dir / name, info) for name, info in files.items()}
+    remove_abandoned_staging(folder, index_name)
     return SavedIndex(
         config=dict(manifest.get("config") or {}),
         documents=_parse_documents(payloads[DOCSTORE_FILE], gen_dir / DOCSTORE_FILE),

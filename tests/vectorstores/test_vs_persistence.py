@@ -204,3 +204,29 @@ def test_saved_files_have_no_pickle(saved) -> None:
     assert all(len(v["sha256"]) == 64 for v in manifest["files"].values())
     assert os.path.getsize(gen / "vectors.safetensors") == manifest["files"][
         "vectors.safetensors"]["bytes"]
+
+
+def test_load_removes_what_a_killed_save_left_but_not_a_live_save(tmp_path, emb) -> None:
+    store = AscendFAISS.from_texts(TEXTS, emb, device="cpu")
+    store.save_local(tmp_path)
+    # A save killed mid-way leaves its hidden staging folder and pointer file behind.
+    dead = tmp_path / ".index.ascend-deadbeefdeadbeef.tmp"
+    dead.mkdir()
+    (dead / "vectors.safetensors").write_bytes(b"\0" * 4096)
+    dead_pointer = tmp_path / ".index.ascend.json.index.ascend-deadbeefdeadbeef.tmp"
+    dead_pointer.write_text("{}")
+    old = dt.datetime.now().timestamp() - 3600
+    for path in (dead, dead_pointer):
+        os.utime(path, (old, old))
+    # A save running right now in another process owns a fresh one.
+    live = tmp_path / ".index.ascend-0123456789abcdef.tmp"
+    live.mkdir()
+    other_index = tmp_path / ".other.ascend-deadbeefdeadbeef.tmp"
+    other_index.mkdir()
+    os.utime(other_index, (old, old))
+
+    loaded = AscendFAISS.load_local(tmp_path, emb)
+    assert results(loaded) == results(store)
+    assert not dead.exists() and not dead_pointer.exists()
+    assert live.exists()  # too young to be abandoned
+    assert other_index.exists()  # another index's files are not ours to remove
