@@ -235,7 +235,7 @@ def remove_abandoned_staging(folder: Path, index_name: str, *,
     import time
 
     prefixes = (f".{index_name}.ascend-", f".{index_name}.ascend.json.")
-    removed = []
+    removed: list[str] = []
     now = time.time()
     try:
         entries = list(folder.iterdir())

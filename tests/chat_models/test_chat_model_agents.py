@@ -8,7 +8,6 @@ surrounding machinery runs the tool and feeds the result back.
 from __future__ import annotations
 
 import shutil
-
 from typing import Any
 
 from chat_test_tools import get_weather
