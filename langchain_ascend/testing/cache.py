@@ -8,14 +8,15 @@ rename race is still safe: the loser discards its copy and uses the winner's.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata, resources
 from pathlib import Path
+
+from langchain_ascend.engine.model_source.support import file_lock, make_shareable
 
 CACHE_ENV_VAR = "LANGCHAIN_ASCEND_CACHE"
 DEFAULT_CACHE_DIR = Path("~/.cache/langchain_ascend/models")
@@ -80,28 +81,6 @@ def builder_fingerprint(sources: tuple[str, ...], *parts: object) -> str:
     return digest.hexdigest()[:12]
 
 
-@contextlib.contextmanager
-def _build_lock(lock_path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: rely on the atomic rename alone
-        yield
-        return
-    with open(lock_path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def _make_shareable(folder: Path) -> None:
-    """Make the built folder world-readable like a normal cache (mkdtemp makes it private)."""
-    os.chmod(folder, 0o755)
-    for path in folder.rglob("*"):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-
-
 def build_once(final_dir: Path, build: Callable[[Path], None]) -> Path:
     """Return ``final_dir``, calling ``build(tmp_dir)`` and renaming it into place if missing.
 
@@ -115,13 +94,13 @@ def build_once(final_dir: Path, build: Callable[[Path], None]) -> Path:
     if final_dir.is_dir():
         return final_dir
     final_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _build_lock(final_dir.parent / f".{final_dir.name}.lock"):
+    with file_lock(final_dir.parent / f".{final_dir.name}.lock"):
         if final_dir.is_dir():
             return final_dir
         tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", dir=final_dir.parent))
         try:
             build(tmp_dir)
-            _make_shareable(tmp_dir)
+            make_shareable(tmp_dir)
             try:
                 os.rename(tmp_dir, final_dir)
             except OSError:

@@ -22,13 +22,17 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from langchain_ascend.engine.model_source.gguf_convert import convert_gguf
 from langchain_ascend.engine.model_source.gguf_header import GGUFInfo
-from langchain_ascend.engine.model_source.support import package_version, progress_bar
+from langchain_ascend.engine.model_source.support import (
+    file_lock,
+    make_shareable,
+    package_version,
+    progress_bar,
+)
 from langchain_ascend.errors import ModelSourceError
 
 # The same variable as ``langchain_ascend.testing.cache.CACHE_ENV_VAR`` (a test keeps them
@@ -56,21 +60,6 @@ def cache_key(sha256: str, gguf_name: str) -> str:
     and :data:`CONVERTER_VERSION` — a new transformers converts anew."""
     stem = re.sub(r"[^\w.-]", "_", Path(gguf_name).stem)[:80] or "model"
     return f"{stem}-{sha256[:16]}-tf{package_version('transformers')}-v{CONVERTER_VERSION}"
-
-
-@contextlib.contextmanager
-def _file_lock(lock_path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: the atomic renames alone keep readers safe
-        yield
-        return
-    with open(lock_path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def file_sha256(path: Path, *, progress: bool = False) -> str:
@@ -109,7 +98,7 @@ def _cached_sha256(path: Path, root: Path, *, progress: bool) -> str:
             return sha
     sha = file_sha256(path, progress=progress)
     root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root / ".index.lock"):
+    with file_lock(root / ".index.lock"):
         files = _read_index(index_path)
         files[real] = {**stamp, "sha256": sha}
         fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".json", dir=root)
@@ -143,7 +132,7 @@ def converted_folder(info: GGUFInfo, *, cache_root: Path, progress: bool) -> Pat
     if _is_complete(final):
         return final
     cache_root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(cache_root / f".{final.name}.lock"):
+    with file_lock(cache_root / f".{final.name}.lock"):
         if _is_complete(final):  # another process finished it while we waited
             return final
         if final.exists():  # incomplete leftovers (files deleted by hand): set aside
@@ -165,7 +154,7 @@ def converted_folder(info: GGUFInfo, *, cache_root: Path, progress: bool) -> Pat
                         "converter_version": CONVERTER_VERSION}
             (tmp / "source.json").write_text(json.dumps(manifest, indent=2) + "\n",
                                              encoding="utf-8")
-            _make_shareable(tmp)
+            make_shareable(tmp)
             try:
                 os.rename(tmp, final)
             except OSError:
@@ -190,10 +179,3 @@ def _check_memory(info: GGUFInfo) -> None:
             f"de-quantizing {info.path} needs {needed / 2**30:.1f} GiB for its float32 weights "
             f"and this machine has {physical / 2**30:.1f} GiB of memory; expected a smaller "
             "model, or an HF folder in a smaller dtype")
-
-
-def _make_shareable(folder: Path) -> None:
-    """World-readable like any cache (``mkdtemp`` makes the folder private)."""
-    os.chmod(folder, 0o755)
-    for path in folder.rglob("*"):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
