@@ -35,11 +35,10 @@ Item = TokenDelta | BaseException
 """What a sink carries: the next delta, or the error that ends the request."""
 
 
-class ThreadSink:
-    """Delivers to a thread blocked on a ``queue.Queue``."""
+class _CountingSink:
+    """What both sinks count: items put by the driver and taken by the consumer."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[Item] = queue.Queue()
         self.num_put = 0  # written by the driver only
         self.num_taken = 0  # written by the consumer only
 
@@ -47,6 +46,14 @@ class ThreadSink:
     def num_unread(self) -> int:
         """Items put and not yet taken by the consumer."""
         return self.num_put - self.num_taken
+
+
+class ThreadSink(_CountingSink):
+    """Delivers to a thread blocked on a ``queue.Queue``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: queue.Queue[Item] = queue.Queue()
 
     def put(self, item: Item) -> bool:
         self.queue.put(item)
@@ -54,19 +61,13 @@ class ThreadSink:
         return True
 
 
-class AsyncSink:
+class AsyncSink(_CountingSink):
     """Delivers to a coroutine awaiting an ``asyncio.Queue`` on its own event loop."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
-        self.num_put = 0  # written by the driver only
-        self.num_taken = 0  # written by the consumer only
-
-    @property
-    def num_unread(self) -> int:
-        """Items put and not yet taken by the consumer."""
-        return self.num_put - self.num_taken
 
     def put(self, item: Item) -> bool:
         try:
