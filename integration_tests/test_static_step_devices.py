@@ -11,27 +11,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
-from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.testing import ARCHITECTURES, accelerator_params, build_model
+from langchain_ascend.testing.runner_steps import greedy_decode
 
-GREEDY = SamplingParams(max_tokens=64)
 BLOCK = 16
 
 
 def generate(runner, prompts, num_new=12):
     width = -(-(max(map(len, prompts)) + num_new + 1) // BLOCK)
-    tables = [list(range(i * width, (i + 1) * width)) for i in range(len(prompts))]
-    out = [[t] for t in runner.execute(ScheduledBatch(segments=[
-        ScheduledSegment(f"r{i}", p, 0, tables[i], True, GREEDY) for i, p in enumerate(prompts)]))]
-    for _ in range(num_new):
-        segs = [ScheduledSegment(f"r{i}", [out[i][-1]], len(p) + len(out[i]) - 1, tables[i],
-                                 True, GREEDY) for i, p in enumerate(prompts)]
-        for i, token in enumerate(runner.execute(ScheduledBatch(segments=segs))):
-            out[i].append(token)
-    runner.release([f"r{i}" for i in range(len(prompts))])
-    return out
+    return greedy_decode(runner, prompts, num_new, blocks_per_request=width)
 
 
 @pytest.mark.parametrize("device", accelerator_params())

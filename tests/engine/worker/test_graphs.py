@@ -19,13 +19,13 @@ from transformers import AutoModelForCausalLM
 from langchain_ascend.attention import registry
 from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
 from langchain_ascend.engine import hf_config
-from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.worker.compile import StepCompiler
 from langchain_ascend.engine.worker.hooks import ModelHooks
 from langchain_ascend.engine.worker.kv_cache import KVCache
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.platform import GraphAPI
+from langchain_ascend.testing.runner_steps import greedy_decode
 
 BLOCK = 4
 GREEDY = SamplingParams(max_tokens=64)
@@ -146,16 +146,7 @@ def with_graphs(runner, api):
 
 
 def decode_run(runner, prompts, num_new=6):
-    tables = [list(range(i * 12, (i + 1) * 12)) for i in range(len(prompts))]
-    out = [[t] for t in runner.execute(ScheduledBatch(segments=[
-        ScheduledSegment(f"r{i}", p, 0, tables[i], True, GREEDY) for i, p in enumerate(prompts)]))]
-    for _ in range(num_new):
-        segs = [ScheduledSegment(f"r{i}", [out[i][-1]], len(p) + len(out[i]) - 1, tables[i],
-                                 True, GREEDY) for i, p in enumerate(prompts)]
-        for i, token in enumerate(runner.execute(ScheduledBatch(segments=segs))):
-            out[i].append(token)
-    runner.release([f"r{i}" for i in range(len(prompts))])
-    return out
+    return greedy_decode(runner, prompts, num_new, blocks_per_request=12)
 
 
 PROMPTS = [[5, 6, 7], list(range(40, 60)), [9] * 11]

@@ -21,6 +21,7 @@ from langchain_ascend.engine.worker.static_step import (
     table_widths,
 )
 from langchain_ascend.testing import ARCHITECTURES
+from langchain_ascend.testing.runner_steps import greedy_decode
 
 BLOCK = 4
 GREEDY = SamplingParams(max_tokens=64)
@@ -34,17 +35,7 @@ def prompt(seed: int, length: int) -> list[int]:
 def generate(runner, prompts: list[list[int]], num_new: int = 10) -> list[list[int]]:
     """Greedy tokens of ``prompts`` decoded together (prefill, then ``num_new`` decodes)."""
     width = -(-(max(map(len, prompts)) + num_new + 1) // BLOCK)
-    tables = [list(range(i * width, (i + 1) * width)) for i in range(len(prompts))]
-    first = runner.execute(ScheduledBatch(segments=[
-        ScheduledSegment(f"r{i}", p, 0, tables[i], True, GREEDY) for i, p in enumerate(prompts)]))
-    out = [[token] for token in first]
-    for _ in range(num_new):
-        segs = [ScheduledSegment(f"r{i}", [out[i][-1]], len(p) + len(out[i]) - 1, tables[i],
-                                 True, GREEDY) for i, p in enumerate(prompts)]
-        for i, token in enumerate(runner.execute(ScheduledBatch(segments=segs))):
-            out[i].append(token)
-    runner.release([f"r{i}" for i in range(len(prompts))])
-    return out
+    return greedy_decode(runner, prompts, num_new, blocks_per_request=width)
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)
