@@ -16,13 +16,28 @@ _LAZY = {
     "AscendEmbeddings": "langchain_ascend.embeddings",
     "AscendFAISS": "langchain_ascend.vectorstores",
     "NPUStreamToolExecutor": "langchain_ascend.tools",
+    "create_ascend_agent": "langchain_ascend.agent",
+    "load_agent_config": "langchain_ascend.config",
+    "AscendTimeline": "langchain_ascend.observe",
 }
 
-__all__ = ["AscendChatModel", "AscendEmbeddings", "AscendFAISS", "NPUStreamToolExecutor", "__version__"]
+__all__ = [
+    "AscendChatModel",
+    "AscendEmbeddings",
+    "AscendFAISS",
+    "AscendTimeline",
+    "NPUStreamToolExecutor",
+    "create_ascend_agent",
+    "load_agent_config",
+    "__version__",
+]
 
 if TYPE_CHECKING:
+    from langchain_ascend.agent import create_ascend_agent
     from langchain_ascend.chat_models import AscendChatModel
+    from langchain_ascend.config import load_agent_config
     from langchain_ascend.embeddings import AscendEmbeddings
+    from langchain_ascend.observe import AscendTimeline
     from langchain_ascend.tools import NPUStreamToolExecutor
     from langchain_ascend.vectorstores import AscendFAISS
 
