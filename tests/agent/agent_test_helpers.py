@@ -67,12 +67,12 @@ class ScriptedToolModel(BaseChatModel):
             text = word if i == 0 else " " + word
             if run_manager:
                 run_manager.on_llm_new_token(text)
-            yield ChatGenerationChunk(message=AIMessageChunk(text))
+            yield ChatGenerationChunk(message=AIMessageChunk(content=text))
         tool_chunks = [{"name": c["name"], "args": _json(c["args"]), "id": c["id"],
                         "index": i, "type": "tool_call_chunk"}
                        for i, c in enumerate(reply.tool_calls)]
         yield ChatGenerationChunk(message=AIMessageChunk(
-            "", tool_call_chunks=tool_chunks, chunk_position="last"))  # type: ignore[arg-type]
+            content="", tool_call_chunks=tool_chunks, chunk_position="last"))  # type: ignore[arg-type]
 
 
 def _json(args: dict[str, Any]) -> str:

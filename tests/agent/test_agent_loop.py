@@ -296,3 +296,14 @@ async def test_abatch_and_ainvoke_run_async_tools_concurrently() -> None:
     assert peak == 3
     single = await agent.ainvoke("Nice")
     assert single["messages"][-1].content == "answer: sunny in Nice"
+
+
+def test_plain_functions_become_tools() -> None:
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    model = scripted(AIMessage("", tool_calls=[call("add", "a1", a=2, b=3)]), AIMessage("5"))
+    out = create_ascend_agent(model, [add]).invoke("2+3?")
+    assert model.calls[0]["kwargs"]["bound_tools"] == ["add"]
+    assert out["messages"][2].content == "5"

@@ -49,8 +49,8 @@ def check_events(events: list[AgentEvent], model_calls: list[dict[str, Any]]) ->
     replies = [e.message for e in events if e.kind == "message"]
     assert replies[0].content == hop1 and isinstance(replies[0], AIMessage)
     assert [c["id"] for c in replies[0].tool_calls] == ["w1", "n1"]  # parsed from the chunks
-    results = [e.message for e in events if e.kind == "tool_result"]
-    assert all(isinstance(m, ToolMessage) for m in results)
+    results = [e.message for e in events if isinstance(e.message, ToolMessage)]
+    assert [e.kind for e in events if e.message in results] == ["tool_result"] * 2
     assert [(m.tool_call_id, m.status) for m in results] == [("w1", "success"), ("n1", "error")]
     final = events[-1]
     assert final.message.content == "Oslo is sunny today." and final.output is not None
@@ -92,7 +92,7 @@ def test_join_chunks() -> None:
     whole = AIMessage("not streamed")
     assert join_chunks([whole]) is whole  # a model without streaming yields its reply once
     assert join_chunks([]).content == ""
-    joined = join_chunks([AIMessageChunk("a"), AIMessageChunk(" b", tool_call_chunks=[
+    joined = join_chunks([AIMessageChunk(content="a"), AIMessageChunk(content=" b", tool_call_chunks=[
         {"name": "weather", "args": '{"city": "X"}', "id": "c", "index": 0,
          "type": "tool_call_chunk"}], chunk_position="last")])
     assert type(joined) is AIMessage and joined.content == "a b"
