@@ -1,4 +1,5 @@
-"""``langchain-ascend`` console script: ``demo`` runs the demo agent, ``info`` the device check.
+"""``langchain-ascend`` console script: ``demo`` runs the demo agent, ``info`` the device check,
+``doctor`` the environment checks.
 
 Each command owns its options: ``langchain-ascend demo --help`` lists the demo's.
 """
@@ -11,6 +12,8 @@ import sys
 _COMMANDS = {
     "demo": "run the demo agent (see `langchain-ascend demo --help`)",
     "info": "show which device 'auto' picks and why the others were not",
+    "doctor": "check the environment (torch/torch-npu/CANN, devices, memory, kernels); "
+              "see `langchain-ascend doctor --help`",
 }
 
 
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         from langchain_ascend.app.demo import main as demo_main
 
         return demo_main(rest)
+    if command == "doctor":
+        from langchain_ascend.app.doctor import main as doctor_main
+
+        return doctor_main(rest)
     return _info(rest)
 
 
