@@ -14,7 +14,14 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 Device = Literal["auto", "npu", "cuda", "cpu"]
 SpeculativeMode = Literal["auto", "prompt_lookup", "off"]
@@ -35,12 +42,15 @@ def _refused(reason: str) -> Any:
     return BeforeValidator(Refusal(reason))
 
 
-def _fspath(value: Any) -> Any:
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
+def _path_text(value: Any) -> Any:
+    value = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if value == "":
+        raise ValueError("must not be empty")
+    return value
 
 
 #: A path or model id; ``pathlib.Path`` values are accepted in dict configs.
-PathText = Annotated[str, BeforeValidator(_fspath), Field(min_length=1)]
+PathText = Annotated[str, BeforeValidator(_path_text)]
 
 _NO_PRIORITY = (
     "torch_npu has no per-agent ACL context (no create_context/set_context, no context "

@@ -115,6 +115,7 @@ def test_wrong_type(data, path, needle):
         ({"tools": {"timeout_ms": 0}}, "tools.timeout_ms", "greater than 0, got 0"),
         ({"tools": {"retry_times": -1}}, "tools.retry_times", "greater than or equal to 0"),
         ({"agent": {"max_hops": 0}}, "agent.max_hops", "greater than or equal to 1"),
+        ({"model": {"path": ""}}, "model.path", "must not be empty"),
         ({"vectorstore": {"texts": []}}, "vectorstore.texts", "at least 1 item"),
         ({"vectorstore": {"texts": ["a"], "tool_name": "two words"}},
          "vectorstore.tool_name", "should match pattern"),
