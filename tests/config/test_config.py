@@ -354,3 +354,8 @@ def test_load_agent_config_builds_a_default_agent(tiny_qwen2_path, monkeypatch):
     parts = load_agent_config({"npu": {"device": "cpu"}})
     assert parts.agent.max_hops == 8 and parts.agent.system_prompt is None
     assert parts.tool_executor is not None and parts.embeddings is None
+
+
+def test_tools_timeout_ms_null_means_no_deadline():
+    assert load_config({"tools": {}}, tools=[echo]).tool_executor.timeout_ms == 15000
+    assert load_config({"tools": {"timeout_ms": None}}, tools=[echo]).tool_executor.timeout_ms is None
