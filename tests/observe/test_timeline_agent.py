@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from timeline_fakes import HopScriptedModel, reply  # type: ignore[import-not-found]
 
 from langchain_ascend import AscendTimeline
 from langchain_ascend.errors import DeviceUnavailableError
@@ -147,3 +148,53 @@ def test_profile_npu_writes_profiler_output(agent: Any, tmp_path: Path) -> None:
         agent.invoke({"question": "npu"}, config={"callbacks": [timeline]})
     assert len(timeline.hops) == 2
     assert any((tmp_path / "prof").rglob("*")), "torch_npu.profiler wrote nothing"
+
+
+class _RetrievingModel(HopScriptedModel):
+    """Hop 1 asks for ``search_docs`` and ``slow`` at once; hop 2 answers."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> _RetrievingModel:  # type: ignore[override]
+        return self
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> Any:
+        from langchain_core.messages import HumanMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        if isinstance(messages[-1], HumanMessage):
+            calls = [{"name": "search_docs", "args": {"query": "npu"}, "id": "r1",
+                      "type": "tool_call"},
+                     {"name": "slow", "args": {"x": 1}, "id": "s1", "type": "tool_call"}]
+            message = reply(calls, input_tokens=90, cached=0, output_tokens=20)
+        else:
+            message = reply([], input_tokens=150, cached=80, output_tokens=6)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def test_inside_create_ascend_agent_with_retrieval(agent_tools: list[Any],
+                                                    tmp_path: Path) -> None:
+    from langchain_core.documents import Document
+    from langchain_core.messages import HumanMessage
+    from langchain_core.retrievers import BaseRetriever
+
+    from langchain_ascend import create_ascend_agent
+
+    class Docs(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+            return [Document(page_content=f"{query} passage")]
+
+    agent = create_ascend_agent(_RetrievingModel(), agent_tools[:1], retriever=Docs())
+    timeline = AscendTimeline()
+    agent.batch([{"messages": [HumanMessage(q)]} for q in ("a", "b")],
+                config={"callbacks": [timeline]})
+    runs = timeline.snapshot().runs()
+    assert len(runs) == 2
+    for run in runs:
+        assert len(run.hops) == 2 and run.hops[1].cached_tokens == 80
+        assert sorted(t.name for t in run.tools) == ["search_docs", "slow"]
+        assert all(t.status == "ok" for t in run.tools)
+        [retrieval] = run.retrievals  # the retriever ran inside the search_docs tool
+        assert retrieval.num_documents == 1 and retrieval.query == "npu"
+    trace = json.loads(timeline.write_chrome_trace(tmp_path / "t.json").read_text())
+    assert len(_x_events(trace, "retrieval")) == 2 and len(_x_events(trace, "tool")) == 4
+    assert "search_docs" in timeline.summary()
