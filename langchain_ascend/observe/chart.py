@@ -25,6 +25,8 @@ _LEGEND = [("other (template, tokenize, reply)", PHASE_COLOURS["other"]),
            ("tool error", STATUS_COLOURS["error"]), ("tool timeout", STATUS_COLOURS["timeout"]),
            ("retrieval", RETRIEVAL_COLOUR)]
 _BAR_HEIGHT = 0.6
+#: A 7-point character's width as a share of the x range (12-inch figure, ~10.5 in of axes).
+_CHAR_WIDTH = 0.0052
 
 
 def _end(span: HopSpan | ToolSpan | RetrievalSpan) -> float:
@@ -72,9 +74,11 @@ def write_png(snapshot: Snapshot, path: Path, *, title: str | None = None,
         if previous_run is not None and run is not previous_run:
             ax.axhline(y - 0.5, color="#555555", linewidth=0.8)
         previous_run = run
+        label_end = float("-inf")  # labels on this row may not overlap: later ones are dropped
         for span in track.spans:
-            _draw_span(ax, y, span, run.hop_number(span) if isinstance(span, HopSpan) else 0,
-                       span_s)
+            label_end = _draw_span(ax, y, span,
+                                   run.hop_number(span) if isinstance(span, HopSpan) else 0,
+                                   span_s, label_end)
     if not rows:
         ax.text(0.5, 0.5, "nothing recorded", ha="center", va="center",
                 transform=ax.transAxes)
@@ -101,7 +105,9 @@ def write_png(snapshot: Snapshot, path: Path, *, title: str | None = None,
 
 
 def _draw_span(ax: Any, y: int, span: HopSpan | ToolSpan | RetrievalSpan, number: int,
-               span_s: float) -> None:
+               span_s: float, label_end: float) -> float:
+    """Draw ``span`` on row ``y``; its label unless it would overlap the previous one (which
+    ends at ``label_end``). Returns where this row's labels now end."""
     start, end = span.start, _end(span)
     width = max(end - start, span_s * 0.002)  # a zero-length call stays visible
     if isinstance(span, HopSpan):
@@ -121,12 +127,20 @@ def _draw_span(ax: Any, y: int, span: HopSpan | ToolSpan | RetrievalSpan, number
         ax.barh(y, width, left=start, height=_BAR_HEIGHT, color=RETRIEVAL_COLOUR,
                 edgecolor="#333333", linewidth=0.6)
         text = f"{span.name}: {span.num_documents} docs" + (" (error)" if span.error else "")
+    text_width = len(text) * _CHAR_WIDTH * span_s
     if width > span_s * 0.25:  # wide: inside the bar
         ax.text(start + span_s * 0.004, y, text, va="center", ha="left", fontsize=7,
                 color="white", clip_on=True)
-    elif start > span_s * 0.7:  # near the right edge: above the bar, ending at its end
-        ax.text(start + width, y - _BAR_HEIGHT / 2 - 0.03, text, va="bottom", ha="right",
+        return max(label_end, start)
+    if start > span_s * 0.7:  # near the right edge: above the bar, ending at its end
+        left, right = start + width - text_width, start + width
+        if left < label_end:
+            return label_end
+        ax.text(right, y - _BAR_HEIGHT / 2 - 0.03, text, va="bottom", ha="right",
                 fontsize=7, color="#222222", clip_on=True)
-    else:  # above the bar, from its start
-        ax.text(start, y - _BAR_HEIGHT / 2 - 0.03, text, va="bottom", ha="left", fontsize=7,
-                color="#222222", clip_on=True)
+        return right
+    if start < label_end:
+        return label_end
+    ax.text(start, y - _BAR_HEIGHT / 2 - 0.03, text, va="bottom", ha="left", fontsize=7,
+            color="#222222", clip_on=True)  # above the bar, from its start
+    return start + text_width
