@@ -237,6 +237,17 @@ class AscendChatModel(BaseChatModel):
     compile: bool | Literal["auto"] = "auto"
     """Compile the decode step (``"auto"``: where the platform benefits)."""
 
+    speculative_decoding: Literal["auto", "prompt_lookup", "off"] = "auto"
+    """More than one token per forward pass for greedy replies, drafted from the request's own
+    context (prompt lookup: a restated tool result, an id passed on) and checked in one pass;
+    the reply is token-identical to plain decoding. ``"auto"`` pauses drafting for a reply
+    whose drafts keep failing; ``"prompt_lookup"`` drafts whenever an n-gram matches;
+    ``"off"``. Sampled (temperature > 0) and grammar-constrained replies never draft.
+    Per call too. ``response_metadata["speculative"]`` reports the drafted/accepted tokens."""
+
+    num_speculative_tokens: int = 4
+    """Most drafted tokens checked per pass (0..16); per call too."""
+
     ignore_eos: bool = False
     """Keep generating past the model's end-of-sequence tokens until ``max_tokens`` (for
     benchmarks that need a fixed reply length). Grammar-constrained replies still end with

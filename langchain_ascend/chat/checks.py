@@ -13,6 +13,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_ascend.engine.core.sampling_params import (
+    MAX_NUM_SPECULATIVE_TOKENS,
+    SPECULATION_MODES,
+)
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError, InvalidTextError
 from langchain_ascend.index.checks import as_items, check_text
 
@@ -84,6 +88,13 @@ def check_sampling(values: Mapping[str, Any]) -> None:
         check_int("top_k", values["top_k"], minimum=0)
     if "seed" in values:
         check_int("seed", values["seed"], minimum=0, maximum=MAX_SEED)
+    if "num_speculative_tokens" in values:
+        check_int("num_speculative_tokens", values["num_speculative_tokens"], minimum=0,
+                  maximum=MAX_NUM_SPECULATIVE_TOKENS)
+    mode = values.get("speculative_decoding")
+    if mode is not None and mode not in SPECULATION_MODES:
+        raise InvalidRequestError(
+            f"speculative_decoding must be one of {list(SPECULATION_MODES)}, got {mode!r}")
     if values.get("ignore_eos") is not None and not isinstance(values["ignore_eos"], bool):
         raise InvalidArgumentTypeError(
             f"ignore_eos must be True or False, got {values['ignore_eos']!r}")

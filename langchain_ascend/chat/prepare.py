@@ -53,7 +53,7 @@ CALL_KWARGS = frozenset(
     {
         "model", "tools", "tool_choice", "parallel_tool_calls", "response_format",
         "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "chat_template_kwargs",
-        "ignore_eos",
+        "ignore_eos", "speculative_decoding", "num_speculative_tokens",
     }
 )
 FORCING_CHOICES = ("required", "any")
@@ -72,6 +72,8 @@ class ChatSettings:
     seed: int | None = None
     stop: Sequence[str] | None = None
     ignore_eos: bool = False
+    speculative_decoding: str = "auto"
+    num_speculative_tokens: int = 4
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     tool_call_format: ToolCallFormatSetting = "auto"
     parse_reasoning: bool = True
@@ -208,6 +210,9 @@ def sampling_values(
         "seed": kwargs.get("seed", settings.seed),
         "stop": stops,
         "ignore_eos": bool(kwargs.get("ignore_eos", settings.ignore_eos)) and spec is None,
+        "speculation": kwargs.get("speculative_decoding", settings.speculative_decoding),
+        "num_speculative_tokens": kwargs.get("num_speculative_tokens",
+                                             settings.num_speculative_tokens),
     }
 
 

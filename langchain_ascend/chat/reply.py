@@ -206,6 +206,13 @@ def usage_and_metadata(
             "time_to_first_token": stats.time_to_first_token,
             "decode": stats.decode_time,
         },
+        # Tokens per forward pass = output tokens / forward_passes.
+        "speculative": {
+            "draft_tokens": int(stats.num_draft_tokens),
+            "accepted_tokens": int(stats.num_accepted_tokens),
+            "forced_tokens": int(stats.num_forced_tokens),
+            "forward_passes": int(stats.num_forward_passes),
+        },
     }
     return usage, metadata
 

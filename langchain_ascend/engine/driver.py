@@ -351,11 +351,25 @@ class EngineDriver:
 
     def _deliver_one_locked(self, tracked: Tracked, out: StepOutput) -> bool:
         request = out.request
-        hidden = out.finished and request.last_token_hidden
-        new_ids = [] if hidden else [out.new_token_id]
+        new_ids = list(out.new_token_ids)
+        if out.finished and request.last_token_hidden:
+            new_ids.pop()
         detok = tracked.detokenizer
-        if new_ids:
-            detok.add_token(out.new_token_id)
+        for index, token_id in enumerate(new_ids):
+            detok.add_token(token_id)
+            if detok.stop_string is not None:
+                # Several tokens came in one step (accepted drafts): keep none past the one
+                # that completed the stop string, as one-token steps would have.
+                surplus = len(new_ids) - index - 1 + (len(out.new_token_ids) - len(new_ids))
+                if surplus:
+                    del new_ids[index + 1:]
+                    if not request.is_finished:
+                        self._scheduler.finish_request(
+                            request, RequestStatus.FINISHED_STOPPED,
+                            stop_reason=detok.stop_string)
+                    request.last_token_hidden = False
+                    request.truncate_output(request.num_output_tokens - surplus)
+                break
         if detok.stop_string is not None:
             if not request.is_finished:
                 self._scheduler.finish_request(request, RequestStatus.FINISHED_STOPPED,

@@ -327,6 +327,9 @@ class LLMEngine(EngineDriver):
                 num_waiting=len(self._scheduler.waiting),
                 num_preemptions=self._scheduler.num_preemptions,
                 num_steps=self._scheduler.num_steps,
+                num_draft_tokens=self._scheduler.num_draft_tokens,
+                num_accepted_tokens=self._scheduler.num_accepted_tokens,
+                num_forced_tokens=self._scheduler.num_forced_tokens,
             )
 
     def warmup(self) -> None:

@@ -71,9 +71,12 @@ def test_sampling_values_call_then_instance_then_model_defaults():
     sampled = {"temperature": 1.0, "top_p": 0.9, "top_k": 40}
     values = sampling_values(settings, {"top_k": 5}, None, None, sampled)
     assert values == {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "seed": 3,
-                      "stop": ["END"], "ignore_eos": True}
-    call = sampling_values(settings, {"temperature": 0, "seed": 9}, ["x"], None, GREEDY)
+                      "stop": ["END"], "ignore_eos": True, "speculation": "auto",
+                      "num_speculative_tokens": 4}
+    call = sampling_values(settings, {"temperature": 0, "seed": 9, "num_speculative_tokens": 2,
+                                      "speculative_decoding": "off"}, ["x"], None, GREEDY)
     assert call["temperature"] == 0.0 and call["seed"] == 9 and call["stop"] == ["x"]
+    assert call["speculation"] == "off" and call["num_speculative_tokens"] == 2
     strict = sampling_values(settings, {}, ["x"], json_object_grammar(), GREEDY)
     assert strict["stop"] == [] and strict["ignore_eos"] is False  # the grammar ends the reply
     free = sampling_values(settings, {}, None, no_tool_call_grammar("hermes"), GREEDY)

@@ -25,6 +25,11 @@ class ScheduledSegment:
           chunked prefill.
         * ``output_token_ids`` are the request's generated tokens so far (for penalties/grammar
           bookkeeping; read-only).
+        * ``draft_token_ids`` (speculative decoding) are the last ``len(draft_token_ids)`` of
+          ``token_ids``: guesses after the request's last known token, not yet part of the
+          request. The step returns the greedy token after the pending token and after each
+          draft (``engine.core.speculation.accept_drafts`` keeps the verified ones); a
+          segment with drafts always samples, greedily and without a constraint.
     """
 
     request_id: str
@@ -34,6 +39,7 @@ class ScheduledSegment:
     sample: bool
     sampling: SamplingParams
     output_token_ids: list[int] = field(default_factory=list)
+    draft_token_ids: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -41,7 +47,7 @@ class ScheduledSegment:
 
     @property
     def is_decode(self) -> bool:
-        """A single new token after a computed context."""
+        """A single new token after a computed context (no drafts)."""
         return len(self.token_ids) == 1 and self.start_pos > 0
 
 

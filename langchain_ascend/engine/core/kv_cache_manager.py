@@ -187,6 +187,26 @@ class KVCacheManager:
                                   tokens[index * size:(index + 1) * size])
         self.req_to_num_cached_blocks[rid] = num_full
 
+    def trim(self, request: Request) -> list[int]:
+        """Give back the blocks past the request's known tokens (they held only rejected
+        drafted tokens); returns their ids.
+
+        Such a block was never hashed: :meth:`cache_blocks` registers only full blocks of
+        computed tokens, and computed tokens are all known. The request keeps
+        ``ceil(num_tokens / block_size)`` blocks, what its next step needs anyway.
+        """
+        blocks = self.req_to_blocks.get(request.request_id)
+        keep = cdiv(request.num_tokens, self.block_size)
+        if not blocks or len(blocks) <= keep:
+            return []
+        tail = blocks[keep:]
+        if any(b.block_hash is not None for b in tail):
+            raise RuntimeError(f"request {request.request_id}: a block past its known tokens "
+                               "is in the prefix cache")
+        del blocks[keep:]
+        self.pool.free(reversed(tail))
+        return [b.block_id for b in tail]
+
     def free(self, request: Request) -> None:
         """Release the request's blocks; its tail blocks become the first to be evicted."""
         rid = request.request_id

@@ -21,6 +21,11 @@ class RequestStats:
         time_to_first_token: Seconds from arrival to the first generated token.
         decode_time: Seconds from the first generated token to the end.
         num_preemptions: How often the request was preempted and recomputed.
+        num_forward_passes: Steps that gave it new tokens (its tokens per pass is
+            ``num_generated_tokens / num_forward_passes``).
+        num_draft_tokens: Tokens drafted for it and checked (speculative decoding).
+        num_accepted_tokens: Drafted tokens accepted.
+        num_forced_tokens: Tokens its grammar forced (jump-forward), appended without a pass.
     """
 
     num_prompt_tokens: int = 0
@@ -30,6 +35,10 @@ class RequestStats:
     time_to_first_token: float = 0.0
     decode_time: float = 0.0
     num_preemptions: int = 0
+    num_forward_passes: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_forced_tokens: int = 0
 
 
 @dataclass
@@ -77,6 +86,9 @@ class EngineStats:
         num_waiting: Requests queued.
         num_preemptions: Preemptions since start.
         num_steps: Engine steps since start.
+        num_draft_tokens: Tokens drafted and checked since start (speculative decoding).
+        num_accepted_tokens: Of those, tokens accepted.
+        num_forced_tokens: Tokens grammars forced (jump-forward) since start.
     """
 
     num_blocks_total: int = 0
@@ -89,6 +101,9 @@ class EngineStats:
     num_waiting: int = 0
     num_preemptions: int = 0
     num_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_forced_tokens: int = 0
 
     @property
     def hit_rate(self) -> float:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from langchain_ascend.engine.core.outputs import FinishReason, RequestStats
 from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.core.speculation import SpeculationState, can_draft
 
 
 class RequestStatus(enum.Enum):
@@ -66,6 +67,9 @@ class Request:
         num_cached_tokens: Prompt tokens served from the prefix cache at first scheduling.
         num_preemptions: Times the request was preempted.
         first_scheduled_time, first_token_time, finish_time: Clock readings, None until then.
+        speculation: Drafting state when the request may draft (``engine.core.speculation``).
+        num_forward_passes: Steps that gave the request new tokens (sampled or drafted).
+        num_forced_tokens: Tokens its grammar forced, appended without a pass of their own.
     """
 
     def __init__(
@@ -95,6 +99,11 @@ class Request:
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.finish_time: float | None = None
+        self.speculation = (SpeculationState(sampling.speculation,
+                                             sampling.num_speculative_tokens)
+                            if can_draft(sampling) else None)
+        self.num_forward_passes = 0
+        self.num_forced_tokens = 0
 
     def __repr__(self) -> str:
         return (f"Request({self.request_id!r}, status={self.status.value}, "
@@ -127,12 +136,19 @@ class Request:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
 
+    def truncate_output(self, num_output_tokens: int) -> None:
+        """Drop generated tokens after the first ``num_output_tokens`` (a stop string ended
+        the text inside a multi-token step); only valid once the request finished."""
+        del self.output_token_ids[num_output_tokens:]
+        del self.all_token_ids[self.num_prompt_tokens + num_output_tokens:]
+
     def stats(self) -> RequestStats:
         """Per-request accounting from the recorded clock readings."""
         arrival = self.arrival_time
         scheduled = self.first_scheduled_time
         first_token = self.first_token_time
         end = self.finish_time
+        spec = self.speculation
         return RequestStats(
             num_prompt_tokens=self.num_prompt_tokens,
             num_cached_tokens=self.num_cached_tokens,
@@ -142,4 +158,8 @@ class Request:
             decode_time=(end - first_token) if end is not None and first_token is not None
             else 0.0,
             num_preemptions=self.num_preemptions,
+            num_forward_passes=self.num_forward_passes,
+            num_draft_tokens=spec.draft_tokens if spec is not None else 0,
+            num_accepted_tokens=spec.accepted_tokens if spec is not None else 0,
+            num_forced_tokens=self.num_forced_tokens,
         )

@@ -10,6 +10,9 @@ from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestErro
 
 MAX_SEED = 2**63 - 1
 """Largest ``seed``: the sampler seeds a 64-bit ``torch.Generator`` with it."""
+SPECULATION_MODES: tuple[str, ...] = ("off", "prompt_lookup", "auto")
+"""``SamplingParams.speculation`` values (see ``engine.core.speculation``)."""
+MAX_NUM_SPECULATIVE_TOKENS = 16
 
 
 @runtime_checkable
@@ -46,6 +49,10 @@ class SamplingParams:
         stop_token_ids: Extra token ids that end generation (the token is not returned).
         ignore_eos: Keep generating past the model's EOS tokens (benchmarks).
         constraint: Optional grammar state masking the logits at every step.
+        speculation: ``"off"``, ``"prompt_lookup"`` (draft from the request's own tokens
+            whenever an n-gram matches) or ``"auto"`` (the same, paused while drafts keep
+            failing); only greedy rows without a constraint draft (``engine.core.speculation``).
+        num_speculative_tokens: Most drafted tokens checked per pass (0 turns drafting off).
     """
 
     max_tokens: int = 256
@@ -57,6 +64,8 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     constraint: TokenConstraint | None = None
+    speculation: str = "off"
+    num_speculative_tokens: int = 4
 
     def validate(self) -> None:
         """Check every field before the request runs, so no value fails inside a model step.
@@ -104,6 +113,12 @@ class SamplingParams:
             raise InvalidArgumentTypeError(
                 f"ignore_eos must be True or False, got {type(self.ignore_eos).__name__} "
                 f"{self.ignore_eos!r}")
+        if not isinstance(self.speculation, str) or self.speculation not in SPECULATION_MODES:
+            raise InvalidRequestError(
+                f"speculation must be one of {list(SPECULATION_MODES)}, got "
+                f"{self.speculation!r}")
+        _check_int("num_speculative_tokens", self.num_speculative_tokens, minimum=0,
+                   maximum=MAX_NUM_SPECULATIVE_TOKENS)
         if self.constraint is not None and not isinstance(self.constraint, TokenConstraint):
             raise InvalidArgumentTypeError(
                 f"constraint must be None or a TokenConstraint (mask_logits, accept_token, "

@@ -17,6 +17,12 @@ Policy of :meth:`Scheduler.schedule`:
 
 A request never grows past ``max_model_len`` (which the engine keeps within the pool), so a
 request alone in the pool always fits: the scheduler cannot run out of blocks for good.
+
+Speculative decoding (``engine.core.speculation``): a running request that may draft gets its
+drafted tokens appended to its segment when the budget and the pool have room for them (drafts
+never preempt anyone: without room the request decodes one token). After the step the verified
+tokens are appended, and the blocks that held only rejected drafts go back to the pool
+(:meth:`KVCacheManager.trim`); only computed - verified - tokens are ever hashed.
 """
 
 from __future__ import annotations
@@ -33,17 +39,23 @@ from langchain_ascend.engine.core.request import Request, RequestStatus
 
 @dataclass
 class StepOutput:
-    """What one step did to one request that sampled a token.
+    """What one step did to one request that sampled.
 
     Attributes:
         request: The request (its status tells whether it finished).
-        new_token_id: The token sampled this step.
+        new_token_ids: The tokens appended this step: one, or several where drafts were
+            accepted (cut after a stop condition).
         finished: The request finished this step (its blocks are already freed).
     """
 
     request: Request
-    new_token_id: int
+    new_token_ids: list[int]
     finished: bool
+
+    @property
+    def new_token_id(self) -> int:
+        """The last token appended this step."""
+        return self.new_token_ids[-1]
 
 
 class Scheduler:
@@ -84,6 +96,9 @@ class Scheduler:
         self.running: list[Request] = []
         self.num_preemptions = 0
         self.num_steps = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.num_forced_tokens = 0
         self._finished_ids: list[str] = []
         self._scheduled: dict[str, Request] = {}
 
@@ -133,6 +148,7 @@ class Scheduler:
         """Decide the next step (see the module docstring for the policy)."""
         budget = self.max_num_batched_tokens
         num_new: dict[str, int] = {}
+        drafts_of: dict[str, list[int]] = {}
         order: list[Request] = []
         preempted: list[Request] = []
 
@@ -143,17 +159,23 @@ class Scheduler:
                 break
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            count = min(request.num_tokens - request.num_computed_tokens, budget)
-            while self.kv.allocate_slots(request, count) is None:
-                victim = self._newest_unscheduled(num_new)
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is request:
-                    break
+            pending = request.num_tokens - request.num_computed_tokens
+            count = min(pending, budget)
+            drafts = self._drafts_for(request, budget - count) if count == pending else []
+            if not drafts or self.kv.allocate_slots(request, count + len(drafts)) is None:
+                drafts = []
+                while self.kv.allocate_slots(request, count) is None:
+                    victim = self._newest_unscheduled(num_new)
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is request:
+                        break
             if request.status is RequestStatus.RUNNING:
                 num_new[request.request_id] = count
+                if drafts:
+                    drafts_of[request.request_id] = drafts
                 order.append(request)
-                budget -= count
+                budget -= count + len(drafts)
 
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < self.max_batch_size):
@@ -176,7 +198,8 @@ class Scheduler:
 
         self._scheduled = {r.request_id: r for r in order}
         return ScheduledBatch(
-            segments=[self._segment(r, num_new[r.request_id]) for r in order],
+            segments=[self._segment(r, num_new[r.request_id], drafts_of.get(r.request_id, []))
+                      for r in order],
             preempted_ids=[r.request_id for r in preempted],
             finished_ids=self.take_finished_ids(),
         )
@@ -193,9 +216,16 @@ class Scheduler:
         scheduled, self._scheduled = self._scheduled, {}
         return scheduled
 
-    def update(self, batch: ScheduledBatch, sampled: Sequence[int | None]) -> list[StepOutput]:
-        """Apply a finished step: advance computed tokens, cache full blocks, append sampled
-        tokens and finish requests that hit a stop condition.
+    def update(self, batch: ScheduledBatch,
+               sampled: Sequence[int | Sequence[int] | None]) -> list[StepOutput]:
+        """Apply a finished step: advance computed tokens, append sampled (and verified
+        drafted) tokens, cache full blocks and finish requests that hit a stop condition.
+
+        Args:
+            batch: The step that ran.
+            sampled: Per segment: the sampled token id; for a segment with drafts the tokens
+                :func:`~langchain_ascend.engine.core.speculation.accept_drafts` kept; None
+                where the segment did not sample.
 
         Segments of requests aborted while the step ran are ignored.
         """
@@ -203,26 +233,73 @@ class Scheduler:
             raise ValueError(f"{len(sampled)} results for {len(batch.segments)} segments")
         outputs: list[StepOutput] = []
         now = self.clock()
-        for segment, token_id in zip(batch.segments, sampled, strict=True):
+        for segment, result in zip(batch.segments, sampled, strict=True):
             request = self._scheduled.get(segment.request_id)
             if request is None or self.requests.get(segment.request_id) is not request:
                 continue
-            request.num_computed_tokens = segment.start_pos + segment.num_tokens
-            self.kv.cache_blocks(request)
+            num_known = segment.num_tokens - len(segment.draft_token_ids)
             if not segment.sample:
+                request.num_computed_tokens = segment.start_pos + num_known
+                self.kv.cache_blocks(request)
                 continue
-            if token_id is None:
-                raise ValueError(f"no token sampled for request {segment.request_id}")
-            request.append_output_token(token_id)
+            tokens = self._verified_tokens(segment, result)
+            appended: list[int] = []
+            status = None
+            for token_id in tokens:
+                request.append_output_token(token_id)
+                appended.append(token_id)
+                status = self._stop_status(request, token_id)
+                if status is not None:
+                    break
+            # K/V is valid for the known tokens and the accepted drafts before the last token.
+            request.num_computed_tokens = segment.start_pos + num_known + len(appended) - 1
+            request.num_forward_passes += 1
+            self.kv.cache_blocks(request)
             if request.first_token_time is None:
                 request.first_token_time = now
-            status = self._stop_status(request, token_id)
             if status is not None:
                 self.finish_request(request, status)
-            outputs.append(StepOutput(request, token_id, status is not None))
+            elif segment.draft_token_ids:
+                self.kv.trim(request)
+            outputs.append(StepOutput(request, appended, status is not None))
         self._scheduled = {}
         self.num_steps += 1
         return outputs
+
+    def _verified_tokens(self, segment: ScheduledSegment,
+                         result: int | Sequence[int] | None) -> list[int]:
+        """The tokens one sampling segment's result appends (checked against its drafts)."""
+        if result is None:
+            raise ValueError(f"no token sampled for request {segment.request_id}")
+        drafts = segment.draft_token_ids
+        tokens = [result] if isinstance(result, int) else list(result)
+        num_accepted = len(tokens) - 1
+        if not 0 <= num_accepted <= len(drafts) or tokens[:num_accepted] != drafts[:num_accepted]:
+            raise ValueError(f"request {segment.request_id}: {tokens} is not a verified prefix "
+                             f"of the drafts {drafts} plus one token")
+        if drafts:
+            request = self.requests[segment.request_id]
+            if request.speculation is not None:
+                request.speculation.record(len(drafts), num_accepted)
+            self.num_draft_tokens += len(drafts)
+            self.num_accepted_tokens += num_accepted
+        return tokens
+
+    def _drafts_for(self, request: Request, spare_budget: int) -> list[int]:
+        """Drafted tokens to check after the request's pending token this step (maybe none).
+
+        At most ``spare_budget``, and few enough that the verified tokens cannot pass
+        ``max_tokens`` or ``max_model_len``.
+        """
+        spec = request.speculation
+        if spec is None:
+            return []
+        limit = min(spare_budget,
+                    request.sampling.max_tokens - request.num_output_tokens - 1,
+                    self.max_model_len - request.num_tokens - 1)
+        if limit <= 0:
+            return []
+        return spec.propose(request.all_token_ids, limit)
 
     def _stop_status(self, request: Request, token_id: int) -> RequestStatus | None:
         """The finished status the newly appended ``token_id`` causes, if any."""
@@ -241,16 +318,17 @@ class Scheduler:
             return RequestStatus.FINISHED_LENGTH
         return None
 
-    def _segment(self, request: Request, count: int) -> ScheduledSegment:
+    def _segment(self, request: Request, count: int, drafts: list[int]) -> ScheduledSegment:
         start = request.num_computed_tokens
         return ScheduledSegment(
             request_id=request.request_id,
-            token_ids=request.all_token_ids[start:start + count],
+            token_ids=request.all_token_ids[start:start + count] + drafts,
             start_pos=start,
             block_ids=self.kv.block_ids(request.request_id),
             sample=start + count == request.num_tokens,
             sampling=request.sampling,
             output_token_ids=request.output_token_ids,
+            draft_token_ids=drafts,
         )
 
     def _newest_unscheduled(self, scheduled: dict[str, int]) -> Request:

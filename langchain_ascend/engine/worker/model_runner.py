@@ -25,6 +25,7 @@ from langchain_ascend.attention.backends.base import BatchLayout
 from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.core.speculation import accept_drafts
 from langchain_ascend.engine.worker.compile import StepCompiler, resolve_plan
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import KVCache, plan_num_blocks
@@ -87,6 +88,18 @@ def build_layout(segments: Sequence[ScheduledSegment], block_size: int,
                          block_tables=block_tables, slot_mapping=slot_mapping,
                          num_decodes=num_decodes, block_size=block_size)
     return layout, input_ids, positions
+
+
+def _check_drafts(segments: Sequence[ScheduledSegment]) -> None:
+    """Drafted tokens come only on sampling, greedy, unconstrained segments (``batch``)."""
+    for seg in segments:
+        drafts = seg.draft_token_ids
+        if drafts and (not seg.sample or not seg.sampling.greedy
+                       or seg.sampling.constraint is not None
+                       or len(drafts) >= len(seg.token_ids)
+                       or seg.token_ids[len(seg.token_ids) - len(drafts):] != drafts):
+            raise ValueError(f"request {seg.request_id!r}: drafted tokens need a sampling, "
+                             "greedy, unconstrained segment that ends with them")
 
 
 def _without_autocast(device_type: str) -> contextlib.AbstractContextManager[object]:
@@ -224,15 +237,16 @@ class ModelRunner:
                    max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
                    compile=compile, hooks=hooks)
 
-    def execute(self, batch: ScheduledBatch) -> list[int | None]:
+    def execute(self, batch: ScheduledBatch) -> list[int | list[int] | None]:
         """Run one step: one packed forward over all segments, then sample.
 
         Args:
             batch: The scheduler's step. ``finished_ids`` are released first.
 
         Returns:
-            One entry per segment, in ``batch.segments`` order: the sampled token id, or None
-            where ``sample`` is False.
+            One entry per segment, in ``batch.segments`` order: the sampled token id; for a
+            segment with drafts, the verified tokens (``engine.core.speculation.accept_drafts``);
+            None where ``sample`` is False.
 
         Raises:
             InvalidRequestError: A token id is outside the vocabulary.
@@ -243,33 +257,45 @@ class ModelRunner:
         if batch.finished_ids:
             self.release(batch.finished_ids)
         segments = batch.segments
-        results: list[int | None] = [None] * len(segments)
+        results: list[int | list[int] | None] = [None] * len(segments)
         if not segments:
             return results
         with torch.inference_mode():  # constraints edit the (inference-mode) logits in place
             sample_indices, packed = self._pack(segments)
-            params = [segments[i].sampling for i in sample_indices]
+            # One row per sampled position: a segment with k drafts samples k + 1 rows.
+            row_counts = [1 + len(segments[i].draft_token_ids) for i in sample_indices]
+            params = [segments[i].sampling for i, n in zip(sample_indices, row_counts,
+                                                           strict=True) for _ in range(n)]
             tokens, logits = self.logits_head.run(self, packed, params)
             if tokens is None:
                 if sample_indices:
                     assert logits is not None  # a head that chose no tokens gives logits
                     tokens = self.sampler.sample(
-                        logits, params, [segments[i].request_id for i in sample_indices])
+                        logits, params, [segments[i].request_id for i, n in
+                                         zip(sample_indices, row_counts, strict=True)
+                                         for _ in range(n)])
                 else:
                     tokens = []
-            for i, chosen in zip(sample_indices, tokens, strict=True):
-                results[i] = chosen
+            start = 0
+            for i, count in zip(sample_indices, row_counts, strict=True):
+                chosen = tokens[start:start + count]
+                start += count
+                drafts = segments[i].draft_token_ids
+                results[i] = accept_drafts(drafts, chosen) if drafts else chosen[0]
         return results
 
     def _pack(self, segments: Sequence[ScheduledSegment],
               ) -> tuple[list[int], tuple[BatchLayout, list[int], list[int], list[int]]]:
         """``(sample_indices, (layout, input_ids, positions, sample_rows))`` of a step."""
         self._check_token_ids(segments)
+        _check_drafts(segments)
         order = sorted(range(len(segments)), key=lambda i: len(segments[i].token_ids) != 1)
         layout, input_ids, positions = build_layout(segments, self.block_size, order)
         sample_indices = [i for i in order if segments[i].sample]
-        sample_rows = [layout.query_start_loc[k + 1] - 1
-                       for k, i in enumerate(order) if segments[i].sample]
+        sample_rows = [row for k, i in enumerate(order) if segments[i].sample
+                       for row in range(layout.query_start_loc[k + 1] - 1
+                                        - len(segments[i].draft_token_ids),
+                                        layout.query_start_loc[k + 1])]
         return sample_indices, (layout, input_ids, positions, sample_rows)
 
     def forward_batch(self, segments: Sequence[ScheduledSegment]) -> tuple[list[int], Any]:

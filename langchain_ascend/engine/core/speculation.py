@@ -1,0 +1,144 @@
+"""More than one token per forward pass: drafts from the request's own context. Pure Python.
+
+Prompt lookup: the request's tokens (prompt + output so far) end in an n-gram that occurred
+earlier in them; the tokens that followed that earlier occurrence are the draft. Agents copy a
+lot (tool results restated, ids passed from one tool to the next), so such drafts are often
+right. The model runner checks all ``k`` drafted tokens in one pass (the request's row holds its
+pending token followed by the drafts) and :func:`accept_drafts` keeps the longest prefix greedy
+decoding would have produced plus the model's own next token: greedy output is token-identical
+with speculation on or off.
+
+Only greedy rows without a grammar or penalties draft (:func:`can_draft`): for sampled rows the
+exact accept/reject rule is not implemented, so they decode one token per pass.
+
+``"auto"`` pauses drafting for a request whose recent drafts keep failing (each failed check
+costs the verify rows' compute), and tries again after a pause that doubles while it keeps
+failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+
+
+def can_draft(params: SamplingParams) -> bool:
+    """Whether a request with ``params`` may draft: speculation on, greedy, no grammar."""
+    return (params.speculation != "off" and params.num_speculative_tokens > 0
+            and params.greedy and params.constraint is None)
+
+
+def accept_drafts(drafts: Sequence[int], targets: Sequence[int]) -> list[int]:
+    """The tokens a verify pass produces (pure function).
+
+    Args:
+        drafts: The ``k`` drafted tokens.
+        targets: The model's greedy token after the pending token and after each draft
+            (``k + 1`` entries): ``targets[i]`` is what greedy decoding emits once
+            ``drafts[:i]`` are accepted.
+
+    Returns:
+        ``drafts[:a] + [targets[a]]`` where ``a`` is the number of leading drafts equal to
+        their target: between 1 and ``k + 1`` tokens, all of them what greedy decoding would
+        have produced one pass at a time.
+    """
+    if len(targets) != len(drafts) + 1:
+        raise ValueError(f"{len(targets)} targets for {len(drafts)} drafts; need drafts + 1")
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == targets[accepted]:
+        accepted += 1
+    return list(targets[:accepted + 1])
+
+
+class PromptLookup:
+    """Incremental n-gram index over one request's growing token list.
+
+    ``index[n]`` maps every n-gram (``min_ngram <= n <= max_ngram``) to the position of its
+    last token in its most recent occurrence, over n-grams ending before the list's last token,
+    so a hit on the list's own suffix always has at least one following token.
+
+    Args:
+        min_ngram: Shortest suffix to match.
+        max_ngram: Longest suffix to match (longer matches are tried first).
+    """
+
+    def __init__(self, min_ngram: int = 2, max_ngram: int = 4) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.min_ngram = min_ngram
+        self.max_ngram = max_ngram
+        self._index: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(min_ngram, max_ngram + 1)}
+        self._next_end = 0  # n-grams ending at positions < this are indexed
+
+    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens that followed the most recent earlier occurrence of the longest
+        matching suffix n-gram of ``tokens``; empty when nothing matches."""
+        if k <= 0:
+            return []
+        last = len(tokens) - 1
+        if last < self._next_end:  # the list shrank (a stop string cut it): start over
+            for table in self._index.values():
+                table.clear()
+            self._next_end = 0
+        for end in range(self._next_end, last):
+            for n, table in self._index.items():
+                if end + 1 >= n:
+                    table[tuple(tokens[end + 1 - n:end + 1])] = end
+        self._next_end = max(self._next_end, last)
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            if len(tokens) < n:
+                continue
+            found = self._index[n].get(tuple(tokens[len(tokens) - n:]))
+            if found is not None:
+                return list(tokens[found + 1:found + 1 + k])
+        return []
+
+
+class SpeculationState:
+    """One request's drafting: the lookup index, the ``"auto"`` pause, and its counters.
+
+    Attributes:
+        draft_tokens: Tokens drafted and checked.
+        accepted_tokens: Drafted tokens the check accepted.
+        num_verify_steps: Passes that checked drafts.
+    """
+
+    AUTO_MIN_ACCEPTANCE = 0.25
+    """``"auto"`` pauses when the recent acceptance rate (moving average) falls below this."""
+    AUTO_FIRST_PAUSE = 8
+    AUTO_MAX_PAUSE = 256
+
+    def __init__(self, mode: str, num_speculative_tokens: int) -> None:
+        self.mode = mode
+        self.k = num_speculative_tokens
+        self.lookup = PromptLookup()
+        self.draft_tokens = 0
+        self.accepted_tokens = 0
+        self.num_verify_steps = 0
+        self._recent_rate = 1.0
+        self._pause_steps = 0
+        self._next_pause = self.AUTO_FIRST_PAUSE
+
+    def propose(self, tokens: Sequence[int], limit: int) -> list[int]:
+        """Drafts for the next pass (at most ``min(k, limit)``); empty while paused."""
+        if self._pause_steps > 0:
+            self._pause_steps -= 1
+            return []
+        return self.lookup.propose(tokens, min(self.k, limit))
+
+    def record(self, num_drafted: int, num_accepted: int) -> None:
+        """Count one verify pass; in ``"auto"`` mode maybe start a pause."""
+        self.draft_tokens += num_drafted
+        self.accepted_tokens += num_accepted
+        self.num_verify_steps += 1
+        if self.mode != "auto" or num_drafted == 0:
+            return
+        self._recent_rate = 0.5 * self._recent_rate + 0.5 * (num_accepted / num_drafted)
+        if self._recent_rate < self.AUTO_MIN_ACCEPTANCE:
+            self._pause_steps = self._next_pause
+            self._next_pause = min(2 * self._next_pause, self.AUTO_MAX_PAUSE)
+            self._recent_rate = 0.5  # give the next attempt a fair start
+        elif self._recent_rate > 0.5:
+            self._next_pause = self.AUTO_FIRST_PAUSE
