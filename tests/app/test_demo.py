@@ -1,55 +1,97 @@
-"""The demo agent's control flow and command line, on the tiny random-weight model."""
+"""The demo: its tools, its agent run and report on the tiny random-weight model, its command
+line. The real-model run is in ``integration_tests/test_demo_smollm2.py``."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import re
 
 import pytest
+from langchain_core.messages import AIMessage
 
 from langchain_ascend.app import cli, demo
-from langchain_ascend.chat_models import AscendChatModel
-from langchain_ascend.tools import NPUStreamToolExecutor
-
-
-class _Retriever:
-    def invoke(self, query: str) -> list:
-        from langchain_core.documents import Document
-
-        return [Document(page_content=f"notes about {query}", id="doc-1")]
 
 
 @pytest.fixture(scope="module")
-def demo_parts(tiny_qwen2_path):
-    tools = demo.build_tools(_Retriever())
-    llm = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", temperature=0, max_tokens=24)
-    return llm, NPUStreamToolExecutor(tools, timeout_ms=5000), tools
+def tiny_run(tiny_qwen2_path, tmp_path_factory):
+    """One demo run on the tiny model with ``--out``: its printout, its rows, the out folder."""
+    out = tmp_path_factory.mktemp("demo_out")
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        rows = demo.run_demo(str(tiny_qwen2_path), device="cpu", max_hops=2, max_tokens=40,
+                             questions=("Calculate 7 * 24.", "Get the weather in Beijing."),
+                             out=out, progress=False)
+    return buffer.getvalue(), rows, out
 
 
-def test_agent_run_forces_the_first_call_and_always_ends_with_an_answer(demo_parts, capsys):
-    llm, executor, tools = demo_parts
-    rows, reply = demo.run_agent(llm, executor, tools, "What is 7 * 24?", max_hops=3,
-                                 force_all=True)
-    # Random weights with every hop but the last forced: two tool hops, then tool_choice="none".
-    assert len(rows) == 3
-    assert rows[0]["tool_calls"] and rows[1]["tool_calls"]
-    assert rows[2]["tool_calls"] == [] and not reply.tool_calls
-    assert {name for row in rows[:2] for name in row["tool_calls"]} <= {t.name for t in tools}
-    # Later hops reuse the earlier hops' prompt from the prefix cache.
-    assert rows[1]["cache_read"] > 0 and rows[2]["cache_read"] >= rows[1]["cache_read"]
-    out = capsys.readouterr().out
-    assert "hop 1:" in out and "executor:" in out and "from prefix cache" in out
+def test_the_report_has_every_section(tiny_run):
+    text, rows, _ = tiny_run
+    assert text.count("user: ") == 2 and text.count("assistant: ") == 2
+    assert "setup: " in text and "tools: get_weather, calculator, search_docs" in text
+    # hop 1 forced to call, hop 2 (the last of max_hops=2) forced to answer
+    assert text.count("hop 1 [tool_choice=required]") == 2
+    assert text.count("hop 2 [tool_choice=none]") == 2
+    assert "from prefix cache" in text and "finish_reason=" in text and "executor: " in text
+    assert re.search(r"      (get_weather|calculator|search_docs) \[(success|error)\]", text)
+    assert "prompt tokens served from the prefix cache" in text
+    # the timeline's summary table and the files written
+    assert "run question 1: 2 hops" in text and "wrote " in text
+    assert [(r.question, r.hop) for r in rows] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+
+
+def test_hop_rows_carry_cache_hits_and_tool_calls(tiny_run):
+    _, rows, _ = tiny_run
+    first, second = rows[0], rows[1]
+    assert first.tool_calls and not second.tool_calls
+    assert first.cache_read > 0  # the warm-up put the system prompt and tools in the cache
+    assert second.cache_read >= first.cache_read
+    assert second.input_tokens > first.input_tokens and all(r.seconds > 0 for r in rows)
+
+
+def test_out_writes_the_trace_the_chart_and_the_summary(tiny_run):
+    _, _, out = tiny_run
+    for name in ("trace.json", "timeline.png", "summary.txt"):
+        assert (out / name).stat().st_size > 0, name
+    trace = json.loads((out / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert any(e.get("ph") == "X" for e in events)
+    assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "hops" in (out / "summary.txt").read_text()
+
+
+def test_a_cut_answer_says_finish_reason_length(capsys):
+    reply = AIMessage("It is", response_metadata={"finish_reason": "length"},
+                      usage_metadata={"input_tokens": 10, "output_tokens": 3, "total_tokens": 13,
+                                      "input_token_details": {"cache_read": 8}})
+    row = demo.hop_row(1, 2, 3, reply, 0.5)
+    assert (row.tool_choice, row.cache_read, row.finish_reason) == ("auto", 8, "length")
+    assert row.tokens_per_pass is None  # no speculative figures reported
+    spec = {"draft_tokens": 4, "accepted_tokens": 2, "forced_tokens": 1, "forward_passes": 2}
+    reply.response_metadata["speculative"] = spec
+    row = demo.hop_row(1, 1, 3, reply, 0.5)
+    assert row.tool_choice == "required" and row.tokens_per_pass == 1.5
+    demo._print_hop(row, reply)
+    assert "2/4 drafted accepted, 1 forced" in capsys.readouterr().out
 
 
 def test_tools_are_deterministic_and_refuse_bad_input():
-    search, weather, calculator = demo.build_tools(_Retriever())
+    weather, calculator = demo.build_tools()
     assert calculator.invoke({"expression": "7 * 24"}) == "168"
+    assert calculator.invoke({"expression": "1 / 4"}) == "0.25"
     assert "4°C" in weather.invoke({"city": " beijing "})
+    assert "4°C" in weather.invoke({"city": "Beijing, China"})
     assert "no weather data" in weather.invoke({"city": "Paris"})
-    assert "[doc-1]" in search.invoke({"query": "kv"})
     with pytest.raises(ValueError, match="unsupported expression"):
         demo.safe_eval("__import__('os')")
     with pytest.raises(ValueError, match="exponent too large"):
         demo.safe_eval("2 ** 1000")
+
+
+def test_the_bundled_documents_load():
+    docs = demo.load_documents()
+    assert len(docs) >= 10 and all({"id", "text", "topic"} <= set(d) for d in docs)
 
 
 def test_default_demo_model_is_the_real_smollm2_file():
@@ -66,7 +108,8 @@ def test_demo_help_lists_the_demo_options(capsys):
         cli.main(["demo", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--model", "--device", "--dtype", "--max-tokens", "--max-hops", "--question"):
+    for option in ("--model", "--device", "--dtype", "--max-tokens", "--max-hops", "--question",
+                   "--out", "--no-progress"):
         assert option in out
     assert "tiny-random" in re.sub(r"-\s+", "-", out)  # argparse may wrap after the hyphen
 
