@@ -84,6 +84,16 @@ class GuardedConstraint:
                 self.fault = ("is_terminated", exc)
         return True
 
+    def jump_forward(self, limit: int) -> list[int]:
+        """The wrapped constraint's forced tokens (none if it has no ``jump_forward``)."""
+        jump = getattr(self.inner, "jump_forward", None)
+        if self.fault is None and jump is not None:
+            try:
+                return [int(t) for t in jump(limit)]
+            except Exception as exc:  # noqa: BLE001 - the request's own failure
+                self.fault = ("jump_forward", exc)
+        return []
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 

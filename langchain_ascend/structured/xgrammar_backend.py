@@ -101,6 +101,7 @@ class GrammarBackend:
         if not stop_token_ids:
             raise InvalidRequestError("constrained decoding needs at least one stop token id")
         self.vocab_size = int(vocab_size)
+        self.tokenizer = tokenizer
         self.stop_token_ids = sorted({int(t) for t in stop_token_ids})
         self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
@@ -445,6 +446,44 @@ class XGrammarConstraint:
             return
         if 0 <= token_id < self._vocab_size:
             self._strings.feed(self._backend.decoded_vocab[token_id])
+
+    def jump_forward(self, limit: int) -> list[int]:
+        """Tokens of the text the grammar forces next, accepted here; the engine appends them
+        without a forward pass each (they are computed together in the next pass).
+
+        The forced text (xgrammar's jump-forward string, e.g. ``", "arguments": {"`` after a
+        forced tool name) is tokenized by the model's tokenizer, so the tokens are the ones
+        the tokenizer produces for that text, not a greedy longest-token split. Its last token
+        is left to the model: the text after the forced part may merge with it. Nothing jumps
+        while the budget guard is closing the reply, or when the tokens would not spell the
+        forced text exactly (a tokenizer that adds a prefix space, a split character).
+
+        Args:
+            limit: Most tokens to return.
+        """
+        if (limit <= 0 or self._closing or self.rejected_token is not None
+                or self._matcher.is_terminated()):
+            return []
+        text = self._matcher.find_jump_forward_string()
+        if not text:
+            return []
+        tokens = list(self._backend.tokenizer.encode(text, add_special_tokens=False))[:-1]
+        tokens = tokens[:limit]
+        if not tokens:
+            return []
+        vocab = self._backend.decoded_vocab
+        if any(not 0 <= t < self._vocab_size for t in tokens) or not text.encode(
+                "utf-8").startswith(b"".join(vocab[t] for t in tokens)):
+            return []
+        budget_left = self._max_tokens - self.num_accepted - len(tokens)
+        if self._needed is not None and budget_left <= self._needed + 1:
+            return []  # leave the guard its room to close the reply
+        fork = self._matcher.fork()
+        if not all(fork.accept_token(t) for t in tokens):
+            return []
+        for token_id in tokens:
+            self.accept_token(token_id)
+        return tokens
 
     def is_terminated(self) -> bool:
         """True once the grammar accepted a stop token (or rejected a token)."""

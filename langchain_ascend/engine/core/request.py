@@ -70,6 +70,7 @@ class Request:
         speculation: Drafting state when the request may draft (``engine.core.speculation``).
         num_forward_passes: Steps that gave the request new tokens (sampled or drafted).
         num_forced_tokens: Tokens its grammar forced, appended without a pass of their own.
+        num_reported_tokens: Output tokens already handed out in step outputs.
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class Request:
                             if can_draft(sampling) else None)
         self.num_forward_passes = 0
         self.num_forced_tokens = 0
+        self.num_reported_tokens = 0
 
     def __repr__(self) -> str:
         return (f"Request({self.request_id!r}, status={self.status.value}, "

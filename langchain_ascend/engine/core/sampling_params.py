@@ -33,6 +33,16 @@ class TokenConstraint(Protocol):
         """True when the grammar accepts no more tokens (generation must stop)."""
 
 
+def forced_tokens(constraint: TokenConstraint | None, limit: int) -> list[int]:
+    """Tokens a constraint forces next (grammar jump-forward), already accepted by it.
+
+    A constraint may offer ``jump_forward(limit) -> list[int]``: at most ``limit`` tokens the
+    grammar allows as the only continuation, advanced past. Constraints without it force none.
+    """
+    jump = getattr(constraint, "jump_forward", None)
+    return list(jump(limit)) if jump is not None and limit > 0 else []
+
+
 @dataclass
 class SamplingParams:
     """Sampling controls for one request.

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.request import Request, RequestStatus
+from langchain_ascend.engine.core.sampling_params import forced_tokens
 
 
 @dataclass
@@ -180,6 +181,8 @@ class Scheduler:
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < self.max_batch_size):
             request = self.waiting[0]
+            if request.first_scheduled_time is None and not request.output_token_ids:
+                self._append_forced(request)  # a reply that starts with forced text
             hits, num_hit_tokens = self.kv.get_computed_blocks(request)
             count = min(request.num_tokens - num_hit_tokens, budget)
             if self.kv.allocate_slots(request, count, hits) is None:
@@ -243,7 +246,7 @@ class Scheduler:
                 self.kv.cache_blocks(request)
                 continue
             tokens = self._verified_tokens(segment, result)
-            appended: list[int] = []
+            appended: list[int] = []  # sampled and accepted tokens
             status = None
             for token_id in tokens:
                 request.append_output_token(token_id)
@@ -257,11 +260,17 @@ class Scheduler:
             self.kv.cache_blocks(request)
             if request.first_token_time is None:
                 request.first_token_time = now
+            if status is None:
+                _, status = self._append_forced(request)
             if status is not None:
                 self.finish_request(request, status)
             elif segment.draft_token_ids:
                 self.kv.trim(request)
-            outputs.append(StepOutput(request, appended, status is not None))
+            # Everything not handed out yet: this step's tokens, and on the first step the
+            # tokens a grammar forced before the prompt ran.
+            new_token_ids = request.output_token_ids[request.num_reported_tokens:]
+            request.num_reported_tokens = request.num_output_tokens
+            outputs.append(StepOutput(request, new_token_ids, status is not None))
         self._scheduled = {}
         self.num_steps += 1
         return outputs
@@ -284,6 +293,27 @@ class Scheduler:
             self.num_draft_tokens += len(drafts)
             self.num_accepted_tokens += num_accepted
         return tokens
+
+    def _append_forced(self, request: Request) -> tuple[list[int], RequestStatus | None]:
+        """Append the tokens the request's grammar forces next (jump-forward): they are
+        computed with the next pass instead of one pass each. Leaves room for at least one
+        sampled token within ``max_tokens`` and ``max_model_len``. Off with
+        ``speculation="off"``."""
+        if request.sampling.speculation == "off":
+            return [], None
+        limit = min(request.sampling.max_tokens - request.num_output_tokens - 1,
+                    self.max_model_len - request.num_tokens - 1)
+        forced = forced_tokens(request.sampling.constraint, limit)
+        status = None
+        for count, token_id in enumerate(forced, 1):
+            request.append_output_token(token_id)
+            status = self._stop_status(request, token_id)
+            if status is not None:
+                forced = forced[:count]
+                break
+        request.num_forced_tokens += len(forced)
+        self.num_forced_tokens += len(forced)
+        return forced, status
 
     def _drafts_for(self, request: Request, spare_budget: int) -> list[int]:
         """Drafted tokens to check after the request's pending token this step (maybe none).
