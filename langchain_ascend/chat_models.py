@@ -245,8 +245,9 @@ class AscendChatModel(BaseChatModel):
     ``"off"``. Sampled (temperature > 0) and grammar-constrained replies never draft.
     Per call too. ``response_metadata["speculative"]`` reports the drafted/accepted tokens."""
 
-    num_speculative_tokens: int = 4
-    """Most drafted tokens checked per pass (0..16); per call too."""
+    num_speculative_tokens: int = 8
+    """Most drafted tokens checked per pass (0..16; the draft length adapts up to it: longer
+    while drafts are accepted, shorter when they fail); per call too."""
 
     ignore_eos: bool = False
     """Keep generating past the model's end-of-sequence tokens until ``max_tokens`` (for

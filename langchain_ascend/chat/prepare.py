@@ -73,7 +73,7 @@ class ChatSettings:
     stop: Sequence[str] | None = None
     ignore_eos: bool = False
     speculative_decoding: str = "auto"
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int = 8
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     tool_call_format: ToolCallFormatSetting = "auto"
     parse_reasoning: bool = True

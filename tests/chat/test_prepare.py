@@ -72,7 +72,7 @@ def test_sampling_values_call_then_instance_then_model_defaults():
     values = sampling_values(settings, {"top_k": 5}, None, None, sampled)
     assert values == {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "seed": 3,
                       "stop": ["END"], "ignore_eos": True, "speculation": "auto",
-                      "num_speculative_tokens": 4}
+                      "num_speculative_tokens": 8}
     call = sampling_values(settings, {"temperature": 0, "seed": 9, "num_speculative_tokens": 2,
                                       "speculative_decoding": "off"}, ["x"], None, GREEDY)
     assert call["temperature"] == 0.0 and call["seed"] == 9 and call["stop"] == ["x"]

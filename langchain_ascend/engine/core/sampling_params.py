@@ -62,7 +62,8 @@ class SamplingParams:
         speculation: ``"off"``, ``"prompt_lookup"`` (draft from the request's own tokens
             whenever an n-gram matches) or ``"auto"`` (the same, paused while drafts keep
             failing); only greedy rows without a constraint draft (``engine.core.speculation``).
-        num_speculative_tokens: Most drafted tokens checked per pass (0 turns drafting off).
+        num_speculative_tokens: Most drafted tokens checked per pass (0 turns drafting off);
+            the draft length adapts up to it.
     """
 
     max_tokens: int = 256
@@ -75,7 +76,7 @@ class SamplingParams:
     ignore_eos: bool = False
     constraint: TokenConstraint | None = None
     speculation: str = "off"
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int = 8
 
     def validate(self) -> None:
         """Check every field before the request runs, so no value fails inside a model step.

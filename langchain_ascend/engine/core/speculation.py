@@ -11,9 +11,13 @@ with speculation on or off.
 Only greedy rows without a grammar or penalties draft (:func:`can_draft`): for sampled rows the
 exact accept/reject rule is not implemented, so they decode one token per pass.
 
-``"auto"`` pauses drafting for a request whose recent drafts keep failing (each failed check
-costs the verify rows' compute), and tries again after a pause that doubles while it keeps
-failing.
+The draft length adapts per request: it starts at :data:`FIRST_DRAFT_LENGTH`, doubles (up to
+``num_speculative_tokens``) after a pass that accepted every draft and halves after one that
+rejected most of them. A copy runs at the longest drafts within a few passes; free text risks
+only short ones (each rejected draft costs one row of the pass's compute).
+
+``"auto"`` also pauses drafting for a request whose recent drafts keep failing, and tries
+again after a pause that doubles while it keeps failing.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from langchain_ascend.engine.core.sampling_params import SamplingParams
+
+FIRST_DRAFT_LENGTH = 2
+"""Drafted tokens of a request's first verify pass (then adapted, see the module docstring)."""
 
 
 def can_draft(params: SamplingParams) -> bool:
@@ -100,6 +107,7 @@ class SpeculationState:
     """One request's drafting: the lookup index, the ``"auto"`` pause, and its counters.
 
     Attributes:
+        k: The current draft length (at most ``num_speculative_tokens``).
         draft_tokens: Tokens drafted and checked.
         accepted_tokens: Drafted tokens the check accepted.
         num_verify_steps: Passes that checked drafts.
@@ -112,7 +120,8 @@ class SpeculationState:
 
     def __init__(self, mode: str, num_speculative_tokens: int) -> None:
         self.mode = mode
-        self.k = num_speculative_tokens
+        self.max_k = num_speculative_tokens
+        self.k = min(FIRST_DRAFT_LENGTH, num_speculative_tokens)  # the current draft length
         self.lookup = PromptLookup()
         self.draft_tokens = 0
         self.accepted_tokens = 0
@@ -133,7 +142,13 @@ class SpeculationState:
         self.draft_tokens += num_drafted
         self.accepted_tokens += num_accepted
         self.num_verify_steps += 1
-        if self.mode != "auto" or num_drafted == 0:
+        if num_drafted == 0:
+            return
+        if num_accepted == num_drafted >= self.k:
+            self.k = min(2 * self.k, self.max_k)
+        elif 2 * num_accepted < num_drafted:
+            self.k = max(1, self.k // 2)
+        if self.mode != "auto":
             return
         self._recent_rate = 0.5 * self._recent_rate + 0.5 * (num_accepted / num_drafted)
         if self._recent_rate < self.AUTO_MIN_ACCEPTANCE:

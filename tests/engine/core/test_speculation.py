@@ -71,17 +71,32 @@ def test_prompt_lookup_rejects_bad_sizes():
 def test_auto_pauses_after_failures_and_prompt_lookup_never_does():
     auto = SpeculationState("auto", 4)
     tokens = [1, 2, 3, 1, 2]
-    assert auto.propose(tokens, 4) == [3, 1, 2]
+    assert auto.propose(tokens, 4) == [3, 1]  # the first draft length
     for _ in range(3):
-        auto.record(4, 0)
+        auto.record(1, 0)
     paused = [auto.propose(tokens, 4) for _ in range(SpeculationState.AUTO_FIRST_PAUSE)]
     assert paused == [[]] * SpeculationState.AUTO_FIRST_PAUSE
-    assert auto.propose(tokens, 4) == [3, 1, 2]  # tries again after the pause
+    assert auto.propose(tokens, 4) == [3]  # tries again after the pause, shortened by failures
     always = SpeculationState("prompt_lookup", 4)
     for _ in range(10):
-        always.record(4, 0)
-    assert always.propose(tokens, 4) == [3, 1, 2]
-    assert (always.draft_tokens, always.accepted_tokens, always.num_verify_steps) == (40, 0, 10)
+        always.record(2, 0)
+    assert always.propose(tokens, 4) == [3]
+    assert (always.draft_tokens, always.accepted_tokens, always.num_verify_steps) == (20, 0, 10)
+
+
+def test_draft_length_doubles_while_accepted_and_halves_on_failure():
+    state = SpeculationState("prompt_lookup", 8)
+    lengths = []
+    for accepted_all in (True, True, True, True, False, False, False, False):
+        lengths.append(state.k)
+        state.record(state.k, state.k if accepted_all else 0)
+    assert lengths == [2, 4, 8, 8, 8, 4, 2, 1]
+    assert state.k == 1
+    state.record(1, 1)  # recovers once drafts are accepted again
+    assert state.k == 2
+    tokens = list(range(20)) + list(range(5))
+    assert state.propose(tokens, 100) == [5, 6]
+    assert state.propose(tokens, 1) == [5]  # the caller's limit wins
 
 
 def test_only_greedy_unconstrained_rows_draft():
@@ -119,10 +134,13 @@ def make_scheduler(num_blocks=16, budget=64, max_model_len=None):
                      max_model_len=max_model_len or num_blocks * BS, clock=lambda: 0.0)
 
 
-def add(sched, rid, prompt, **params):
+def add(sched, rid, prompt, *, draft_length=None, **params):
+    """A drafting request; ``draft_length`` pins its current draft length (adapts otherwise)."""
     params.setdefault("max_tokens", 100)
     params.setdefault("speculation", "prompt_lookup")
     req = Request(rid, prompt, SamplingParams(**params), eos_token_ids=[EOS])
+    if draft_length is not None:
+        req.speculation.k = draft_length
     sched.add_request(req)
     return req
 
@@ -138,7 +156,7 @@ PROMPT = [10, 11, 12, 13, 14, 15, 16, 10, 11]  # ends in "10 11": drafts 12 13 1
 
 def test_a_verify_step_appends_accepted_drafts_and_rolls_back_rejected_slots():
     sched = make_scheduler()
-    req = add(sched, "a", PROMPT, num_speculative_tokens=4)
+    req = add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4)
     prefill(sched, 12)  # 9 prompt tokens in blocks 0-2, output [12]
     assert sched.kv.block_ids("a") == [0, 1, 2]
     batch = sched.schedule()
@@ -167,7 +185,7 @@ def test_a_verify_step_appends_accepted_drafts_and_rolls_back_rejected_slots():
 
 def test_all_drafts_accepted_keeps_the_block_of_the_pending_token():
     sched = make_scheduler()
-    req = add(sched, "a", PROMPT, num_speculative_tokens=4)
+    req = add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4)
     prefill(sched, 12)
     batch = sched.schedule()
     sched.update(batch, [[13, 14, 15, 16, 10]])
@@ -177,7 +195,7 @@ def test_all_drafts_accepted_keeps_the_block_of_the_pending_token():
 
 def test_a_rejected_draft_never_becomes_a_prefix_hit():
     sched = make_scheduler()
-    add(sched, "a", PROMPT, num_speculative_tokens=4, max_tokens=5)
+    add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4, max_tokens=5)
     prefill(sched, 12)
     batch = sched.schedule()
     assert batch.segments[0].draft_token_ids == [13, 14, 15]  # max_tokens caps the drafts
@@ -191,7 +209,7 @@ def test_a_rejected_draft_never_becomes_a_prefix_hit():
 
 def test_drafts_stop_at_eos_and_max_tokens():
     sched = make_scheduler()
-    req = add(sched, "a", PROMPT, num_speculative_tokens=4)
+    req = add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4)
     prefill(sched, 12)
     batch = sched.schedule()
     outputs = sched.update(batch, [[13, EOS]])
@@ -199,7 +217,7 @@ def test_drafts_stop_at_eos_and_max_tokens():
     assert req.returned_token_ids == [12, 13] and req.last_token_hidden
     assert sched.kv.pool.num_free_blocks == 16  # everything released
     sched2 = make_scheduler()
-    req2 = add(sched2, "a", PROMPT, num_speculative_tokens=4, max_tokens=3)
+    req2 = add(sched2, "a", PROMPT, num_speculative_tokens=4, draft_length=4, max_tokens=3)
     prefill(sched2, 12)
     batch = sched2.schedule()
     assert batch.segments[0].draft_token_ids == [13]  # 3 - 1 output - 1 = 1 draft
@@ -209,7 +227,7 @@ def test_drafts_stop_at_eos_and_max_tokens():
 
 def test_no_room_for_drafts_means_a_plain_decode_not_a_preemption():
     sched = make_scheduler(num_blocks=4, max_model_len=16)
-    add(sched, "a", PROMPT, num_speculative_tokens=4)  # 3 blocks
+    add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4)  # 3 blocks
     add(sched, "b", [20, 21, 22])  # the 4th block
     first = sched.schedule()
     sched.update(first, [12, 30])
@@ -222,7 +240,7 @@ def test_no_room_for_drafts_means_a_plain_decode_not_a_preemption():
 
 def test_drafts_fit_in_the_step_budget():
     sched = make_scheduler(budget=3)
-    req = add(sched, "a", PROMPT, num_speculative_tokens=4)
+    req = add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4)
     while req.num_output_tokens == 0:  # the prompt is prefilled in chunks of 3
         prefill(sched, 12)
     batch = sched.schedule()
@@ -232,7 +250,7 @@ def test_drafts_fit_in_the_step_budget():
 
 def test_a_verified_result_must_be_a_prefix_of_the_drafts():
     sched = make_scheduler()
-    add(sched, "a", PROMPT, num_speculative_tokens=4)
+    add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4)
     prefill(sched, 12)
     batch = sched.schedule()
     with pytest.raises(ValueError, match="verified prefix"):
