@@ -36,6 +36,7 @@ from langchain_ascend.chat.messages import (
 )
 from langchain_ascend.chat.reasoning import prompt_opens_reasoning
 from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids
+from langchain_ascend.chat.tool_parsers import reply_call_ids
 from langchain_ascend.chat.tool_support import (
     ToolCallFormatSetting,
     ToolSupport,
@@ -335,6 +336,7 @@ def prepare_request(
             "start_in_reasoning": settings.parse_reasoning and prompt_opens_reasoning(prompt_text),
             "marker_ids": marker_ids,
             "decode": engine.tokenizer.decode,
+            "id_factory": reply_call_ids(prompt_ids),
         },
         forced=forced,
         forced_tool=forced_tool,

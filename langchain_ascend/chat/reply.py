@@ -36,6 +36,7 @@ from langchain_ascend.chat.tool_parsers import (
     ExtractedCall,
     ToolCallFormat,
     ToolCallStreamParser,
+    new_tool_call_id,
 )
 
 # Marker texts worth restoring when the tokenizer makes them special tokens.
@@ -112,6 +113,8 @@ class ReplyAssembler:
             :func:`special_marker_ids`).
         decode: The tokenizer's ``decode``, to place markers inside a multi-token piece (see
             :func:`restore_markers`).
+        id_factory: Makes the ids of parsed calls (default: random ``call_…`` ids; the chat
+            model passes ``tool_parsers.reply_call_ids`` of the prompt, so ids repeat with it).
     """
 
     def __init__(
@@ -124,12 +127,15 @@ class ReplyAssembler:
         start_in_reasoning: bool = False,
         marker_ids: Mapping[int, str] | None = None,
         decode: Callable[..., str] | None = None,
+        id_factory: Callable[[], str] | None = None,
     ) -> None:
         self._reasoning = ReasoningSplitter(
             start_in_reasoning=start_in_reasoning, enabled=parse_reasoning
         )
         self._tools = (
-            ToolCallStreamParser(tool_format, tool_names=tool_names) if parse_tools else None
+            ToolCallStreamParser(tool_format, tool_names=tool_names,
+                                 id_factory=id_factory or new_tool_call_id)
+            if parse_tools else None
         )
         self._marker_ids = dict(marker_ids or {})
         self._decode = decode

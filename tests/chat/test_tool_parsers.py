@@ -242,3 +242,13 @@ def test_format_detection_from_chat_templates():
     assert detect_tool_call_format('{"name": function name, "parameters": ...}') == "llama3_json"
     assert detect_tool_call_format("{{ messages }}") == "auto"
     assert detect_tool_call_format(None) == "auto"
+
+
+def test_reply_call_ids_repeat_with_the_prompt_and_differ_per_call():
+    from langchain_ascend.chat.tool_parsers import reply_call_ids
+
+    first, again, other = reply_call_ids([1, 2, 3]), reply_call_ids([1, 2, 3]), reply_call_ids([1, 2])
+    ids = [first(), first()]
+    assert ids == [again(), again()]
+    assert ids[0] != ids[1] and other() not in ids
+    assert all(i.startswith("call_") and len(i) == 29 for i in ids)

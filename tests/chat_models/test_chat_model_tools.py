@@ -11,7 +11,7 @@ from typing import Literal
 
 import pytest
 from chat_test_tools import get_time, get_weather
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from pydantic import BaseModel, Field, ValidationError
 from typing_extensions import TypedDict
 
@@ -166,3 +166,12 @@ def test_unknown_structured_output_method_is_a_typed_error(tiny_chat):
         tiny_chat.with_structured_output(Person, method="xml")  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         Person.model_validate({"name": "x"})  # sanity: the schema really is strict
+
+
+def test_tool_call_ids_repeat_for_the_same_conversation(tiny_chat, weather_tools):
+    bound = tiny_chat.bind_tools(weather_tools, tool_choice="get_weather")
+    first = bound.invoke([HumanMessage("Weather in Paris?")], max_tokens=60)
+    again = bound.invoke([HumanMessage("Weather in Paris?")], max_tokens=60)
+    other = bound.invoke([HumanMessage("Weather in Rome?")], max_tokens=60)
+    assert first.tool_calls[0]["id"] == again.tool_calls[0]["id"]
+    assert first.tool_calls[0]["id"] != other.tool_calls[0]["id"]
