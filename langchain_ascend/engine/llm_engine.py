@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -43,6 +44,8 @@ from langchain_ascend.errors import (
 )
 
 __all__ = ["LLMEngine", "SyncTokenStream"]
+
+logger = logging.getLogger(__name__)
 
 
 class LLMEngine(EngineDriver):
@@ -197,6 +200,12 @@ class LLMEngine(EngineDriver):
             max_batch_size=max_batch_size,
             max_model_len=min(max_context_length, self._kv.capacity_tokens),
         )
+        measure = getattr(runner, "measure_draft_row_cost", None)
+        if measure is not None:
+            self._scheduler.draft_row_cost = float(measure())
+            logger.info("a drafted token's row costs %.2f of a decode pass on %s %s "
+                        "(speculative_decoding='auto' drafts while acceptance beats it)",
+                        self._scheduler.draft_row_cost, self.device, self.dtype)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._runner_lock = threading.Lock()

@@ -100,6 +100,8 @@ class Scheduler:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self.num_forced_tokens = 0
+        self.draft_row_cost = 0.0
+        """What one drafted token's row adds to a pass, in passes (measured by the engine)."""
         self._finished_ids: list[str] = []
         self._scheduled: dict[str, Request] = {}
 
@@ -289,7 +291,8 @@ class Scheduler:
         if drafts:
             request = self.requests[segment.request_id]
             if request.speculation is not None:
-                request.speculation.record(len(drafts), num_accepted)
+                request.speculation.record(len(drafts), num_accepted,
+                                           row_cost=self.draft_row_cost)
             self.num_draft_tokens += len(drafts)
             self.num_accepted_tokens += num_accepted
         return tokens
@@ -329,7 +332,7 @@ class Scheduler:
                     self.max_model_len - request.num_tokens - 1)
         if limit <= 0:
             return []
-        return spec.propose(request.all_token_ids, limit)
+        return spec.propose(request.all_token_ids, limit, row_cost=self.draft_row_cost)
 
     def _stop_status(self, request: Request, token_id: int) -> RequestStatus | None:
         """The finished status the newly appended ``token_id`` causes, if any."""

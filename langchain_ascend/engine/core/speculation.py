@@ -16,8 +16,13 @@ The draft length adapts per request: it starts at :data:`FIRST_DRAFT_LENGTH`, do
 rejected most of them. A copy runs at the longest drafts within a few passes; free text risks
 only short ones (each rejected draft costs one row of the pass's compute).
 
-``"auto"`` also pauses drafting for a request whose recent drafts keep failing, and tries
-again after a pause that doubles while it keeps failing.
+``"auto"`` drafts only where it pays. A pass of ``1 + k`` rows costs ``1 + row_cost * k``
+one-row passes (``row_cost`` is measured by the engine at start: near 0 where a pass is bound
+by reading the weights, near 1 where every row costs a pass, as for bfloat16 on many CPUs) and
+yields ``1 + accepted`` tokens, so drafting pays while the acceptance rate beats ``row_cost``.
+``"auto"`` never drafts where ``row_cost >= AUTO_MAX_ROW_COST``, and pauses a request whose
+recent acceptance rate falls below ``max(row_cost, AUTO_MIN_ACCEPTANCE)``, trying again after a
+pause that doubles while it keeps failing. ``"prompt_lookup"`` always drafts.
 """
 
 from __future__ import annotations
@@ -113,6 +118,8 @@ class SpeculationState:
         num_verify_steps: Passes that checked drafts.
     """
 
+    AUTO_MAX_ROW_COST = 0.8
+    """``"auto"`` does not draft at all where a row costs this share of a pass or more."""
     AUTO_MIN_ACCEPTANCE = 0.25
     """``"auto"`` pauses when the recent acceptance rate (moving average) falls below this."""
     AUTO_FIRST_PAUSE = 8
@@ -130,14 +137,18 @@ class SpeculationState:
         self._pause_steps = 0
         self._next_pause = self.AUTO_FIRST_PAUSE
 
-    def propose(self, tokens: Sequence[int], limit: int) -> list[int]:
-        """Drafts for the next pass (at most ``min(k, limit)``); empty while paused."""
+    def propose(self, tokens: Sequence[int], limit: int, *, row_cost: float = 0.0,
+                ) -> list[int]:
+        """Drafts for the next pass (at most ``min(k, limit)``); empty while paused, and in
+        ``"auto"`` mode where a drafted row costs too much (``row_cost``, module docstring)."""
+        if self.mode == "auto" and row_cost >= self.AUTO_MAX_ROW_COST:
+            return []
         if self._pause_steps > 0:
             self._pause_steps -= 1
             return []
         return self.lookup.propose(tokens, min(self.k, limit))
 
-    def record(self, num_drafted: int, num_accepted: int) -> None:
+    def record(self, num_drafted: int, num_accepted: int, *, row_cost: float = 0.0) -> None:
         """Count one verify pass; in ``"auto"`` mode maybe start a pause."""
         self.draft_tokens += num_drafted
         self.accepted_tokens += num_accepted
@@ -151,7 +162,7 @@ class SpeculationState:
         if self.mode != "auto":
             return
         self._recent_rate = 0.5 * self._recent_rate + 0.5 * (num_accepted / num_drafted)
-        if self._recent_rate < self.AUTO_MIN_ACCEPTANCE:
+        if self._recent_rate < max(self.AUTO_MIN_ACCEPTANCE, row_cost):
             self._pause_steps = self._next_pause
             self._next_pause = min(2 * self._next_pause, self.AUTO_MAX_PAUSE)
             self._recent_rate = 0.5  # give the next attempt a fair start

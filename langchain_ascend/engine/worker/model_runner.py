@@ -381,6 +381,40 @@ class ModelRunner:
         """Drop per-request state (sampling generators) of finished/aborted requests."""
         self.sampler.release(request_ids)
 
+    def measure_draft_row_cost(self, rows: int = 5, repeats: int = 3) -> float:
+        """What one more query row costs in a decode pass, in units of a one-row pass.
+
+        Times (median of ``repeats``) a one-token step and a ``rows``-token step after an
+        8-token context on the scratch block, greedy, and returns
+        ``(t_rows / t_1 - 1) / (rows - 1)``: near 0 where a pass is bound by reading the
+        weights (drafting nearly free), near 1 where each row costs a full pass (a CPU without
+        fast bfloat16 products: drafting cannot pay). 0.0 where the scratch block is too
+        small to measure. Speculation's ``"auto"`` drafts only while the acceptance rate
+        beats this (``engine.core.speculation``).
+        """
+        import time
+
+        context = 8
+        if self.block_size < context + rows or rows < 2:
+            return 0.0
+        block = [self.scratch_block_id]
+        greedy = SamplingParams(max_tokens=1)
+
+        def step(num_tokens: int) -> float:
+            segment = ScheduledSegment("__measure__", [0] * num_tokens, context, block, True,
+                                       greedy)
+            start = time.perf_counter()
+            self.execute(ScheduledBatch(segments=[segment]))
+            return time.perf_counter() - start
+
+        self.execute(ScheduledBatch(segments=[
+            ScheduledSegment("__measure__", [0] * context, 0, block, True, greedy)]))
+        step(1), step(rows)  # first calls of each shape allocate
+        one = sorted(step(1) for _ in range(repeats))[repeats // 2]
+        many = sorted(step(rows) for _ in range(repeats))[repeats // 2]
+        self.release(["__measure__"])
+        return max(0.0, (many / one - 1.0) / (rows - 1)) if one > 0 else 0.0
+
     def warmup(self) -> None:
         """Run a small prefill and a decode step on the scratch block (touches no real block).
 

@@ -255,3 +255,28 @@ def test_a_verified_result_must_be_a_prefix_of_the_drafts():
     batch = sched.schedule()
     with pytest.raises(ValueError, match="verified prefix"):
         sched.update(batch, [[13, 99, 14]])
+
+
+def test_auto_drafts_only_where_a_row_is_cheap_enough():
+    tokens = [1, 2, 3, 1, 2]
+    auto = SpeculationState("auto", 4)
+    assert auto.propose(tokens, 4, row_cost=0.9) == []  # every row costs ~ a pass
+    assert SpeculationState("prompt_lookup", 4).propose(tokens, 4, row_cost=0.9) == [3, 1]
+    assert auto.propose(tokens, 4, row_cost=0.1) == [3, 1]
+    # a rate that would be fine when rows are free pauses when each row costs 0.6 of a pass
+    pricey = SpeculationState("auto", 4)
+    for _ in range(3):
+        pricey.record(2, 1, row_cost=0.6)  # 50% accepted < 60% cost
+    assert pricey.propose(tokens, 4, row_cost=0.6) == []
+    cheap = SpeculationState("auto", 4)
+    for _ in range(3):
+        cheap.record(2, 1, row_cost=0.1)
+    assert cheap.propose(tokens, 4, row_cost=0.1) != []
+
+
+def test_the_scheduler_passes_the_measured_row_cost_to_auto_requests():
+    sched = make_scheduler()
+    sched.draft_row_cost = 0.95
+    add(sched, "a", PROMPT, speculation="auto", draft_length=4)
+    prefill(sched, 12)
+    assert sched.schedule().segments[0].draft_token_ids == []
