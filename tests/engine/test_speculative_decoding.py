@@ -161,3 +161,16 @@ def test_stream_deltas_carry_the_accepted_tokens(engines):
     stats = deltas[-1].output.stats
     assert len(deltas) == stats.num_forward_passes  # one delta per pass, several tokens each
     assert stats.num_forward_passes == 32 - stats.num_accepted_tokens
+
+
+def test_auto_drafts_in_float32_only(tiny_model_paths):
+    engine = LLMEngine(tiny_model_paths["qwen2"], device="cpu", dtype="bfloat16", block_size=4,
+                       num_blocks=128)
+    try:
+        prompt = ids(engine, PROMPTS[0])
+        auto = engine.generate(prompt, greedy("auto", 24, ignore_eos=True))
+        lookup = engine.generate(prompt, greedy("prompt_lookup", 24, ignore_eos=True))
+        assert auto.stats.num_draft_tokens == 0
+        assert lookup.stats.num_draft_tokens > 0
+    finally:
+        engine.shutdown()

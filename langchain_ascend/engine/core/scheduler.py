@@ -102,6 +102,9 @@ class Scheduler:
         self.num_forced_tokens = 0
         self.draft_row_cost = 0.0
         """What one drafted token's row adds to a pass, in passes (measured by the engine)."""
+        self.auto_drafting = True
+        """Whether ``speculation="auto"`` requests draft at all (the engine turns it off where
+        a multi-row pass does not round like a one-row pass: half-precision weights)."""
         self._finished_ids: list[str] = []
         self._scheduled: dict[str, Request] = {}
 
@@ -325,7 +328,7 @@ class Scheduler:
         ``max_tokens`` or ``max_model_len``.
         """
         spec = request.speculation
-        if spec is None:
+        if spec is None or (spec.mode == "auto" and not self.auto_drafting):
             return []
         limit = min(spare_budget,
                     request.sampling.max_tokens - request.num_output_tokens - 1,

@@ -23,6 +23,12 @@ yields ``1 + accepted`` tokens, so drafting pays while the acceptance rate beats
 ``"auto"`` never drafts where ``row_cost >= AUTO_MAX_ROW_COST``, and pauses a request whose
 recent acceptance rate falls below ``max(row_cost, AUTO_MIN_ACCEPTANCE)``, trying again after a
 pause that doubles while it keeps failing. ``"prompt_lookup"`` always drafts.
+
+Exactness: the verify pass computes several rows at once, and its products round like a
+one-row pass's only in float32. In bfloat16/float16 a near-tie can come out differently (on a
+CPU in bf16 a free-writing reply diverged after a few dozen tokens), so the engine lets
+``"auto"`` draft only in float32; ``"prompt_lookup"`` drafts in any dtype and is identical to
+plain decoding up to that rounding. Grammar jump-forward is on in every dtype.
 """
 
 from __future__ import annotations

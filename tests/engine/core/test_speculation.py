@@ -280,3 +280,14 @@ def test_the_scheduler_passes_the_measured_row_cost_to_auto_requests():
     add(sched, "a", PROMPT, speculation="auto", draft_length=4)
     prefill(sched, 12)
     assert sched.schedule().segments[0].draft_token_ids == []
+
+
+def test_auto_drafting_can_be_turned_off_while_prompt_lookup_still_drafts():
+    sched = make_scheduler()
+    sched.auto_drafting = False
+    add(sched, "a", PROMPT, speculation="auto", draft_length=4)
+    add(sched, "b", PROMPT, speculation="prompt_lookup", draft_length=4)
+    first = sched.schedule()
+    sched.update(first, [12, 12])
+    drafts = {s.request_id: s.draft_token_ids for s in sched.schedule().segments}
+    assert drafts == {"a": [], "b": [13, 14, 15, 16]}
