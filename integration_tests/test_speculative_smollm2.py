@@ -75,3 +75,31 @@ def test_a_second_hop_is_identical_on_and_off(chat):
     assert on.content == off.content
     assert [(c["name"], c["args"]) for c in on.tool_calls] == [
         (c["name"], c["args"]) for c in off.tool_calls]
+
+
+QUESTIONS = [
+    [HumanMessage(f"The tool returned: {TOOL_RESULT} What is the tracking number?")],
+    [HumanMessage("Write two sentences about the sea.")],
+    COPY,
+    [HumanMessage(f"Summarise in one sentence: {TOOL_RESULT}")],
+]
+
+
+def test_concurrent_replies_identical_on_and_off(chat):
+    off = chat.batch(QUESTIONS, speculative_decoding="off", max_tokens=48)
+    on = chat.batch(QUESTIONS, speculative_decoding="prompt_lookup", max_tokens=48)
+    assert [m.content for m in on] == [m.content for m in off]
+    assert sum(m.response_metadata["speculative"]["accepted_tokens"] for m in on) > 0
+
+
+def test_preempted_replies_identical_on_and_off():
+    # 24 blocks of 16 tokens cannot hold four ~160-token requests at once: as they grow,
+    # some are preempted and recomputed
+    small = AscendChatModel(**smollm2_chat_kwargs(max_tokens=64, num_kv_blocks=24,
+                                                  block_size=16, max_context_length=384))
+    off = small.batch(QUESTIONS, speculative_decoding="off")
+    on = small.batch(QUESTIONS, speculative_decoding="prompt_lookup")
+    assert [m.content for m in on] == [m.content for m in off]
+    stats = small._engine_for().stats()
+    assert stats.num_preemptions > 0 and stats.num_draft_tokens > 0
+    assert stats.num_blocks_used == 0
