@@ -238,16 +238,13 @@ class AscendChatModel(BaseChatModel):
     """Compile the decode step (``"auto"``: where the platform benefits)."""
 
     speculative_decoding: Literal["auto", "prompt_lookup", "off"] = "auto"
-    """More than one token per forward pass for greedy replies, drafted from the request's own
-    context (prompt lookup: a restated tool result, an id passed on) and checked in one pass;
-    the reply is token-identical to plain decoding. ``"auto"`` pauses drafting for a reply
-    whose drafts keep failing; ``"prompt_lookup"`` drafts whenever an n-gram matches;
-    ``"off"``. Sampled (temperature > 0) and grammar-constrained replies never draft.
-    Per call too. ``response_metadata["speculative"]`` reports the drafted/accepted tokens."""
+    """Several tokens per pass: greedy replies draft from their own context (prompt lookup),
+    grammar replies jump over forced text; ``"auto"`` drafts where it pays and is exact
+    (float32), see ``engine.core.speculation``. Per call too; ``response_metadata
+    ["speculative"]`` reports it."""
 
     num_speculative_tokens: int = 8
-    """Most drafted tokens checked per pass (0..16; the draft length adapts up to it: longer
-    while drafts are accepted, shorter when they fail); per call too."""
+    """Most drafted tokens per pass (0..16; the draft length adapts up to it); per call too."""
 
     ignore_eos: bool = False
     """Keep generating past the model's end-of-sequence tokens until ``max_tokens`` (for

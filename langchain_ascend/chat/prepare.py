@@ -27,6 +27,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from langchain_ascend.chat.call_ids import reply_call_ids
 from langchain_ascend.chat.checks import check_conversation_text, check_sampling, stop_list
 from langchain_ascend.chat.messages import (
     render_prompt,
@@ -36,7 +37,6 @@ from langchain_ascend.chat.messages import (
 )
 from langchain_ascend.chat.reasoning import prompt_opens_reasoning
 from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids
-from langchain_ascend.chat.tool_parsers import reply_call_ids
 from langchain_ascend.chat.tool_support import (
     ToolCallFormatSetting,
     ToolSupport,

@@ -27,6 +27,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.messages.ai import UsageMetadata
 
+from langchain_ascend.chat.call_ids import new_tool_call_id
 from langchain_ascend.chat.reasoning import ReasoningSplitter
 from langchain_ascend.chat.tool_parsers import (
     MISTRAL_ARGS,
@@ -36,7 +37,6 @@ from langchain_ascend.chat.tool_parsers import (
     ExtractedCall,
     ToolCallFormat,
     ToolCallStreamParser,
-    new_tool_call_id,
 )
 
 # Marker texts worth restoring when the tokenizer makes them special tokens.
@@ -114,7 +114,7 @@ class ReplyAssembler:
         decode: The tokenizer's ``decode``, to place markers inside a multi-token piece (see
             :func:`restore_markers`).
         id_factory: Makes the ids of parsed calls (default: random ``call_…`` ids; the chat
-            model passes ``tool_parsers.reply_call_ids`` of the prompt, so ids repeat with it).
+            model passes ``call_ids.reply_call_ids`` of the prompt, so ids repeat with it).
     """
 
     def __init__(

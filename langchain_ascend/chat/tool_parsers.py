@@ -20,12 +20,8 @@ but becomes an ``InvalidToolCall`` with the raw text and the error.
 from __future__ import annotations
 
 import ast
-import hashlib
-import itertools
 import json
-import uuid
-from array import array
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,6 +34,7 @@ from langchain_core.messages.tool import (
     tool_call_chunk,
 )
 
+from langchain_ascend.chat.call_ids import new_tool_call_id
 from langchain_ascend.chat.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 ToolCallFormat = Literal["auto", "hermes", "llama3_json", "mistral"]
@@ -50,27 +47,6 @@ MISTRAL_CALL_ID = "[CALL_ID]"
 PYTHON_TAG = "<|python_tag|>"
 
 _DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
-
-
-def new_tool_call_id() -> str:
-    """Return a fresh OpenAI-style tool call id (``call_`` + 24 hex digits)."""
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def reply_call_ids(prompt_token_ids: Sequence[int]) -> Callable[[], str]:
-    """An id factory for one reply: ``call_`` + 24 hex digits of a hash of the prompt and the
-    call's index in the reply (pure function).
-
-    The same conversation gets the same ids, so a greedy agent run is repeatable end to end
-    (the ids are written into the next hop's prompt); different prompts get different ids.
-    """
-    digest = hashlib.sha256(array("q", prompt_token_ids).tobytes()).hexdigest()
-    counter = itertools.count()
-
-    def next_id() -> str:
-        return "call_" + hashlib.sha256(f"{digest}:{next(counter)}".encode()).hexdigest()[:24]
-
-    return next_id
 
 
 def detect_tool_call_format(chat_template: str | None) -> ToolCallFormat:

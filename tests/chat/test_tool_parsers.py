@@ -245,7 +245,7 @@ def test_format_detection_from_chat_templates():
 
 
 def test_reply_call_ids_repeat_with_the_prompt_and_differ_per_call():
-    from langchain_ascend.chat.tool_parsers import reply_call_ids
+    from langchain_ascend.chat.call_ids import reply_call_ids
 
     first, again, other = reply_call_ids([1, 2, 3]), reply_call_ids([1, 2, 3]), reply_call_ids([1, 2])
     ids = [first(), first()]
