@@ -370,7 +370,7 @@ class EngineDriver:
             if detok.stop_string is not None:
                 # Several tokens came in one step (accepted drafts): keep none past the one
                 # that completed the stop string, as one-token steps would have.
-                surplus = len(new_ids) - index - 1 + (len(out.new_token_ids) - len(new_ids))
+                surplus = len(out.new_token_ids) - (index + 1)
                 if surplus:
                     del new_ids[index + 1:]
                     if not request.is_finished:

@@ -266,7 +266,7 @@ class Scheduler:
             if request.first_token_time is None:
                 request.first_token_time = now
             if status is None:
-                _, status = self._append_forced(request)
+                status = self._append_forced(request)
             if status is not None:
                 self.finish_request(request, status)
             elif segment.draft_token_ids:
@@ -300,26 +300,29 @@ class Scheduler:
             self.num_accepted_tokens += num_accepted
         return tokens
 
-    def _append_forced(self, request: Request) -> tuple[list[int], RequestStatus | None]:
+    def _room_beyond_next(self, request: Request) -> int:
+        """Tokens the request may still gain besides one more sampled token, within
+        ``max_tokens`` and ``max_model_len`` (drafts and forced tokens stay within it)."""
+        return min(request.sampling.max_tokens - request.num_output_tokens - 1,
+                   self.max_model_len - request.num_tokens - 1)
+
+    def _append_forced(self, request: Request) -> RequestStatus | None:
         """Append the tokens the request's grammar forces next (jump-forward): they are
         computed with the next pass instead of one pass each. Leaves room for at least one
-        sampled token within ``max_tokens`` and ``max_model_len``. Off with
-        ``speculation="off"``."""
+        sampled token. Off with ``speculation="off"``. Returns the finished status a forced
+        token caused, if any."""
         if request.sampling.speculation == "off":
-            return [], None
-        limit = min(request.sampling.max_tokens - request.num_output_tokens - 1,
-                    self.max_model_len - request.num_tokens - 1)
-        forced = forced_tokens(request.sampling.constraint, limit)
+            return None
         status = None
-        for count, token_id in enumerate(forced, 1):
+        for token_id in forced_tokens(request.sampling.constraint,
+                                      self._room_beyond_next(request)):
             request.append_output_token(token_id)
+            request.num_forced_tokens += 1
+            self.num_forced_tokens += 1
             status = self._stop_status(request, token_id)
             if status is not None:
-                forced = forced[:count]
                 break
-        request.num_forced_tokens += len(forced)
-        self.num_forced_tokens += len(forced)
-        return forced, status
+        return status
 
     def _drafts_for(self, request: Request, spare_budget: int) -> list[int]:
         """Drafted tokens to check after the request's pending token this step (maybe none).
@@ -330,9 +333,7 @@ class Scheduler:
         spec = request.speculation
         if spec is None or (spec.mode == "auto" and not self.auto_drafting):
             return []
-        limit = min(spare_budget,
-                    request.sampling.max_tokens - request.num_output_tokens - 1,
-                    self.max_model_len - request.num_tokens - 1)
+        limit = min(spare_budget, self._room_beyond_next(request))
         if limit <= 0:
             return []
         return spec.propose(request.all_token_ids, limit, row_cost=self.draft_row_cost)

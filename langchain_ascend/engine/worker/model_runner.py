@@ -264,16 +264,15 @@ class ModelRunner:
             sample_indices, packed = self._pack(segments)
             # One row per sampled position: a segment with k drafts samples k + 1 rows.
             row_counts = [1 + len(segments[i].draft_token_ids) for i in sample_indices]
-            params = [segments[i].sampling for i, n in zip(sample_indices, row_counts,
-                                                           strict=True) for _ in range(n)]
+            row_segments = [segments[i] for i, n in zip(sample_indices, row_counts, strict=True)
+                            for _ in range(n)]
+            params = [seg.sampling for seg in row_segments]
             tokens, logits = self.logits_head.run(self, packed, params)
             if tokens is None:
                 if sample_indices:
                     assert logits is not None  # a head that chose no tokens gives logits
                     tokens = self.sampler.sample(
-                        logits, params, [segments[i].request_id for i, n in
-                                         zip(sample_indices, row_counts, strict=True)
-                                         for _ in range(n)])
+                        logits, params, [seg.request_id for seg in row_segments])
                 else:
                     tokens = []
             start = 0
