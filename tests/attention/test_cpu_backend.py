@@ -1,4 +1,4 @@
-"""The CPU attention backend: the native kernel on the decode paths, torch_ref's elsewhere."""
+"""The CPU attention backend: the native kernels on the decode paths, torch_ref's elsewhere."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 from _paged_attention_cases import make_case
 
 from langchain_ascend.attention.backends.cpu import CPUBackend
-from langchain_ascend.native import decode_attention
+from langchain_ascend.native import decode_attention, paged_attention
 from langchain_ascend.testing import needs_native_kernels
 
 needs_kernel = needs_native_kernels()
@@ -28,22 +28,47 @@ def test_cpu_backend_uses_the_kernel_on_every_decode_path_and_torch_elsewhere(mo
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
         expected_calls = 1 if allocation == "contiguous" else len(metadata.decodes.runs)
         assert len(calls) == expected_calls
-    # Unrelated contexts (torch_ref's padded gather): request by request, over a view where
-    # its blocks are one run (contiguous allocation) or its own gathered pages (shuffled).
+    # Unrelated contexts and single requests: the paged kernel, every request in one call.
+    paged = []
+    decode = paged_attention.paged_decode
+    monkeypatch.setattr(paged_attention, "paged_decode",
+                        lambda *a, **k: paged.append(a[3].tolist()) or decode(*a, **k))
     for allocation in ("contiguous", "shuffled"):
-        calls.clear()
+        calls.clear(), paged.clear()
         case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4,
                          pool_slack=200, allocation=allocation, backend_cls=CPUBackend)
         out, metadata = case.run()
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        assert metadata.decodes.block_ids is not None
-        assert calls == [8, 17, 1, 34]  # each request over exactly its own keys
-    calls.clear()  # a sliding window narrower than the contexts: torch_ref's masked gather
-    case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4, pool_slack=200,
-                     window=6, backend_cls=CPUBackend)
-    out, metadata = case.run(6)
-    torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-    assert metadata.decodes.block_ids is not None and not calls
+        assert metadata.decodes.paged is not None and not calls
+        assert paged == [[8, 17, 1, 34]]  # one call, each request over exactly its own keys
+    for window in (6, 100):  # a sliding window narrower or wider than the contexts
+        paged.clear()
+        case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4,
+                         pool_slack=200, window=window, backend_cls=CPUBackend)
+        out, metadata = case.run(window)
+        torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+        assert len(paged) == 1
+    paged.clear()
+    single = make_case([(37, 1)], block_size=4, allocation="gapped", backend_cls=CPUBackend)
+    out, _ = single.run()
+    torch.testing.assert_close(out, single.expected, atol=1e-5, rtol=1e-5)
+    assert len(paged) == 1
+
+
+@needs_kernel
+def test_cpu_backend_runs_bfloat16_decodes_through_the_paged_kernel(monkeypatch):
+    paged = []
+    decode = paged_attention.paged_decode
+    monkeypatch.setattr(paged_attention, "paged_decode",
+                        lambda *a, **k: paged.append(1) or decode(*a, **k))
+    for shared in (0, 32):  # shared prefixes too: bf16 has no shared-path kernel
+        paged.clear()
+        case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, shared_prefix=shared,
+                         dtype=torch.bfloat16, backend_cls=CPUBackend)
+        assert case.backend.paged_native and not case.backend.native
+        out, _ = case.run()
+        torch.testing.assert_close(out.float(), case.expected.float(), atol=2e-2, rtol=2e-2)
+        assert paged == [1]
 
 
 def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
@@ -53,5 +78,12 @@ def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
     assert not case.backend.native
     out, _ = case.run()
     torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-    bf16 = make_case([(9, 1)], block_size=4, dtype=torch.bfloat16, backend_cls=CPUBackend)
-    assert not bf16.backend.native
+    monkeypatch.setattr(paged_attention, "available", lambda dtype: False)
+    for dtype in (torch.float32, torch.bfloat16):
+        case = make_case([(7, 1), (16, 1), (0, 9)], block_size=4, dtype=dtype,
+                         backend_cls=CPUBackend)
+        assert not case.backend.native and not case.backend.paged_native
+        out, metadata = case.run()
+        assert metadata.decodes.paged is None
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(out.float(), case.expected.float(), atol=tol, rtol=tol)

@@ -1,15 +1,20 @@
-"""The CPU backend: torch_ref's cache layout, metadata and paths, with the decode attention
-over cached runs of blocks done by the native kernel (``langchain_ascend.native``).
+"""The CPU backend: torch_ref's cache layout, metadata and paths, with decode attention done
+by native kernels (``langchain_ascend.native``).
 
 A decode step on CPU streams every cached key and value once per layer; torch's CPU
 flash-attention op does that at about a third of the memory rate for the few query rows a
-decode has (the grouped query heads of each request). The native kernel streams each run once
-per KV head with all its query rows, and returns the log-sum-exp the piecewise path merges
-by. Decodes over unrelated contexts (torch_ref's padded gather of every request's pages) are
-attended request by request instead, each over a view of its blocks when they are one run.
-Everything else -- prefills, sliding windows past their width, bfloat16, hosts where the
-kernel cannot be built -- runs torch_ref's code unchanged, so this backend is correct wherever
-torch_ref is.
+decode has (the grouped query heads of each request). Two kernels replace it:
+
+* paged (``native.paged_attention``): every decoding request attends its own blocks through
+  its row of an int32 block table, all requests in one call per layer -- no gather, no
+  per-request Python, sliding windows included. Used for a single request and for decodes
+  over unrelated contexts, in float32 and bfloat16.
+* shared (``native.decode_attention``, float32): decodes sharing a cached prefix attend the
+  union of their blocks once per KV head with all their query rows (torch_ref's shared path;
+  each shared block read once, not once per request), run by run, merged by log-sum-exp.
+
+Everything else -- prefills, hosts where the kernels cannot be built -- runs torch_ref's code
+unchanged, so this backend is correct wherever torch_ref is.
 """
 
 from __future__ import annotations
@@ -17,18 +22,34 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
-from langchain_ascend.attention.backends.torch_ref import TorchRefBackend, consecutive_runs
-from langchain_ascend.native import decode_attention
+from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
+from langchain_ascend.attention.backends.torch_ref import (
+    SHARED_MAX_RATIO,
+    DecodeGroup,
+    TorchRefBackend,
+)
+from langchain_ascend.native import decode_attention, paged_attention
 
 logger = logging.getLogger(__name__)
 
 
+def prefers_shared(tables: list[list[int]], seq_lens: list[int], block_size: int) -> bool:
+    """Whether several decodes share enough blocks that reading their union once beats each
+    request reading its own blocks (torch_ref's rule; pure function)."""
+    if len(tables) < 2:
+        return False
+    union = {block for table in tables for block in table}
+    return len(union) * block_size < SHARED_MAX_RATIO * max(seq_lens)
+
+
 class CPUBackend(TorchRefBackend):
-    """torch_ref with the native decode-attention kernel where it applies.
+    """torch_ref with the native decode-attention kernels where they apply.
 
     Attributes:
-        native: Whether this instance calls the kernel (float32 on CPU, kernel built here,
-            head size a multiple of 8).
+        native: Whether the shared-path kernel is used (float32 on CPU, built here, head size
+            a multiple of 8).
+        paged_native: Whether the paged kernel is used (float32 or bfloat16 on CPU, built
+            here, head size a multiple of 8).
     """
 
     name: ClassVar[str] = "cpu"
@@ -37,13 +58,43 @@ class CPUBackend(TorchRefBackend):
         import torch
 
         super().__init__(**kwargs)
-        self.native = (self.device.type == "cpu" and self.dtype == torch.float32
-                       and self.head_dim % 8 == 0 and decode_attention.available())
-        if not self.native:
-            logger.info("cpu attention backend without the native kernel (%s)",
-                        decode_attention.unavailable_reason()
-                        if self.device.type == "cpu" and self.dtype == torch.float32
-                        else f"{self.dtype} on {self.device}")
+        on_cpu = self.device.type == "cpu" and self.head_dim % 8 == 0
+        self.native = (on_cpu and self.dtype == torch.float32 and decode_attention.available())
+        self.paged_native = (on_cpu and self.dtype in (torch.float32, torch.bfloat16)
+                             and paged_attention.available(self.dtype))
+        if not self.paged_native:
+            logger.info("cpu attention backend without the paged kernel (%s)",
+                        paged_attention.unavailable_reason() if on_cpu
+                        else f"{self.dtype} on {self.device}, head size {self.head_dim}")
+
+    def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
+        """The paged path for one request or unrelated contexts; torch_ref's otherwise."""
+        import torch
+
+        if not self.paged_native:
+            return super()._decode_group(layout)
+        count, block_size = layout.num_decodes, layout.block_size
+        seq_lens = layout.seq_lens[:count]
+        tables = [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
+                  for b in range(count)]
+        if self.native and prefers_shared(tables, seq_lens, block_size):
+            return super()._decode_group(layout)
+        width = max(len(t) for t in tables)
+        padded = [t + [t[0]] * (width - len(t)) for t in tables]
+        block_tables = torch.tensor(padded, dtype=torch.int32)  # (B, W)
+        lens = torch.tensor(seq_lens, dtype=torch.long)  # (B,)
+        return DecodeGroup(count, seq_lens, None, None, None,
+                           paged=(block_tables, lens, max(seq_lens)))
+
+    def _decode(self, query, kv_cache, group: DecodeGroup, scale, window):
+        if group.paged is None:
+            return super()._decode(query, kv_cache, group, scale, window)
+        block_tables, lens, longest = group.paged
+        out = paged_attention.paged_decode(query, kv_cache, block_tables, lens, scale,
+                                           window or 0, max_seq_len=longest)  # (B, H, D)
+        if out is None:  # not expected: the dtype and head size were checked at start
+            raise RuntimeError("paged decode attention kernel does not apply to this cache")
+        return out
 
     def _attend_shared(self, q, keys, values, bias, scale):
         result = self._native(q, keys, values, bias, scale)
@@ -57,36 +108,8 @@ class CPUBackend(TorchRefBackend):
             return super()._attend_with_lse(q, keys, values, bias, scale)
         return result
 
-    def _decode_gathered(self, query, kv_cache, group, scale, window):
-        """Unrelated contexts: each request attended over its own blocks by the kernel (a view
-        when they are one run, else its pages gathered), instead of one padded gather of all."""
-        import torch
-
-        if (not self.native or group.tables is None
-                or (window is not None and max(group.seq_lens) > window)):
-            return super()._decode_gathered(query, kv_cache, group, scale, window)
-        kv_heads, size, dim = self.num_kv_heads, self.group, self.head_dim
-        slots = kv_cache.view(2, kv_heads, -1, dim)  # (2, KVH, slots, D)
-        block_size = kv_cache.shape[3]
-        outputs = []
-        for b, (table, seq_len) in enumerate(zip(group.tables, group.seq_lens, strict=True)):
-            runs = consecutive_runs(table)
-            if len(runs) == 1:
-                first = runs[0][0] * block_size
-                keys, values = slots[:, :, first: first + seq_len]  # (KVH, L, D) each
-            else:
-                ids = torch.tensor(table, dtype=torch.long, device=self.device)  # (nb,)
-                pages = kv_cache.flatten(3).index_select(2, ids)  # (2, KVH, nb, bs*D)
-                keys, values = pages.view(2, kv_heads, -1, dim)[:, :, :seq_len]
-            result = decode_attention.attend(query[b].view(kv_heads, size, dim), keys, values,
-                                             None, scale)  # (KVH, G, D), (KVH, G)
-            if result is None:
-                return super()._decode_gathered(query, kv_cache, group, scale, window)
-            outputs.append(result[0])
-        return torch.stack(outputs).view(group.num_decodes, self.num_heads, dim)  # (B, H, D)
-
     def _native(self, q, keys, values, bias, scale):
-        """``(out (1, KVH, R, D), lse (1, KVH, R))`` from the kernel, or None."""
+        """``(out (1, KVH, R, D), lse (1, KVH, R))`` from the shared-path kernel, or None."""
         if not self.native:
             return None
         result = decode_attention.attend(q[0], keys, values, bias, scale)

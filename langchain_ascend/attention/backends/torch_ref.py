@@ -92,6 +92,8 @@ class DecodeGroup:
             (negative for foreign slots); gather path None. Used for sliding-window masks.
         tables: Gather path: each request's blocks covering its context (host lists), for
             backends that attend request by request; else None.
+        paged: Paged path (CPU native kernel): ``(block_tables (B, W) int32, seq_lens (B,)
+            int64, longest)``, every request attending its own blocks in one call; else None.
     """
 
     num_decodes: int
@@ -105,6 +107,7 @@ class DecodeGroup:
     run_empty_rows: list[torch.Tensor | None] = field(default_factory=list)
     window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
     tables: list[list[int]] | None = None
+    paged: tuple[torch.Tensor, torch.Tensor, int] | None = None
 
 
 @dataclass

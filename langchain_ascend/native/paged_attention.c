@@ -1,0 +1,233 @@
+/* Paged decode attention: one query token per request over its blocks of the paged cache,
+ * every request of the step in one call. AVX2 + FMA, OpenMP; float32 or bfloat16 cache.
+ *
+ * Cache of one layer: (2, KVH, NB, BS, D) -- keys then values, per KV head NB blocks of BS
+ * rows of D values (the torch_ref / cpu backends' layout). Request b attends the first
+ * seq_lens[b] slots named by its row of the int32 block table (B, W); with a sliding window
+ * only the last `window` of them (window 0: all).
+ *
+ * Work is split into B * KVH * num_splits items (a request, a KV head and a range of its
+ * blocks) spread over the calling thread's OpenMP team (torch's libgomp pool, see build.py).
+ * An item holds the G = H / KVH query rows of its KV head in float32 and walks its blocks,
+ * merging runs of consecutive block ids into chunks of up to KEY_BLOCK keys, with a running
+ * max / sum / weighted value sum per row (online softmax). The items of one (request, head)
+ * are merged by their log-sum-exp at the end. The request's K/V for this step must already be
+ * in the cache (the caller writes them first).
+ *
+ * Queries and outputs are (B, H, D) in the cache's dtype; bfloat16 outputs are rounded to
+ * nearest even. Return codes: 0 success, 1 out of memory, 2 D not a multiple of 8 or H not a
+ * multiple of KVH, 3 a block id outside [0, NB).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "avx2_util.h"
+
+#define KEY_BLOCK 64
+
+static inline __m256 exp256_ps(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* 8 stored values at p as floats. */
+static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 load_bf16(const uint16_t *p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+static inline float bf16_to_f32(uint16_t v) {
+    uint32_t bits = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);  /* NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+/* Online-softmax state of one item: acc (G, D) unnormalised output, m (G) running max,
+   l (G) running sum; sc (G, KEY_BLOCK) score scratch. */
+typedef struct {
+    float *acc, *m, *l, *sc;
+} State;
+
+/* Attend the G query rows qf (G, D) over n <= KEY_BLOCK consecutive keys k / values v
+   (rows of D values of type TYPE). */
+#define DEFINE_CHUNK(NAME, TYPE, LOAD)                                                           \
+    static void NAME(const float *qf, const TYPE *k, const TYPE *v, int64_t n, int64_t G,       \
+                     int64_t D, float scale, State *st) {                                        \
+        for (int64_t r = 0; r < G; r++) {                                                        \
+            float *row = st->sc + r * KEY_BLOCK;                                                 \
+            const float *qr = qf + r * D;                                                        \
+            int64_t j = 0;                                                                       \
+            for (; j + 8 <= n; j += 8) {                                                         \
+                __m256 a[8];                                                                     \
+                for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();                          \
+                for (int64_t d = 0; d < D; d += 8) {                                             \
+                    __m256 qv = _mm256_loadu_ps(qr + d);                                         \
+                    for (int i = 0; i < 8; i++)                                                  \
+                        a[i] = _mm256_fmadd_ps(qv, LOAD(k + (j + i) * D + d), a[i]);             \
+                }                                                                                \
+                _mm256_storeu_ps(row + j, _mm256_mul_ps(                                         \
+                    hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]),                     \
+                    _mm256_set1_ps(scale)));                                                     \
+            }                                                                                    \
+            for (; j < n; j++) {                                                                 \
+                __m256 a = _mm256_setzero_ps();                                                  \
+                for (int64_t d = 0; d < D; d += 8)                                               \
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), LOAD(k + j * D + d), a);        \
+                row[j] = hsum(a) * scale;                                                        \
+            }                                                                                    \
+            float bm = -INFINITY;                                                                \
+            for (j = 0; j < n; j++) bm = row[j] > bm ? row[j] : bm;                              \
+            float nm = st->m[r] > bm ? st->m[r] : bm;                                            \
+            float alpha = st->m[r] == -INFINITY ? 0.f : expf(st->m[r] - nm);                     \
+            __m256 vnm = _mm256_set1_ps(nm), vsum = _mm256_setzero_ps();                         \
+            float sum = 0.f;                                                                     \
+            for (j = 0; j + 8 <= n; j += 8) {                                                    \
+                __m256 p = exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));              \
+                _mm256_storeu_ps(row + j, p);                                                    \
+                vsum = _mm256_add_ps(vsum, p);                                                   \
+            }                                                                                    \
+            for (; j < n; j++) { float p = expf(row[j] - nm); row[j] = p; sum += p; }           \
+            st->l[r] = st->l[r] * alpha + hsum(vsum) + sum;                                      \
+            st->m[r] = nm;                                                                       \
+            float *a = st->acc + r * D;                                                          \
+            if (alpha != 1.f) for (int64_t d = 0; d < D; d++) a[d] *= alpha;                     \
+            for (int64_t d = 0; d < D; d += 32) {                                                \
+                int w = D - d >= 32 ? 4 : (int)((D - d) / 8);                                    \
+                __m256 o[4];                                                                     \
+                for (int i = 0; i < w; i++) o[i] = _mm256_loadu_ps(a + d + 8 * i);               \
+                for (int64_t jj = 0; jj < n; jj++) {                                             \
+                    __m256 pj = _mm256_set1_ps(row[jj]);                                         \
+                    const TYPE *vr = v + jj * D + d;                                             \
+                    for (int i = 0; i < w; i++) o[i] = _mm256_fmadd_ps(pj, LOAD(vr + 8 * i), o[i]); \
+                }                                                                                \
+                for (int i = 0; i < w; i++) _mm256_storeu_ps(a + d + 8 * i, o[i]);               \
+            }                                                                                    \
+        }                                                                                        \
+    }
+DEFINE_CHUNK(chunk_f32, float, load_f32)
+DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16)
+
+/* The whole call for one cache type. Q_LOAD(ptr, i) reads query value i as float; OUT_STORE
+   writes one float into the output. */
+#define DEFINE_PAGED(NAME, TYPE, CHUNK, TO_F32, FROM_F32)                                        \
+    int NAME(const TYPE *q, const TYPE *cache, const int32_t *tables, int64_t table_stride,     \
+             const int64_t *seq_lens, TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D,   \
+             int64_t NB, int64_t BS, int64_t window, float scale, int64_t num_splits,            \
+             int num_threads) {                                                                  \
+        if (D % 8 || KVH < 1 || H % KVH) return 2;                                               \
+        if (num_splits < 1) num_splits = 1;                                                      \
+        const int64_t G = H / KVH, head_stride = NB * BS * D, kv_stride = KVH * head_stride;    \
+        const int64_t items = B * KVH * num_splits;                                              \
+        float *part = (float *)malloc(sizeof(float) * items * G * (D + 2));                      \
+        if (!part) return 1;                                                                     \
+        int failed = 0, bad_block = 0;                                                           \
+        _Pragma("omp parallel num_threads(num_threads)")                                        \
+        {                                                                                        \
+            float *scratch = (float *)malloc(sizeof(float) * G * (KEY_BLOCK + D));               \
+            if (!scratch) {                                                                      \
+                _Pragma("omp atomic write")                                                      \
+                failed = 1;                                                                      \
+            }                                                                                    \
+            _Pragma("omp for schedule(dynamic, 1)")                                             \
+            for (int64_t it = 0; it < items; it++) {                                             \
+                if (!scratch) continue;                                                          \
+                int64_t b = it / (KVH * num_splits), h = (it / num_splits) % KVH;               \
+                int64_t sp = it % num_splits;                                                    \
+                int64_t len = seq_lens[b];                                                       \
+                int64_t first = window > 0 && len > window ? len - window : 0;                   \
+                int64_t span = len - first;                                                      \
+                int64_t per = (span + num_splits - 1) / num_splits;                              \
+                per = (per + BS - 1) / BS * BS;                                                  \
+                int64_t s0 = first + sp * per, s1 = s0 + per < len ? s0 + per : len;             \
+                float *base = part + it * G * (D + 2);                                           \
+                State st = {base, base + G * D, base + G * D + G, scratch};                     \
+                float *qf = scratch + G * KEY_BLOCK;                                             \
+                const TYPE *qb = q + (b * H + h * G) * D;                                        \
+                for (int64_t i = 0; i < G * D; i++) qf[i] = TO_F32(qb[i]);                       \
+                for (int64_t r = 0; r < G; r++) { st.m[r] = -INFINITY; st.l[r] = 0.f; }          \
+                memset(st.acc, 0, sizeof(float) * G * D);                                        \
+                const int32_t *table = tables + b * table_stride;                                \
+                const TYPE *kh = cache + h * head_stride, *vh = cache + kv_stride + h * head_stride; \
+                int64_t pos = s0;                                                                \
+                while (pos < s1) {                                                               \
+                    int64_t blk = table[pos / BS];                                               \
+                    if (blk < 0 || blk >= NB) {                                                  \
+                        _Pragma("omp atomic write")                                              \
+                        bad_block = 1;                                                           \
+                        break;                                                                   \
+                    }                                                                            \
+                    int64_t slot = blk * BS + pos % BS;                                          \
+                    int64_t n = BS - pos % BS;                                                   \
+                    /* extend over following blocks stored right after this one */              \
+                    while (n < KEY_BLOCK && pos + n < s1 && table[(pos + n) / BS] == blk + (n + pos % BS) / BS   \
+                           && blk + (n + pos % BS) / BS < NB)                              \
+                        n += BS;                                                                 \
+                    if (n > KEY_BLOCK) n = KEY_BLOCK;                                            \
+                    if (pos + n > s1) n = s1 - pos;                                              \
+                    CHUNK(qf, kh + slot * D, vh + slot * D, n, G, D, scale, &st);                \
+                    pos += n;                                                                    \
+                }                                                                                \
+            }                                                                                    \
+            free(scratch);                                                                       \
+        }                                                                                        \
+        float *merged = (float *)malloc(sizeof(float) * D);                                      \
+        if (failed || bad_block || !merged) {                                                    \
+            free(part); free(merged); return failed || !merged ? 1 : 3;                          \
+        }                                                                                        \
+        for (int64_t bh = 0; bh < B * KVH; bh++) {                                               \
+            int64_t b = bh / KVH, h = bh % KVH;                                                  \
+            for (int64_t r = 0; r < G; r++) {                                                    \
+                float mx = -INFINITY;                                                            \
+                for (int64_t sp = 0; sp < num_splits; sp++) {                                    \
+                    float *base = part + (bh * num_splits + sp) * G * (D + 2);                   \
+                    float m = base[G * D + r];                                                   \
+                    mx = m > mx ? m : mx;                                                        \
+                }                                                                                \
+                TYPE *o = out + (b * H + h * G + r) * D;                                         \
+                if (mx == -INFINITY) { for (int64_t d = 0; d < D; d++) o[d] = FROM_F32(0.f); continue; } \
+                float total = 0.f;                                                               \
+                memset(merged, 0, sizeof(float) * D);                                            \
+                for (int64_t sp = 0; sp < num_splits; sp++) {                                    \
+                    float *base = part + (bh * num_splits + sp) * G * (D + 2);                   \
+                    float m = base[G * D + r], l = base[G * D + G + r];                          \
+                    if (m == -INFINITY) continue;                                                \
+                    float w = expf(m - mx);                                                      \
+                    total += w * l;                                                              \
+                    for (int64_t d = 0; d < D; d++) merged[d] += w * base[r * D + d];            \
+                }                                                                                \
+                float inv = 1.f / total;                                                         \
+                for (int64_t d = 0; d < D; d++) o[d] = FROM_F32(merged[d] * inv);                \
+            }                                                                                    \
+        }                                                                                        \
+        free(part);                                                                              \
+        free(merged);                                                                            \
+        return 0;                                                                                \
+    }
+#define IDENTITY(x) (x)
+DEFINE_PAGED(paged_decode_f32, float, chunk_f32, IDENTITY, IDENTITY)
+DEFINE_PAGED(paged_decode_bf16, uint16_t, chunk_bf16, bf16_to_f32, f32_to_bf16)

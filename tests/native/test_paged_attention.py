@@ -1,0 +1,139 @@
+"""The paged decode-attention kernel against a naive per-request softmax, and as a custom op."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from langchain_ascend.native import paged_attention
+from langchain_ascend.testing import needs_native_kernels
+
+pytestmark = needs_native_kernels()
+
+
+def naive(query, cache, tables, lens, scale, window=0):
+    """Per request: gather its slots in position order, softmax in float32 -> (B, H, D)."""
+    batch, heads, dim = query.shape
+    kv_heads, block_size = cache.shape[1], cache.shape[3]
+    group = heads // kv_heads
+    slots_k = cache[0].reshape(kv_heads, -1, dim).float()  # (KVH, slots, D)
+    slots_v = cache[1].reshape(kv_heads, -1, dim).float()
+    out = torch.empty(batch, heads, dim)
+    for b in range(batch):
+        length = int(lens[b])
+        slots = [int(tables[b][p // block_size]) * block_size + p % block_size
+                 for p in range(length)]
+        if window and length > window:
+            slots = slots[length - window:]
+        k, v = slots_k[:, slots], slots_v[:, slots]  # (KVH, L, D)
+        q = query[b].float().view(kv_heads, group, dim)  # (KVH, G, D)
+        weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)  # (KVH, G, L)
+        out[b] = (weights @ v).reshape(heads, dim)
+    return out
+
+
+def make_step(lens, *, heads=9, kv_heads=3, dim=64, block_size=16, dtype=torch.float32,
+              scattered=True, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    needed = [-(-n // block_size) for n in lens]
+    num_blocks = sum(needed) + 5
+    cache = torch.randn(2, kv_heads, num_blocks, block_size, dim, generator=gen).to(dtype)
+    ids = list(range(num_blocks))
+    if scattered:
+        random.Random(seed).shuffle(ids)
+    tables = torch.zeros(len(lens), max(needed), dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(needed):
+        tables[b, :n] = torch.tensor(ids[start: start + n], dtype=torch.int32)
+        start += n
+    query = torch.randn(len(lens), heads, dim, generator=gen).to(dtype)
+    return query, cache, tables, torch.tensor(lens, dtype=torch.long)
+
+
+CASES = [
+    dict(lens=[1]),
+    dict(lens=[5, 37, 100]),
+    dict(lens=[300, 17, 64, 65], heads=8, kv_heads=2, dim=128),
+    dict(lens=[700, 1], heads=4, kv_heads=4, dim=32, block_size=8),
+    dict(lens=[1030], heads=14, kv_heads=2),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scattered", [True, False])
+@pytest.mark.parametrize("case", CASES)
+def test_paged_decode_matches_naive_softmax(case, scattered, dtype):
+    case = dict(case)
+    lens = case.pop("lens")
+    query, cache, tables, seq_lens = make_step(lens, dtype=dtype, scattered=scattered, **case)
+    scale = 1 / math.sqrt(query.shape[2])
+    out = paged_attention.paged_decode(query, cache, tables, seq_lens, scale)
+    assert out is not None and out.dtype == dtype and out.shape == query.shape
+    expected = naive(query, cache, tables, seq_lens, scale)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: the output is rounded once
+    torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sliding_window_attends_only_the_last_keys(dtype):
+    query, cache, tables, seq_lens = make_step([50, 90, 7], dim=32, block_size=8, dtype=dtype)
+    out = paged_attention.paged_decode(query, cache, tables, seq_lens, 0.2, window=20)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.float(), naive(query, cache, tables, seq_lens, 0.2, 20),
+                               atol=tol, rtol=tol)
+    full = paged_attention.paged_decode(query, cache, tables, seq_lens, 0.2)
+    assert not torch.allclose(out[:2].float(), full[:2].float())  # windows changed the result
+    torch.testing.assert_close(out[2], full[2])  # shorter than the window: all keys
+
+
+def test_split_count_does_not_change_the_result(monkeypatch):
+    query, cache, tables, seq_lens = make_step([2000])
+    outs = []
+    for splits in (1, 3, 8):
+        monkeypatch.setattr(paged_attention, "num_splits", lambda *a, s=splits: s)
+        outs.append(paged_attention.paged_decode(query, cache, tables, seq_lens, 0.1))
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(outs[0], outs[2], atol=1e-6, rtol=1e-5)
+
+
+def test_num_splits_gives_every_thread_work_on_long_contexts_only():
+    assert paged_attention.num_splits(3, 4096, 2) == 2
+    assert paged_attention.num_splits(3, 300, 2) == 1  # too few keys to split
+    assert paged_attention.num_splits(48, 4096, 2) == 1  # enough items already
+
+
+def test_a_block_id_outside_the_cache_is_a_typed_error():
+    query, cache, tables, seq_lens = make_step([40])
+    tables[0, 1] = cache.shape[2]
+    with pytest.raises(ValueError, match="block id"):
+        paged_attention.paged_decode(query, cache, tables, seq_lens, 0.1)
+
+
+def test_layouts_the_kernel_does_not_read_return_none():
+    query, cache, tables, seq_lens = make_step([40])
+    assert paged_attention.paged_decode(query.half(), cache.half(), tables, seq_lens, 1.) is None
+    assert paged_attention.paged_decode(query, cache, tables.long(), seq_lens, 1.0) is None
+    assert paged_attention.paged_decode(query[:, :, :60], cache[..., :60], tables, seq_lens,
+                                        1.0) is None  # head size not a multiple of 8
+
+
+def test_custom_op_runs_eagerly_and_in_a_fullgraph_compile():
+    query, cache, tables, seq_lens = make_step([33, 70])
+    paged_attention.paged_decode_op()
+    op = torch.ops.langchain_ascend.paged_decode_attention
+    eager = op(query, cache, tables, seq_lens, 0.125, 0)
+    torch.testing.assert_close(eager, paged_attention.paged_decode(query, cache, tables,
+                                                                   seq_lens, 0.125))
+
+    def step(q, c, t, n):
+        return op(q * 2.0, c, t, n, 0.125, 0) + 1.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(query, cache, tables, seq_lens),
+                               step(query, cache, tables, seq_lens))
+    with pytest.raises(ValueError, match="does not apply"):
+        op(query.double(), cache.double(), tables, seq_lens, 0.125, 0)
