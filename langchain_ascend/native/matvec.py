@@ -6,6 +6,11 @@ layouts and measurements there): :func:`matvec` on the row-major weight itself,
 :func:`matvec_tiles_f16` and :func:`greedy_screened_f16` on a float16 copy made by
 :func:`pack_tiles_f16`. They return None wherever the kernel does not apply (library not
 built here, another dtype or device), so callers keep their torch path.
+
+bfloat16: :func:`matvec_tiles_rows_bf16` takes any number of rows on a bf16 copy made by
+:func:`pack_tiles` (float32 accumulation, one rounding to bf16: what torch's bf16 linear
+computes, far faster on CPUs without native bf16 math; ``engine.cpu.weight_layout`` measures
+where it wins).
 """
 
 from __future__ import annotations
@@ -91,6 +96,49 @@ def matvec_tiles_rows(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.Tenso
                     out.data_ptr(), num_tiles * 8, in_features, num_rows, torch.get_num_threads())
     if status:
         raise RuntimeError(f"matvec_tiles_rows_f32 failed with status {status}")
+    return out
+
+
+def bf16_available() -> bool:
+    """Whether :func:`matvec_tiles_rows_bf16` can run here (builds the library on first call)."""
+    return _bf16_kernel() is not None
+
+
+def _bf16_kernel() -> Any:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return build.function(KERNEL, "matvec_tiles_rows_bf16",
+                          [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
+
+
+def matvec_tiles_rows_bf16(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None,
+                           ) -> torch.Tensor | None:
+    """``rows (M, in) @ weight^T [+ bias]`` -> ``(M, out)`` bfloat16, for any ``M >= 1``, from
+    ``tiles = pack_tiles(weight)`` of a bf16 weight; None where the kernel does not apply
+    (library not built here, another dtype or device, mismatched shapes, no rows).
+
+    Products accumulate in float32, the bias is added in float32 and each output is rounded
+    to bf16 once (nearest even), like torch's bf16 linear up to the order of the sums.
+    """
+    import torch
+
+    kernel = _bf16_kernel()
+    if (kernel is None or tiles.dtype != torch.bfloat16 or rows.dtype != torch.bfloat16
+            or tiles.dim() != 3 or rows.dim() != 2 or tiles.device.type != "cpu"
+            or rows.device.type != "cpu" or not tiles.is_contiguous()):
+        return None
+    num_tiles, in_features, lanes = tiles.shape
+    num_rows = rows.shape[0]
+    if lanes != 8 or rows.shape[1] != in_features or num_rows == 0 or in_features == 0:
+        return None
+    if bias is not None and (bias.dtype != torch.bfloat16 or bias.shape != (num_tiles * 8,)
+                             or not bias.is_contiguous() or bias.device.type != "cpu"):
+        return None
+    rows = rows.contiguous()
+    out = torch.empty(num_rows, num_tiles * 8, dtype=torch.bfloat16)  # (M, out)
+    status = kernel(tiles.data_ptr(), rows.data_ptr(), None if bias is None else bias.data_ptr(),
+                    out.data_ptr(), num_tiles * 8, in_features, num_rows, torch.get_num_threads())
+    if status:
+        raise RuntimeError(f"matvec_tiles_rows_bf16 failed with status {status}")
     return out
 
 

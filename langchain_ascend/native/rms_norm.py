@@ -1,7 +1,8 @@
-"""RMSNorm of a few float32 rows: the native kernel, from torch.
+"""RMSNorm of a few float32 or bfloat16 rows: the native kernels, from torch.
 
 Used by ``engine.cpu.fused_norms`` for decode-sized inputs (``rms_norm.c``; measured there).
-:func:`rms_norm` returns None wherever the kernel does not apply (library not built here,
+:func:`rms_norm` (float32) and :func:`rms_norm_bf16` (bfloat16, transformers' rounding order)
+return None wherever the kernel does not apply (library not built here,
 another dtype or device, more rows than :data:`MAX_ROWS`), so callers keep their torch path.
 """
 
@@ -25,9 +26,9 @@ def available() -> bool:
     return _kernel() is not None
 
 
-def _kernel() -> Any:
+def _kernel(symbol: str = "rms_norm_f32") -> Any:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return build.function(KERNEL, "rms_norm_f32", [ptr, ptr, ptr, i64, i64, i64, ctypes.c_float])
+    return build.function(KERNEL, symbol, [ptr, ptr, ptr, i64, i64, i64, ctypes.c_float])
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
@@ -40,18 +41,39 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     """
     import torch
 
-    kernel = _kernel()
+    return _run("rms_norm_f32", torch.float32, x, weight, eps)
+
+
+def rms_norm_bf16(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """transformers' ``LlamaRMSNorm`` of bfloat16 ``x``: ``h = x.float() * rsqrt(mean(x^2) +
+    eps)``, then ``weight * h.to(bf16)`` (each product rounded to bf16), or None.
+
+    Args:
+        x: ``(..., H)`` bfloat16 on CPU with contiguous rows; ``H % 8 == 0``.
+        weight: ``(H,)`` bfloat16, contiguous.
+        eps: Added to the mean square.
+    """
+    import torch
+
+    return _run("rms_norm_bf16", torch.bfloat16, x, weight, eps)
+
+
+def _run(symbol: str, dtype: torch.dtype, x: torch.Tensor, weight: torch.Tensor, eps: float,
+         ) -> torch.Tensor | None:
+    import torch
+
+    kernel = _kernel(symbol)
     size = x.shape[-1]
-    if (kernel is None or x.dtype != torch.float32 or weight.dtype != torch.float32
+    if (kernel is None or x.dtype != dtype or weight.dtype != dtype
             or x.device.type != "cpu" or size % 8 or weight.shape != (size,)
             or not weight.is_contiguous() or x.numel() > MAX_ROWS * size or x.numel() == 0):
         return None
-    rows = x.reshape(-1, size)  # a view when the rows are evenly spaced
+    rows = x.reshape(-1, size)  # (N, H), a view when the rows are evenly spaced
     if rows.stride(1) != 1:
         return None
-    out = torch.empty(x.shape, dtype=torch.float32)
+    out = torch.empty(x.shape, dtype=dtype)
     status = kernel(rows.data_ptr(), weight.data_ptr(), out.data_ptr(), rows.shape[0], size,
                     rows.stride(0), eps)
     if status:
-        raise RuntimeError(f"rms_norm kernel failed with status {status}")
+        raise RuntimeError(f"{symbol} kernel failed with status {status}")
     return out

@@ -1,6 +1,7 @@
 """The CPU seam: :func:`prepare` readies a loaded model for the CPU decode step, once.
 
-It lays out the linear weights (``weight_layout``), fuses sibling projections
+It lays out the linear weights (``weight_layout``; for bf16 ``"dual"`` it then measures up
+to how many rows the native bf16 kernel beats torch), fuses sibling projections
 (``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``), each by
 swapping module instances' ``forward`` through ``swap``, and builds the screened greedy head
 (``greedy_head``) as the runner's logits-head strategy. Values, parameters and the model code
@@ -29,8 +30,10 @@ __all__ = ["CPUHooks", "prepare"]
 @dataclass
 class CPUHooks(ModelHooks):
     """:class:`ModelHooks` of a CPU model; ``changes`` holds ``weight_layout`` (the concrete
-    layout), ``fused_groups`` and ``fused_norms`` (counts) and, once the head is made,
-    ``screened_greedy`` (bool).
+    layout), ``fused_groups`` and ``fused_norms`` (counts), for a bf16 model on the native
+    bf16 kernel ``bf16_native_max_rows`` (the measured row limit, see
+    ``weight_layout.tune_bf16_native_rows``) and, once the head is made, ``screened_greedy``
+    (bool).
 
     Attributes:
         screen_greedy: Whether to try the screened greedy head.
@@ -58,11 +61,18 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         return ModelHooks()
     from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
     from langchain_ascend.engine.cpu.fused_projections import fuse_projections
-    from langchain_ascend.engine.cpu.weight_layout import apply_layout, resolve_layout
+    from langchain_ascend.engine.cpu.weight_layout import (
+        apply_layout,
+        resolve_layout,
+        tune_bf16_native_rows,
+    )
 
     layout = resolve_layout(options.weight_layout, model)
     fused_groups = fuse_projections(model) if layout == "dual" else 0
     apply_layout(model, layout)
-    fused_norms = fuse_rms_norms(model)
-    return CPUHooks(changes={"weight_layout": layout, "fused_groups": fused_groups,
-                             "fused_norms": fused_norms}, screen_greedy=options.screen_greedy)
+    changes: dict[str, Any] = {"weight_layout": layout, "fused_groups": fused_groups}
+    native_max_rows = tune_bf16_native_rows(model) if layout == "dual" else None
+    if native_max_rows is not None:
+        changes["bf16_native_max_rows"] = native_max_rows
+    changes["fused_norms"] = fuse_rms_norms(model)
+    return CPUHooks(changes=changes, screen_greedy=options.screen_greedy)

@@ -4,7 +4,10 @@ Transformers' ``LlamaRMSNorm``-style modules run seven small ops per call, twice
 once at the end. Float32 modules instead run the native one-pass kernel (``native.rms_norm``)
 for inputs of up to its row limit (decode steps), else ``torch.nn.functional.rms_norm``: equal
 to transformers' result in float32 (tested; up to float rounding of the sum for the kernel).
-Other dtypes keep transformers' rounding order (normalise in float32, round, then scale).
+Bfloat16 modules run the native bf16 kernel (``native.rms_norm.rms_norm_bf16``) in
+transformers' rounding order (normalise in float32, round to bf16, scale by the bf16 weight,
+round again, with the sum of squares in torch's AVX2 order: equal bit for bit, tested) for
+inputs within its row limit, else transformers' own forward. Other dtypes keep their forward.
 Only the module instances' ``forward`` is swapped (``engine.cpu.swap``).
 """
 
@@ -31,22 +34,34 @@ def _fused_forward(self: Any, hidden_states: Any) -> Any:
     return F.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
 
 
+def _bf16_forward(self: Any, hidden_states: Any) -> Any:
+    out = native_rms_norm.rms_norm_bf16(hidden_states, self.weight, self.variance_epsilon)
+    if out is not None:
+        return out
+    return type(self).forward(self, hidden_states)  # transformers' rounding order
+
+
 def is_fusable(module: Any) -> bool:
-    """Whether ``module`` is a float32 RMSNorm of a known family with its own forward."""
+    """Whether ``module`` is a float32 or (with the native kernel) bfloat16 RMSNorm of a known
+    family with its own forward."""
     import torch
 
-    return (type(module).__name__ in FUSABLE_NORMS and not is_swapped(module)
-            and getattr(module, "weight", None) is not None
-            and module.weight.dtype == torch.float32
-            and isinstance(getattr(module, "variance_epsilon", None), float))
+    if (type(module).__name__ not in FUSABLE_NORMS or is_swapped(module)
+            or getattr(module, "weight", None) is None
+            or not isinstance(getattr(module, "variance_epsilon", None), float)):
+        return False
+    dtype = module.weight.dtype
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and native_rms_norm.available())
 
 
 def fuse_rms_norms(model: Any) -> int:
-    """Route every fusable RMSNorm of ``model`` through ``F.rms_norm``.
+    """Route every fusable RMSNorm of ``model`` through the native kernel or ``F.rms_norm``
+    (float32) or the native bf16 kernel (bfloat16).
 
     Returns:
         How many modules were switched.
     """
+    import torch
     import torch.nn.functional as F
 
     if not hasattr(F, "rms_norm"):
@@ -54,7 +69,8 @@ def fuse_rms_norms(model: Any) -> int:
     count = 0
     for module in model.modules():
         if is_fusable(module):
-            swap_forward(module, _fused_forward, "fused_norms")
+            forward = _bf16_forward if module.weight.dtype == torch.bfloat16 else _fused_forward
+            swap_forward(module, forward, "fused_norms")
             count += 1
     if count:
         logger.info("fused %d RMSNorm modules", count)

@@ -1,4 +1,5 @@
-"""Sibling projections on the same input as one product (CPU, ``"dual"`` weight layout).
+"""Sibling projections on the same input as one product (CPU, ``"dual"`` weight layout, float32
+or bfloat16).
 
 Decoder layers call ``q_proj``, ``k_proj`` and ``v_proj`` one after another on the same hidden
 states, and ``gate_proj`` then ``up_proj`` on the same MLP input. A CPU decode step pays per
@@ -9,7 +10,9 @@ so any call order stays correct).
 
 The members' weights and biases become views of the concatenated tensors (nothing is held
 twice); only the members' ``forward`` is swapped (``engine.cpu.swap``, marked with their
-group, so the weight layout leaves them alone); the fused linear gets the ``"dual"`` layout.
+group, so the weight layout leaves them alone); the fused linear gets the ``"dual"`` layout
+(for bf16 its row limit for the native kernel is set later, with the model's other linears,
+by ``weight_layout.tune_bf16_native_rows``, which finds it through the members' marker).
 """
 
 from __future__ import annotations

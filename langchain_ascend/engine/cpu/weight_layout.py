@@ -16,9 +16,21 @@ Layouts:
   two halves (a transposed copy for output-heavy layers); 2 to :data:`SMALL_BATCH_ROWS` rows to
   the native kernel on the tiles copy or ``W @ x^T``; more rows to oneDNN on a pre-packed
   copy. Extra memory: about the linear weights once more, plus the output-heavy copies.
-* ``"auto"``: ``"dual"`` for float32 weights on CPU when the copies fit in
-  :data:`DUAL_MAX_RAM_SHARE` of the free RAM, else ``"row"``; ``"row"`` elsewhere (oneDNN is
-  far slower on column-major bf16 weights).
+
+  For bfloat16 weights where the native bf16 kernel is built, ``"dual"`` instead keeps one
+  ``(out/8, in, 8)`` bf16 tiles copy per linear (``out % 8 == 0``; the weight itself stays
+  as it is) and sends products of up to ``native_max_rows`` rows to
+  ``native.matvec.matvec_tiles_rows_bf16`` (float32 sums, one rounding, like torch's bf16
+  linear; a row's result does not depend on the other rows), more rows to ``F.linear``.
+  ``native_max_rows`` is 0 (torch only) until :func:`tune_bf16_native_rows` measures, on one
+  representative layer, the largest of :data:`BF16_PROBE_ROWS` at which the kernel beats
+  ``F.linear`` on this machine (torch's bf16 products are slow on CPUs without native bf16
+  math, and may win on CPUs with AVX-512-BF16 or AMX). Extra memory: the linear weights once
+  more. Without the kernel, bf16 ``"dual"`` is the float32 scheme above, in torch.
+* ``"auto"``: ``"dual"`` for float32 weights on CPU, and for bfloat16 weights on CPU where the
+  native bf16 kernel is built, when the copies fit in :data:`DUAL_MAX_RAM_SHARE` of the free
+  RAM, else ``"row"``; ``"row"`` elsewhere (oneDNN is far slower on column-major bf16
+  weights).
 
 Values, shapes, parameters and the model code are unchanged; ``"dual"`` only swaps the
 ``forward`` of each ``nn.Linear`` instance (``engine.cpu.swap``; results equal ``F.linear`` up
@@ -28,6 +40,8 @@ to float rounding).
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_ascend import platform
@@ -48,6 +62,15 @@ PACKED_FOR_ROWS = 64
 """Row count the oneDNN weight copy is packed for (it serves any row count)."""
 OUTPUT_HEAVY_RATIO = 4
 """``"dual"`` keeps a transposed copy for single rows of layers with ``out >= ratio * in``."""
+BF16_TILES = "bf16_tiles"
+"""``single_row_mode`` of a bf16 linear whose products go to the native bf16 kernel."""
+BF16_PROBE_ROWS = (1, 16, 64, 256)
+"""Row counts :func:`tune_bf16_native_rows` times, ascending (it stops at the first loss)."""
+BF16_PROBE_REPEATS = 3
+"""Timed runs of each product per probe after one warm-up run; the fastest counts."""
+DUAL_ATTRIBUTES = ("single_row_mode", "single_row_weight", "single_row_transposed",
+                   "packed_weight", "bf16_tiles", "native_max_rows")
+"""Instance attributes ``make_dual`` may set (removed when the layout changes again)."""
 
 
 def _linears(model: Any) -> list[Any]:
@@ -72,10 +95,15 @@ def resolve_layout(layout: str, model: Any) -> str:
     if layout != "auto":
         return layout
     first = next(model.parameters())
-    if platform.device_type(first.device) != "cpu" or first.dtype != torch.float32:
+    if platform.device_type(first.device) != "cpu":
         return "row"
-    copy_bytes = sum(m.weight.numel() * m.weight.element_size() * (2 if _output_heavy(m.weight)
-                     else 1) for m in _linears(model))
+    if first.dtype == torch.float32:
+        copy_bytes = sum(m.weight.numel() * m.weight.element_size()
+                         * (2 if _output_heavy(m.weight) else 1) for m in _linears(model))
+    elif first.dtype == torch.bfloat16 and matvec.bf16_available():
+        copy_bytes = sum(m.weight.numel() * m.weight.element_size() for m in _linears(model))
+    else:
+        return "row"
     free = platform.memory_info(first.device).free
     return "dual" if copy_bytes <= DUAL_MAX_RAM_SHARE * free else "row"
 
@@ -169,6 +197,40 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
     return out_t.t().contiguous().view(*x.shape[:-1], out_t.shape[0])  # (..., out)
 
 
+def _bf16_tiles_forward(self: Any, x: Any) -> Any:
+    """``nn.Linear.forward`` of a bf16 linear: up to ``native_max_rows`` rows through the
+    native bf16 kernel on the tiles copy, anything else (more rows, another input dtype, a
+    layer without tiles) through ``F.linear``."""
+    import torch.nn.functional as F
+
+    in_features = x.shape[-1]
+    num_rows = x.numel() // in_features if in_features else 0
+    if self.bf16_tiles is not None and 0 < num_rows <= self.native_max_rows:
+        rows = x.reshape(num_rows, in_features)  # (M, in)
+        out = matvec.matvec_tiles_rows_bf16(self.bf16_tiles, rows, self.bias)  # (M, out)
+        if out is not None:
+            return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
+    return F.linear(x, self.weight, self.bias)
+
+
+def uses_bf16_kernel(weight: Any) -> bool:
+    """Whether ``"dual"`` lays out this weight for the native bf16 kernel: bfloat16 on CPU,
+    2-D, with the kernel built here (layers it cannot take then run ``F.linear``)."""
+    import torch
+
+    return (weight.dim() == 2 and weight.dtype == torch.bfloat16
+            and weight.device.type == "cpu" and matvec.bf16_available())
+
+
+def takes_bf16_tiles(weight: Any, bias: Any) -> bool:
+    """Whether a linear layer can use the native bf16 kernel (:func:`uses_bf16_kernel`, and
+    ``out % 8 == 0``, ``in > 0``, a contiguous bf16 bias or none)."""
+    import torch
+
+    return (uses_bf16_kernel(weight) and weight.shape[0] % 8 == 0 and weight.shape[1] > 0
+            and (bias is None or (bias.dtype == torch.bfloat16 and bias.is_contiguous())))
+
+
 def current_layout(module: Any) -> str:
     """The layout one ``nn.Linear`` is in now."""
     if swapped_by(module) == DUAL:
@@ -177,12 +239,25 @@ def current_layout(module: Any) -> str:
     return "column" if weight.dim() == 2 and weight.stride() == (1, weight.shape[0]) else "row"
 
 
-def make_dual(module: Any) -> None:
-    """Give one row-major ``nn.Linear`` the ``"dual"`` layout (its copies and ``forward``)."""
+def make_dual(module: Any, native_max_rows: int = 0) -> None:
+    """Give one row-major ``nn.Linear`` the ``"dual"`` layout (its copies and ``forward``).
+
+    Args:
+        module: The linear layer.
+        native_max_rows: For a bf16 layer on the native kernel: the most rows it sends to
+            the kernel (0: none, until :func:`tune_bf16_native_rows` sets it).
+    """
     import torch
 
     with torch.no_grad():
         weight = module.weight.data
+        if uses_bf16_kernel(weight):
+            tiles = matvec.pack_tiles(weight) if takes_bf16_tiles(weight, module.bias) else None
+            module.single_row_mode = BF16_TILES
+            module.bf16_tiles = tiles  # (out/8, in, 8), or None: F.linear only
+            module.native_max_rows = native_max_rows
+            swap_forward(module, _bf16_tiles_forward, DUAL)
+            return
         mode, single, transposed = "halves", None, False
         if matvec.applies_to(weight, module.bias):
             if _output_heavy(weight) and weight.shape[0] % 8 == 0:
@@ -212,8 +287,8 @@ def apply_layout(model: Any, layout: str) -> int:
             if before == layout:
                 continue
             if before == "dual":
-                del module.single_row_weight, module.single_row_transposed, module.packed_weight
-                del module.single_row_mode
+                for name in DUAL_ATTRIBUTES:
+                    module.__dict__.pop(name, None)
                 restore_forward(module)  # back to nn.Linear.forward
             elif before == "column":
                 module.weight.data = module.weight.data.contiguous()  # (out, in), row-major
@@ -225,3 +300,82 @@ def apply_layout(model: Any, layout: str) -> int:
     if changed:
         logger.info("laid out %d linear layers as %r", changed, layout)
     return changed
+
+
+def bf16_tiled_linears(model: Any) -> list[Any]:
+    """The linears of ``model`` on the native bf16 kernel, including fused projection groups'
+    (held by their members' swap marker, not registered as modules), each once."""
+    found: dict[int, Any] = {}
+    for module in model.modules():
+        owner = swapped_by(module)
+        linear = module if owner == DUAL else getattr(owner, "linear", None)
+        if (linear is not None and getattr(linear, "single_row_mode", None) == BF16_TILES
+                and linear.bf16_tiles is not None):
+            found.setdefault(id(linear), linear)
+    return list(found.values())
+
+
+def best_times_s(first: Callable[[], Any], second: Callable[[], Any],
+                 repeats: int = BF16_PROBE_REPEATS) -> tuple[float, float]:
+    """The fastest of ``repeats`` timed calls of each function, in seconds, after one warm-up
+    call of each; the two alternate, so a burst of load on the host slows both alike."""
+    first()
+    second()
+    best = [float("inf"), float("inf")]
+    for _ in range(repeats):
+        for index, fn in enumerate((first, second)):
+            start = time.perf_counter()
+            fn()
+            best[index] = min(best[index], time.perf_counter() - start)
+    return best[0], best[1]
+
+
+def measure_native_max_rows(linear: Any, probe_rows: Sequence[int] = BF16_PROBE_ROWS) -> int:
+    """The largest of ``probe_rows`` (ascending) up to which the native bf16 kernel beats
+    ``F.linear`` on ``linear`` (a bf16 ``"dual"`` layer), stopping at the first loss; 0 when
+    it loses at the first."""
+    import torch
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(0)
+    best = 0
+    with torch.no_grad():
+        for num_rows in probe_rows:
+            rows = torch.randn(num_rows, linear.in_features, generator=generator,
+                               dtype=torch.float32).to(torch.bfloat16)  # (M, in)
+            native, reference = best_times_s(
+                lambda rows=rows: matvec.matvec_tiles_rows_bf16(linear.bf16_tiles, rows,
+                                                                linear.bias),
+                lambda rows=rows: F.linear(rows, linear.weight, linear.bias))
+            if native >= reference:
+                break
+            best = num_rows
+    return best
+
+
+def representative_linear(linears: Sequence[Any]) -> Any:
+    """The layer of median weight size among ``linears`` (decoder layers outnumber the head)."""
+    ordered = sorted(linears, key=lambda m: m.weight.numel())
+    return ordered[len(ordered) // 2]
+
+
+def tune_bf16_native_rows(model: Any) -> int | None:
+    """Measure where the native bf16 kernel wins (:func:`measure_native_max_rows` on
+    :func:`representative_linear`) and set that as ``native_max_rows`` of every bf16
+    ``"dual"`` layer of ``model``.
+
+    Returns:
+        The row limit chosen, or None when no layer is on the native bf16 kernel.
+    """
+    linears = bf16_tiled_linears(model)
+    if not linears:
+        return None
+    layer = representative_linear(linears)
+    start = time.perf_counter()
+    limit = measure_native_max_rows(layer)
+    for linear in linears:
+        linear.native_max_rows = limit
+    logger.info("bf16 products of up to %d rows go to the native kernel (measured on a "
+                "(%d, %d) layer in %.0f ms)", limit, layer.out_features, layer.in_features,
+                1e3 * (time.perf_counter() - start))
+    return limit

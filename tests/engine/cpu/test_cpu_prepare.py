@@ -18,6 +18,7 @@ from langchain_ascend.engine.worker.hooks import (
     prepare_hooks,
 )
 from langchain_ascend.native import matvec
+from langchain_ascend.testing import needs_native_kernels
 
 
 def load(tiny_model_paths, arch="qwen2"):
@@ -83,3 +84,47 @@ def test_restore_forward_drops_the_swap_and_its_marker():
     restore_forward(linear)
     assert not is_swapped(linear)
     torch.testing.assert_close(linear(x), expected)
+
+
+def greedy_tokens(model, ids, steps: int) -> list[int]:
+    """``steps`` greedy tokens after ``ids``, one row per decode step (a KV cache)."""
+    with torch.inference_mode():
+        out = model(ids, use_cache=True)
+        tokens = []
+        for _ in range(steps):
+            token = out.logits[0, -1].argmax()
+            tokens.append(int(token))
+            out = model(token.view(1, 1), past_key_values=out.past_key_values, use_cache=True)
+    return tokens
+
+
+@needs_native_kernels()
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_prepared_bf16_model_matches_the_unprepared_one(tiny_model_paths, arch, monkeypatch):
+    from langchain_ascend.engine.cpu.weight_layout import BF16_PROBE_ROWS, bf16_tiled_linears
+
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.bfloat16)
+    hooks = prepare(model, device=torch.device("cpu"), dtype=torch.bfloat16,
+                    options=HookOptions())
+    layers = model.config.num_hidden_layers
+    assert hooks.changes["weight_layout"] == "dual"
+    assert hooks.changes["fused_groups"] == 2 * layers  # fused in bf16 too
+    assert hooks.changes["fused_norms"] == 2 * layers + 1
+    assert hooks.changes["bf16_native_max_rows"] in (0, *BF16_PROBE_ROWS)
+    linears = bf16_tiled_linears(model)
+    assert len(linears) == 4 * layers + 1  # qkv, o, gate/up, down per layer; the head
+    for linear in linears:
+        linear.native_max_rows = 16  # whatever this host measured: the kernel for <= 16 rows
+    calls = []
+    kernel = matvec.matvec_tiles_rows_bf16
+    monkeypatch.setattr(matvec, "matvec_tiles_rows_bf16",
+                        lambda *args: calls.append(args[1].shape[0]) or kernel(*args))
+    ids = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3, 250]])
+    with torch.inference_mode():
+        for rows in (ids, ids[:, :1]):
+            got, want = model(rows).logits.float(), plain(rows).logits.float()
+            torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)
+            assert torch.equal(got[0, -1].argmax(), want[0, -1].argmax())
+    assert set(calls) == {9, 1}
+    assert greedy_tokens(model, ids, 8) == greedy_tokens(plain, ids, 8)

@@ -47,9 +47,30 @@ def test_fused_norms_through_the_native_kernel_match_to_rounding(tiny_model_path
     assert torch.equal(after.argmax(-1), before.argmax(-1))
 
 
-def test_other_dtypes_and_unknown_norms_keep_their_forward(tiny_model_paths):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.bfloat16)
+@needs_native_kernels()
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_bf16_norms_through_the_native_kernel_are_bit_identical(tiny_model_paths, arch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.bfloat16)
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    calls = []
+    kernel = native_rms_norm.rms_norm_bf16
+    with torch.inference_mode():
+        before = [model(IDS).logits, model(IDS[:, :1]).logits]
+        assert fuse_rms_norms(model) == len(norms) > 0
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(native_rms_norm, "rms_norm_bf16",
+                          lambda *args: calls.append(args[0].shape) or kernel(*args))
+            after = [model(IDS).logits, model(IDS[:, :1]).logits]
+    assert calls
+    for got, want in zip(after, before, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_other_dtypes_and_unknown_norms_keep_their_forward(tiny_model_paths, monkeypatch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.float16)
     assert fuse_rms_norms(model) == 0
+    monkeypatch.setattr(native_rms_norm, "available", lambda: False)  # no bf16 kernel here
+    assert fuse_rms_norms(model.to(torch.bfloat16)) == 0
 
     class GemmaStyleRMSNorm(torch.nn.Module):  # (1 + weight) scaling: not the same formula
         def __init__(self) -> None:

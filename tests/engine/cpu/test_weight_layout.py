@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.native import matvec
+from langchain_ascend.testing import needs_native_kernels
 
 
 def prompt(seed: int, length: int, vocab: int = 4000) -> list[int]:
@@ -23,7 +24,9 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.float32)
     assert resolve_layout("auto", model) == "dual"  # CPU float32, copies fit easily
     assert resolve_layout("column", model) == "column"
-    assert resolve_layout("auto", model.to(torch.bfloat16)) == "row"
+    bf16_layout = "dual" if matvec.bf16_available() else "row"  # the native bf16 kernel
+    assert resolve_layout("auto", model.to(torch.bfloat16)) == bf16_layout
+    assert resolve_layout("auto", model.to(torch.float16)) == "row"
     model.float()
     with pytest.raises(ValueError, match="weight_layout"):
         resolve_layout("diagonal", model)
@@ -97,3 +100,110 @@ def test_single_row_weight_halves_reproduce_the_product():
         else:
             product = torch.bmm(halves, row.t().expand(halves.shape[0], 6, 1)).reshape(-1)
         torch.testing.assert_close(product, (row @ weight.t())[0])
+
+
+def bf16_linear_calls(monkeypatch) -> list[tuple[int, ...]]:
+    """Record the input shape of every call of the native bf16 kernel (which still runs)."""
+    calls: list[tuple[int, ...]] = []
+    kernel = matvec.matvec_tiles_rows_bf16
+
+    def recording(tiles, rows, bias):
+        calls.append(tuple(rows.shape))
+        return kernel(tiles, rows, bias)
+
+    monkeypatch.setattr(matvec, "matvec_tiles_rows_bf16", recording)
+    return calls
+
+
+@needs_native_kernels()
+def test_bf16_dual_layout_keeps_the_weights_and_matches_torch(tiny_model_paths, monkeypatch):
+    from langchain_ascend.engine.cpu.weight_layout import (
+        BF16_PROBE_ROWS,
+        BF16_TILES,
+        apply_layout,
+        bf16_tiled_linears,
+        current_layout,
+        tune_bf16_native_rows,
+    )
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.bfloat16)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    ids = torch.tensor([prompt(72, 12)])
+    with torch.inference_mode():
+        before = [model(ids).logits, model(ids[:, :1]).logits]
+        weights = {name: p.clone() for name, p in model.named_parameters()}
+        assert apply_layout(model, "dual") == len(linears)
+        assert all(current_layout(m) == "dual" and m.single_row_mode == BF16_TILES
+                   for m in linears)
+        assert all(m.native_max_rows == 0 for m in linears)  # torch only until measured
+        limit = tune_bf16_native_rows(model)
+        assert limit in (0, *BF16_PROBE_ROWS)
+        assert all(m.native_max_rows == limit for m in linears)
+        for m in bf16_tiled_linears(model):
+            m.native_max_rows = 64  # every product of this test through the kernel
+        calls = bf16_linear_calls(monkeypatch)
+        after = [model(ids).logits, model(ids[:, :1]).logits]
+    assert {rows for rows, _ in calls} == {12, 1}
+    for name, p in model.named_parameters():
+        assert torch.equal(p, weights[name]), name  # the weights stay as they were
+    head = model.lm_head
+    assert head.bf16_tiles.shape == (512, 128, 8) and head.weight.is_contiguous()
+    assert "bf16_tiles" not in dict(model.named_parameters())
+    for got, want in zip(after, before, strict=True):
+        torch.testing.assert_close(got.float(), want.float(), atol=0.1, rtol=0.05)
+        assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
+    apply_layout(model, "row")
+    assert all("forward" not in m.__dict__ and "bf16_tiles" not in m.__dict__ for m in linears)
+
+
+@needs_native_kernels()
+def test_bf16_layers_the_kernel_cannot_take_run_torch(monkeypatch):
+    from langchain_ascend.engine.cpu.weight_layout import make_dual
+
+    torch.manual_seed(5)
+    odd = torch.nn.Linear(16, 12, dtype=torch.bfloat16)  # out % 8 != 0: no tiles
+    even = torch.nn.Linear(16, 24, dtype=torch.bfloat16)
+    make_dual(odd, native_max_rows=8)
+    make_dual(even, native_max_rows=8)
+    assert odd.bf16_tiles is None and even.bf16_tiles is not None
+    calls = bf16_linear_calls(monkeypatch)
+    x = torch.randn(3, 16).bfloat16()
+    with torch.inference_mode():
+        assert torch.equal(odd(x), torch.nn.functional.linear(x, odd.weight, odd.bias))
+        big = torch.randn(9, 16).bfloat16()  # more rows than the limit: torch
+        assert torch.equal(even(big), torch.nn.functional.linear(big, even.weight, even.bias))
+        strided = torch.randn(2, 32).bfloat16()[:, ::2]
+        want = (strided.float() @ even.weight.float().T + even.bias.float()).bfloat16()
+        torch.testing.assert_close(even(strided), want, atol=0, rtol=2 ** -7)
+    assert calls == [(2, 16)]
+
+
+@needs_native_kernels()
+def test_measured_row_limit_is_the_largest_probe_the_kernel_wins(monkeypatch):
+    from langchain_ascend.engine.cpu import weight_layout
+
+    linear = torch.nn.Linear(32, 64, dtype=torch.bfloat16)
+    weight_layout.make_dual(linear)
+    native_s = {1: 1.0, 16: 2.0, 64: 9.0, 256: 1.0}  # loses at 64: 256 is never timed
+    torch_s = {1: 3.0, 16: 4.0, 64: 5.0, 256: 9.0}
+    timed: list[int] = []
+
+    def fake_times(native, reference):
+        rows = weight_layout.BF16_PROBE_ROWS[len(timed)]
+        timed.append(rows)
+        return native_s[rows], torch_s[rows]
+
+    monkeypatch.setattr(weight_layout, "best_times_s", fake_times)
+    assert weight_layout.measure_native_max_rows(linear) == 16
+    assert timed == [1, 16, 64]
+    monkeypatch.setattr(weight_layout, "best_times_s", lambda *fns: (1.0, 1.0))  # a tie: torch
+    assert weight_layout.measure_native_max_rows(linear) == 0
+
+
+def test_best_times_alternate_the_two_products():
+    from langchain_ascend.engine.cpu.weight_layout import best_times_s
+
+    order: list[str] = []
+    first, second = best_times_s(lambda: order.append("a"), lambda: order.append("b"), 2)
+    assert order == ["a", "b"] * 3  # a warm-up of each, then alternating
+    assert 0 <= first < 1 and 0 <= second < 1
