@@ -74,58 +74,89 @@ typedef struct {
 } State;
 
 /* Attend the G query rows qf (G, D) over n <= KEY_BLOCK consecutive keys k / values v
-   (rows of D values of type TYPE). */
+   (rows of D values of type TYPE). Rows go in pairs: a pair's scores take 4 keys at a time
+   (8 accumulators, each key load serving both rows, reduced by one hsum8x8) and its weighted
+   value sums take 32 output columns at a time (each value load serving both rows). */
 #define DEFINE_CHUNK(NAME, TYPE, LOAD)                                                           \
     static void NAME(const float *qf, const TYPE *k, const TYPE *v, int64_t n, int64_t G,       \
                      int64_t D, float scale, State *st) {                                        \
-        for (int64_t r = 0; r < G; r++) {                                                        \
-            float *row = st->sc + r * KEY_BLOCK;                                                 \
-            const float *qr = qf + r * D;                                                        \
+        const __m256 vscale = _mm256_set1_ps(scale);                                             \
+        for (int64_t r0 = 0; r0 < G; r0 += 2) {                                                  \
+            const int pair = G - r0 >= 2;                                                        \
+            const float *q0 = qf + r0 * D, *q1 = pair ? q0 + D : q0;                             \
+            float *row0 = st->sc + r0 * KEY_BLOCK, *row1 = pair ? row0 + KEY_BLOCK : row0;      \
             int64_t j = 0;                                                                       \
-            for (; j + 8 <= n; j += 8) {                                                         \
+            for (; j + 4 <= n; j += 4) {                                                         \
                 __m256 a[8];                                                                     \
                 for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();                          \
                 for (int64_t d = 0; d < D; d += 8) {                                             \
-                    __m256 qv = _mm256_loadu_ps(qr + d);                                         \
-                    for (int i = 0; i < 8; i++)                                                  \
-                        a[i] = _mm256_fmadd_ps(qv, LOAD(k + (j + i) * D + d), a[i]);             \
+                    __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);           \
+                    for (int i = 0; i < 4; i++) {                                                \
+                        __m256 kv = LOAD(k + (j + i) * D + d);                                   \
+                        a[i] = _mm256_fmadd_ps(x0, kv, a[i]);                                    \
+                        a[4 + i] = _mm256_fmadd_ps(x1, kv, a[4 + i]);                            \
+                    }                                                                            \
                 }                                                                                \
-                _mm256_storeu_ps(row + j, _mm256_mul_ps(                                         \
-                    hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]),                     \
-                    _mm256_set1_ps(scale)));                                                     \
+                float sums[8];                                                                   \
+                _mm256_storeu_ps(sums, _mm256_mul_ps(                                            \
+                    hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));           \
+                for (int i = 0; i < 4; i++) { row0[j + i] = sums[i]; row1[j + i] = sums[4 + i]; } \
             }                                                                                    \
             for (; j < n; j++) {                                                                 \
-                __m256 a = _mm256_setzero_ps();                                                  \
-                for (int64_t d = 0; d < D; d += 8)                                               \
-                    a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), LOAD(k + j * D + d), a);        \
-                row[j] = hsum(a) * scale;                                                        \
+                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                       \
+                for (int64_t d = 0; d < D; d += 8) {                                             \
+                    __m256 kv = LOAD(k + j * D + d);                                             \
+                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a0);                       \
+                    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a1);                       \
+                }                                                                                \
+                row0[j] = hsum(a0) * scale;                                                      \
+                row1[j] = hsum(a1) * scale;                                                      \
             }                                                                                    \
-            float bm = -INFINITY;                                                                \
-            for (j = 0; j < n; j++) bm = row[j] > bm ? row[j] : bm;                              \
-            float nm = st->m[r] > bm ? st->m[r] : bm;                                            \
-            float alpha = st->m[r] == -INFINITY ? 0.f : expf(st->m[r] - nm);                     \
-            __m256 vnm = _mm256_set1_ps(nm), vsum = _mm256_setzero_ps();                         \
-            float sum = 0.f;                                                                     \
-            for (j = 0; j + 8 <= n; j += 8) {                                                    \
-                __m256 p = exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));              \
-                _mm256_storeu_ps(row + j, p);                                                    \
-                vsum = _mm256_add_ps(vsum, p);                                                   \
+            for (int64_t r = r0; r < r0 + 1 + pair; r++) {                                       \
+                float *row = st->sc + r * KEY_BLOCK;                                             \
+                float bm = -INFINITY;                                                            \
+                for (j = 0; j < n; j++) bm = row[j] > bm ? row[j] : bm;                          \
+                float nm = st->m[r] > bm ? st->m[r] : bm;                                        \
+                float alpha = st->m[r] == -INFINITY ? 0.f : expf(st->m[r] - nm);                 \
+                __m256 vnm = _mm256_set1_ps(nm), vsum = _mm256_setzero_ps();                     \
+                float sum = 0.f;                                                                 \
+                for (j = 0; j + 8 <= n; j += 8) {                                                \
+                    __m256 p = exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));          \
+                    _mm256_storeu_ps(row + j, p);                                                \
+                    vsum = _mm256_add_ps(vsum, p);                                               \
+                }                                                                                \
+                for (; j < n; j++) { float p = expf(row[j] - nm); row[j] = p; sum += p; }       \
+                st->l[r] = st->l[r] * alpha + hsum(vsum) + sum;                                  \
+                st->m[r] = nm;                                                                   \
+                if (alpha != 1.f) {                                                              \
+                    float *a = st->acc + r * D;                                                  \
+                    __m256 va = _mm256_set1_ps(alpha);                                           \
+                    for (int64_t d = 0; d < D; d += 8)                                           \
+                        _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), va));     \
+                }                                                                                \
             }                                                                                    \
-            for (; j < n; j++) { float p = expf(row[j] - nm); row[j] = p; sum += p; }           \
-            st->l[r] = st->l[r] * alpha + hsum(vsum) + sum;                                      \
-            st->m[r] = nm;                                                                       \
-            float *a = st->acc + r * D;                                                          \
-            if (alpha != 1.f) for (int64_t d = 0; d < D; d++) a[d] *= alpha;                     \
+            float *acc0 = st->acc + r0 * D, *acc1 = pair ? acc0 + D : acc0;                      \
             for (int64_t d = 0; d < D; d += 32) {                                                \
                 int w = D - d >= 32 ? 4 : (int)((D - d) / 8);                                    \
-                __m256 o[4];                                                                     \
-                for (int i = 0; i < w; i++) o[i] = _mm256_loadu_ps(a + d + 8 * i);               \
-                for (int64_t jj = 0; jj < n; jj++) {                                             \
-                    __m256 pj = _mm256_set1_ps(row[jj]);                                         \
-                    const TYPE *vr = v + jj * D + d;                                             \
-                    for (int i = 0; i < w; i++) o[i] = _mm256_fmadd_ps(pj, LOAD(vr + 8 * i), o[i]); \
+                __m256 o0[4], o1[4];                                                             \
+                for (int i = 0; i < w; i++) {                                                    \
+                    o0[i] = _mm256_loadu_ps(acc0 + d + 8 * i);                                   \
+                    o1[i] = pair ? _mm256_loadu_ps(acc1 + d + 8 * i) : _mm256_setzero_ps();      \
                 }                                                                                \
-                for (int i = 0; i < w; i++) _mm256_storeu_ps(a + d + 8 * i, o[i]);               \
+                for (int64_t jj = 0; jj < n; jj++) {                                             \
+                    __m256 p0 = _mm256_set1_ps(row0[jj]);                                        \
+                    __m256 p1 = _mm256_set1_ps(pair ? row1[jj] : 0.f);                           \
+                    const TYPE *vr = v + jj * D + d;                                             \
+                    for (int i = 0; i < w; i++) {                                                \
+                        __m256 vv = LOAD(vr + 8 * i);                                            \
+                        o0[i] = _mm256_fmadd_ps(p0, vv, o0[i]);                                  \
+                        o1[i] = _mm256_fmadd_ps(p1, vv, o1[i]);                                  \
+                    }                                                                            \
+                }                                                                                \
+                for (int i = 0; i < w; i++) {                                                    \
+                    _mm256_storeu_ps(acc0 + d + 8 * i, o0[i]);                                   \
+                    if (pair) _mm256_storeu_ps(acc1 + d + 8 * i, o1[i]);                         \
+                }                                                                                \
             }                                                                                    \
         }                                                                                        \
     }

@@ -334,9 +334,15 @@ class TorchRefBackend(AttentionBackend):
 
     def forward(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale: float,
                 sliding_window: int | None = None):
+        self.write_kv(kv_cache, key, value, metadata.slot_mapping)
+        return self.attend(query, key, value, kv_cache, metadata, scale, sliding_window)
+
+    def attend(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale: float,
+               sliding_window: int | None = None):
+        """:meth:`forward` after the step's keys and values are already in ``kv_cache`` (a
+        caller that wrote them itself, e.g. ``engine.cpu.lean_attention``): ``(T, H, D)``."""
         import torch
 
-        self.write_kv(kv_cache, key, value, metadata.slot_mapping)
         outputs = []
         with _sdpa_kernels(self.device):
             if metadata.decodes is not None:

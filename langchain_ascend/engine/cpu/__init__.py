@@ -2,8 +2,9 @@
 
 It lays out the linear weights (``weight_layout``; for bf16 ``"dual"`` it then measures up
 to how many rows the native bf16 kernel beats torch), fuses sibling projections
-(``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``), each by
-swapping module instances' ``forward`` through ``swap``, and builds the screened greedy head
+(``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``), gives the
+attention modules of known families a lean forward (``lean_attention``: rotary embedding and
+cache write in one native call), each by swapping module instances' ``forward`` through ``swap``, and builds the screened greedy head
 (``greedy_head``) as the runner's logits-head strategy. Values, parameters and the model code
 are unchanged. The model runner sees only the returned :class:`CPUHooks`.
 """
@@ -61,6 +62,7 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         return ModelHooks()
     from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
     from langchain_ascend.engine.cpu.fused_projections import fuse_projections
+    from langchain_ascend.engine.cpu.lean_attention import lean_attention
     from langchain_ascend.engine.cpu.weight_layout import (
         apply_layout,
         resolve_layout,
@@ -75,4 +77,5 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
     if native_max_rows is not None:
         changes["bf16_native_max_rows"] = native_max_rows
     changes["fused_norms"] = fuse_rms_norms(model)
+    changes["lean_attention"] = lean_attention(model)
     return CPUHooks(changes=changes, screen_greedy=options.screen_greedy)

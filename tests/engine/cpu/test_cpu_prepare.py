@@ -17,7 +17,7 @@ from langchain_ascend.engine.worker.hooks import (
     PlainLogitsHead,
     prepare_hooks,
 )
-from langchain_ascend.native import matvec
+from langchain_ascend.native import matvec, rope_kv
 from langchain_ascend.testing import needs_native_kernels
 
 
@@ -37,11 +37,14 @@ def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_pat
     layers = model.config.num_hidden_layers
     assert hooks.changes["fused_groups"] == 2 * layers  # q/k/v and gate/up of every layer
     assert hooks.changes["fused_norms"] == 2 * layers + 1
+    lean = hooks.changes["lean_attention"]
+    assert lean == (layers if rope_kv.available(torch.float32) else 0)
     swapped = [m for m in model.modules() if is_swapped(m)]
     assert swapped and all(MARKER in m.__dict__ and "forward" in m.__dict__ for m in swapped)
     owners = {type(swapped_by(m)).__name__ if not isinstance(swapped_by(m), str)
               else swapped_by(m) for m in swapped}
-    assert owners == {DUAL, "fused_norms", FusedProjections.__name__}
+    assert owners == {DUAL, "fused_norms", FusedProjections.__name__} | (
+        {"lean_attention"} if lean else set())
     with torch.inference_mode():
         after = [model(ids).logits, model(ids[:, :1]).logits]
     for got, want in zip(after, before, strict=True):

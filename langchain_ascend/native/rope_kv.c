@@ -1,0 +1,100 @@
+/* Rotary position embedding of a step's queries and keys, and the keys / values written into
+ * the paged cache, in one pass. AVX2, single-threaded (a decode step has a few rows).
+ *
+ * For each of T tokens: q (T, H, D) and k (T, KVH, D) are rotated the way transformers'
+ * apply_rotary_pos_emb does, x * cos + rotate_half(x) * sin with rotate_half(x) = (-x2, x1),
+ * using that token's cos / sin rows (T, D); the rotated queries go to q_out, the rotated keys
+ * to k_out (T, KVH, D) and with the values v (T, KVH, D) to slot slots[t] of the layer cache
+ * (2, KVH, NB * BS, D) -- the torch_ref / cpu layout, a block's slots contiguous.
+ *
+ * Rounding follows transformers': float32 computes the two products and their sum as separate
+ * operations (no fused multiply-add); bfloat16 rounds each product and the sum to bfloat16.
+ * Inputs need contiguous rows of D values (rows of one token may be strided: q_stride and
+ * kv_stride are the distances between tokens). Return codes: 0 success, 2 D not a multiple
+ * of 16, 3 a slot outside the cache.
+ */
+#include <stdint.h>
+#include <string.h>
+#include "avx2_util.h"
+
+/* Separate products and sums, as transformers computes them: no contraction into FMAs. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+static inline __m256 load_bf16x8(const uint16_t *p) {
+    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+/* Round 8 floats to bfloat16 (nearest even; NaN stays NaN) and back to float. */
+static inline __m256 round_bf16x8(__m256 x) {
+    __m256i bits = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    rounded = _mm256_and_si256(rounded, _mm256_set1_epi32((int)0xffff0000u));
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), x, nan);
+}
+
+static inline void store_bf16x8(uint16_t *p, __m256 x) {
+    __m256i bits = _mm256_srli_epi32(_mm256_castps_si256(round_bf16x8(x)), 16);  /* 8 x u32 */
+    __m128i lo = _mm256_castsi256_si128(bits), hi = _mm256_extracti128_si256(bits, 1);
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(lo, hi));
+}
+
+/* One row of D values: out = x * cos + rotate_half(x) * sin. */
+static void rotate_f32(const float *x, const float *cos, const float *sin, float *out, int64_t D) {
+    int64_t half = D / 2;
+    for (int64_t i = 0; i < half; i += 8) {
+        __m256 x1 = _mm256_loadu_ps(x + i), x2 = _mm256_loadu_ps(x + half + i);
+        __m256 a = _mm256_mul_ps(x1, _mm256_loadu_ps(cos + i));
+        __m256 b = _mm256_mul_ps(x2, _mm256_loadu_ps(sin + i));
+        _mm256_storeu_ps(out + i, _mm256_sub_ps(a, b));
+        __m256 c = _mm256_mul_ps(x2, _mm256_loadu_ps(cos + half + i));
+        __m256 d = _mm256_mul_ps(x1, _mm256_loadu_ps(sin + half + i));
+        _mm256_storeu_ps(out + half + i, _mm256_add_ps(c, d));
+    }
+}
+
+static void rotate_bf16(const uint16_t *x, const uint16_t *cos, const uint16_t *sin,
+                        uint16_t *out, int64_t D) {
+    int64_t half = D / 2;
+    for (int64_t i = 0; i < half; i += 8) {
+        __m256 x1 = load_bf16x8(x + i), x2 = load_bf16x8(x + half + i);
+        __m256 a = round_bf16x8(_mm256_mul_ps(x1, load_bf16x8(cos + i)));
+        /* rotate_half negates x2 before the product: (-x2) * sin, rounded, then added */
+        __m256 b = round_bf16x8(_mm256_mul_ps(x2, load_bf16x8(sin + i)));
+        store_bf16x8(out + i, _mm256_sub_ps(a, b));
+        __m256 c = round_bf16x8(_mm256_mul_ps(x2, load_bf16x8(cos + half + i)));
+        __m256 d = round_bf16x8(_mm256_mul_ps(x1, load_bf16x8(sin + half + i)));
+        store_bf16x8(out + half + i, _mm256_add_ps(c, d));
+    }
+}
+
+#define DEFINE_ROPE_KV(NAME, TYPE, ROTATE)                                                       \
+    int NAME(const TYPE *q, int64_t q_stride, const TYPE *k, const TYPE *v, int64_t kv_stride,  \
+             const TYPE *cos, const TYPE *sin, const int64_t *slots, TYPE *q_out, TYPE *k_out,  \
+             TYPE *cache, int64_t T, int64_t H, int64_t KVH, int64_t D, int64_t num_slots) {    \
+        if (D % 16) return 2;                                                                    \
+        for (int64_t t = 0; t < T; t++)                                                          \
+            if (slots[t] < 0 || slots[t] >= num_slots) return 3;                                 \
+        const int64_t head_stride = num_slots * D, values = KVH * head_stride;                   \
+        for (int64_t t = 0; t < T; t++) {                                                        \
+            const TYPE *c = cos + t * D, *s = sin + t * D;                                       \
+            for (int64_t h = 0; h < H; h++)                                                      \
+                ROTATE(q + t * q_stride + h * D, c, s, q_out + (t * H + h) * D, D);              \
+            for (int64_t h = 0; h < KVH; h++) {                                                  \
+                TYPE *kr = k_out + (t * KVH + h) * D;                                            \
+                ROTATE(k + t * kv_stride + h * D, c, s, kr, D);                                  \
+                TYPE *slot = cache + h * head_stride + slots[t] * D;                             \
+                memcpy(slot, kr, sizeof(TYPE) * D);                                              \
+                memcpy(slot + values, v + t * kv_stride + h * D, sizeof(TYPE) * D);              \
+            }                                                                                    \
+        }                                                                                        \
+        return 0;                                                                                \
+    }
+DEFINE_ROPE_KV(rope_kv_f32, float, rotate_f32)
+DEFINE_ROPE_KV(rope_kv_bf16, uint16_t, rotate_bf16)

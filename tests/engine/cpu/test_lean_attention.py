@@ -1,0 +1,110 @@
+"""The lean attention forward: rotary + cache write in one native call, same results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from langchain_ascend.engine.core.batch import ScheduledSegment
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.cpu import lean_attention as lean_module
+from langchain_ascend.engine.cpu.swap import swapped_by
+from langchain_ascend.engine.worker.model_runner import ModelRunner
+from langchain_ascend.native import rope_kv
+from langchain_ascend.testing import needs_native_kernels
+from langchain_ascend.testing.runner_steps import greedy_decode
+
+pytestmark = needs_native_kernels()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_and_write_equals_transformers_rotary_and_stores_the_slots(dtype):
+    gen = torch.Generator().manual_seed(0)
+    tokens, heads, kv_heads, dim = 5, 6, 2, 64
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(dtype)
+    q, k, v = (t.view(tokens, -1, dim) for t in qkv.split(
+        [heads * dim, kv_heads * dim, kv_heads * dim], dim=-1))  # strided views, as fused
+    angles = torch.randn(tokens, dim // 2, generator=gen) * 20
+    emb = torch.cat([angles, angles], dim=-1)  # (T, D)
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    cache = torch.zeros(2, kv_heads, 8, 16, dim, dtype=dtype)
+    slots = torch.tensor([3, 17, 40, 127, 5])
+    got_q, got_k = rope_kv.rope_and_write(q, k, v, cos, sin, slots, cache)
+    want_q, want_k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                          cos[None], sin[None])  # (1, H, T, D)
+    assert torch.equal(got_q, want_q[0].transpose(0, 1))  # bit for bit, both dtypes
+    assert torch.equal(got_k, want_k[0].transpose(0, 1))
+    flat = cache.view(2, kv_heads, -1, dim)  # (2, KVH, slots, D)
+    assert torch.equal(flat[0][:, slots].transpose(0, 1), got_k)
+    assert torch.equal(flat[1][:, slots].transpose(0, 1), v)
+    untouched = torch.ones(flat.shape[2], dtype=torch.bool)
+    untouched[slots] = False
+    assert not flat[:, :, untouched].any()
+
+
+def test_rope_and_write_refuses_what_it_cannot_read():
+    q = torch.randn(2, 4, 32)
+    k = v = torch.randn(2, 2, 32)
+    cos = sin = torch.randn(2, 32)
+    cache = torch.zeros(2, 2, 4, 16, 32)
+    with pytest.raises(ValueError, match="slot"):
+        rope_kv.rope_and_write(q, k, v, cos, sin, torch.tensor([0, 64]), cache)
+    assert rope_kv.rope_and_write(q.double(), k.double(), v.double(), cos.double(),
+                                  sin.double(), torch.tensor([0, 1]), cache.double()) is None
+    assert rope_kv.rope_and_write(q[:, :, :24], k[:, :, :24], v[:, :, :24], cos[:, :24],
+                                  sin[:, :24], torch.tensor([0, 1]), cache[..., :24]) is None
+    assert not cache.any()  # nothing written by refused calls
+
+
+def _runner(path, dtype, *, lean, monkeypatch):
+    if not lean:
+        monkeypatch.setattr(lean_module, "lean_attention", lambda model: 0)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    runner = ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
+    monkeypatch.undo()
+    for module in runner.model.modules():  # one bf16 product choice for both runners (the
+        if hasattr(module, "native_max_rows"):  # measured one may differ between them)
+            module.native_max_rows = 64
+    return runner
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
+def test_lean_runner_gives_the_same_logits_and_tokens(tiny_model_paths, arch, dtype,
+                                                      monkeypatch):
+    lean = _runner(tiny_model_paths[arch], dtype, lean=True, monkeypatch=monkeypatch)
+    plain = _runner(tiny_model_paths[arch], dtype, lean=False, monkeypatch=monkeypatch)
+    attention = [m for m in lean.model.modules() if type(m).__name__.endswith("Attention")]
+    assert attention and all(swapped_by(m) == "lean_attention" for m in attention)
+    assert lean.hooks.changes["lean_attention"] == len(attention)
+    assert plain.hooks.changes["lean_attention"] == 0
+    prompts = [[5, 17, 300, 41, 9, 2, 77], [8, 8, 100], [3] * 13]
+    tokens = {name: greedy_decode(r, prompts, 6, blocks_per_request=6)
+              for name, r in (("lean", lean), ("plain", plain))}
+    assert tokens["lean"] == tokens["plain"]
+    # A mixed step: two decodes, a chunk after a cached prefix, a fresh prompt.
+    greedy = SamplingParams(max_tokens=4)
+    prefill = [ScheduledSegment("a", list(range(1, 10)), 0, [0, 1, 2], True, greedy),
+               ScheduledSegment("b", list(range(20, 26)), 0, [3, 4], True, greedy)]
+    step = [ScheduledSegment("a", [11], 9, [0, 1, 2], True, greedy),
+            ScheduledSegment("b", [30], 6, [3, 4], True, greedy),
+            ScheduledSegment("c", [40, 41, 42, 43], 8, [0, 1, 5], True, greedy),
+            ScheduledSegment("d", [7, 6, 5], 0, [6], True, greedy)]
+    logits = {}
+    for name, runner in (("lean", lean), ("plain", plain)):
+        runner.forward_batch(prefill)
+        logits[name] = runner.forward_batch(step)[1]
+    tol = 1e-5 if dtype == torch.float32 else 0.0
+    torch.testing.assert_close(logits["lean"], logits["plain"], atol=tol, rtol=tol)
+
+
+def test_plain_transformers_calls_keep_the_class_forward(tiny_model_paths):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen3"], dtype=torch.float32)
+    ids = torch.tensor([[5, 17, 300, 41, 9]])
+    with torch.inference_mode():
+        before = model(ids).logits
+        assert lean_module.lean_attention(model) == model.config.num_hidden_layers
+        after = model(ids).logits  # no paged step: the class forward runs
+    torch.testing.assert_close(after, before)
