@@ -73,91 +73,151 @@ typedef struct {
     float *acc, *m, *l, *sc;
 } State;
 
-/* Attend the G query rows qf (G, D) over n <= KEY_BLOCK consecutive keys k / values v
-   (rows of D values of type TYPE). Rows go in pairs: a pair's scores take 4 keys at a time
-   (8 accumulators, each key load serving both rows, reduced by one hsum8x8) and its weighted
-   value sums take 32 output columns at a time (each value load serving both rows). */
+/* Scores of one row (8 keys at a time, 8 accumulators) or a pair of rows (4 keys at a time,
+   each key load serving both rows) against n keys, scaled, into row0 / row1. */
+#define DEFINE_SCORES(NAME, TYPE, LOAD)                                                          \
+    static inline void NAME##_pair(const float *q0, const float *q1, const TYPE *k, int64_t n,  \
+                                   int64_t D, float scale, float *row0, float *row1) {          \
+        const __m256 vscale = _mm256_set1_ps(scale);                                             \
+        int64_t j = 0;                                                                           \
+        for (; j + 4 <= n; j += 4) {                                                             \
+            __m256 a[8];                                                                         \
+            for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();                              \
+            for (int64_t d = 0; d < D; d += 8) {                                                 \
+                __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);               \
+                for (int i = 0; i < 4; i++) {                                                    \
+                    __m256 kv = LOAD(k + (j + i) * D + d);                                       \
+                    a[i] = _mm256_fmadd_ps(x0, kv, a[i]);                                        \
+                    a[4 + i] = _mm256_fmadd_ps(x1, kv, a[4 + i]);                                \
+                }                                                                                \
+            }                                                                                    \
+            float sums[8];                                                                       \
+            _mm256_storeu_ps(sums, _mm256_mul_ps(                                                \
+                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));               \
+            for (int i = 0; i < 4; i++) { row0[j + i] = sums[i]; row1[j + i] = sums[4 + i]; }   \
+        }                                                                                        \
+        for (; j < n; j++) {                                                                     \
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                           \
+            for (int64_t d = 0; d < D; d += 8) {                                                 \
+                __m256 kv = LOAD(k + j * D + d);                                                 \
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a0);                           \
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a1);                           \
+            }                                                                                    \
+            row0[j] = hsum(a0) * scale;                                                          \
+            row1[j] = hsum(a1) * scale;                                                          \
+        }                                                                                        \
+    }                                                                                            \
+    static inline void NAME##_one(const float *q0, const TYPE *k, int64_t n, int64_t D,         \
+                                  float scale, float *row0) {                                    \
+        const __m256 vscale = _mm256_set1_ps(scale);                                             \
+        int64_t j = 0;                                                                           \
+        for (; j + 8 <= n; j += 8) {                                                             \
+            __m256 a[8];                                                                         \
+            for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();                              \
+            for (int64_t d = 0; d < D; d += 8) {                                                 \
+                __m256 x0 = _mm256_loadu_ps(q0 + d);                                             \
+                for (int i = 0; i < 8; i++)                                                      \
+                    a[i] = _mm256_fmadd_ps(x0, LOAD(k + (j + i) * D + d), a[i]);                 \
+            }                                                                                    \
+            _mm256_storeu_ps(row0 + j, _mm256_mul_ps(                                            \
+                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));               \
+        }                                                                                        \
+        for (; j < n; j++) {                                                                     \
+            __m256 a0 = _mm256_setzero_ps();                                                     \
+            for (int64_t d = 0; d < D; d += 8)                                                   \
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), LOAD(k + j * D + d), a0);          \
+            row0[j] = hsum(a0) * scale;                                                          \
+        }                                                                                        \
+    }
+
+/* acc (1 or 2 rows of D) += p (n weights per row) @ v (n rows of D), 32 columns at a time
+   (each value load serving both rows of a pair). */
+#define DEFINE_VALUES(NAME, TYPE, LOAD)                                                          \
+    static inline void NAME##_pair(const float *p0, const float *p1, const TYPE *v, int64_t n,  \
+                                   int64_t D, float *acc0, float *acc1) {                        \
+        for (int64_t d = 0; d < D; d += 32) {                                                    \
+            int w = D - d >= 32 ? 4 : (int)((D - d) / 8);                                        \
+            __m256 o0[4], o1[4];                                                                 \
+            for (int i = 0; i < w; i++) {                                                        \
+                o0[i] = _mm256_loadu_ps(acc0 + d + 8 * i);                                       \
+                o1[i] = _mm256_loadu_ps(acc1 + d + 8 * i);                                       \
+            }                                                                                    \
+            for (int64_t j = 0; j < n; j++) {                                                    \
+                __m256 w0 = _mm256_set1_ps(p0[j]), w1 = _mm256_set1_ps(p1[j]);                   \
+                const TYPE *vr = v + j * D + d;                                                  \
+                for (int i = 0; i < w; i++) {                                                    \
+                    __m256 vv = LOAD(vr + 8 * i);                                                \
+                    o0[i] = _mm256_fmadd_ps(w0, vv, o0[i]);                                      \
+                    o1[i] = _mm256_fmadd_ps(w1, vv, o1[i]);                                      \
+                }                                                                                \
+            }                                                                                    \
+            for (int i = 0; i < w; i++) {                                                        \
+                _mm256_storeu_ps(acc0 + d + 8 * i, o0[i]);                                       \
+                _mm256_storeu_ps(acc1 + d + 8 * i, o1[i]);                                       \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    static inline void NAME##_one(const float *p0, const TYPE *v, int64_t n, int64_t D,         \
+                                  float *acc0) {                                                 \
+        for (int64_t d = 0; d < D; d += 32) {                                                    \
+            int w = D - d >= 32 ? 4 : (int)((D - d) / 8);                                        \
+            __m256 o0[4];                                                                        \
+            for (int i = 0; i < w; i++) o0[i] = _mm256_loadu_ps(acc0 + d + 8 * i);               \
+            for (int64_t j = 0; j < n; j++) {                                                    \
+                __m256 w0 = _mm256_set1_ps(p0[j]);                                               \
+                const TYPE *vr = v + j * D + d;                                                  \
+                for (int i = 0; i < w; i++) o0[i] = _mm256_fmadd_ps(w0, LOAD(vr + 8 * i), o0[i]); \
+            }                                                                                    \
+            for (int i = 0; i < w; i++) _mm256_storeu_ps(acc0 + d + 8 * i, o0[i]);               \
+        }                                                                                        \
+    }
+
+/* Online-softmax update of row r after its n scores were written to row: the scores become
+   weights exp(s - new max), the row's sum and output are rescaled. */
+static inline void softmax_update(float *row, int64_t n, int64_t D, int64_t r, State *st) {
+    float bm = -INFINITY;
+    for (int64_t j = 0; j < n; j++) bm = row[j] > bm ? row[j] : bm;
+    float nm = st->m[r] > bm ? st->m[r] : bm;
+    float alpha = st->m[r] == -INFINITY ? 0.f : expf(st->m[r] - nm);
+    __m256 vnm = _mm256_set1_ps(nm), vsum = _mm256_setzero_ps();
+    float sum = 0.f;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 p = exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));
+        _mm256_storeu_ps(row + j, p);
+        vsum = _mm256_add_ps(vsum, p);
+    }
+    for (; j < n; j++) { float p = expf(row[j] - nm); row[j] = p; sum += p; }
+    st->l[r] = st->l[r] * alpha + hsum(vsum) + sum;
+    st->m[r] = nm;
+    if (alpha != 1.f) {
+        float *a = st->acc + r * D;
+        __m256 va = _mm256_set1_ps(alpha);
+        for (int64_t d = 0; d < D; d += 8)
+            _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), va));
+    }
+}
+
+/* Attend the G query rows qf (G, D) over n <= KEY_BLOCK consecutive keys k / values v (rows
+   of D values of type TYPE): rows in pairs, a last odd row alone. */
 #define DEFINE_CHUNK(NAME, TYPE, LOAD)                                                           \
+    DEFINE_SCORES(NAME##_scores, TYPE, LOAD)                                                     \
+    DEFINE_VALUES(NAME##_values, TYPE, LOAD)                                                     \
     static void NAME(const float *qf, const TYPE *k, const TYPE *v, int64_t n, int64_t G,       \
                      int64_t D, float scale, State *st) {                                        \
-        const __m256 vscale = _mm256_set1_ps(scale);                                             \
-        for (int64_t r0 = 0; r0 < G; r0 += 2) {                                                  \
-            const int pair = G - r0 >= 2;                                                        \
-            const float *q0 = qf + r0 * D, *q1 = pair ? q0 + D : q0;                             \
-            float *row0 = st->sc + r0 * KEY_BLOCK, *row1 = pair ? row0 + KEY_BLOCK : row0;      \
-            int64_t j = 0;                                                                       \
-            for (; j + 4 <= n; j += 4) {                                                         \
-                __m256 a[8];                                                                     \
-                for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();                          \
-                for (int64_t d = 0; d < D; d += 8) {                                             \
-                    __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);           \
-                    for (int i = 0; i < 4; i++) {                                                \
-                        __m256 kv = LOAD(k + (j + i) * D + d);                                   \
-                        a[i] = _mm256_fmadd_ps(x0, kv, a[i]);                                    \
-                        a[4 + i] = _mm256_fmadd_ps(x1, kv, a[4 + i]);                            \
-                    }                                                                            \
-                }                                                                                \
-                float sums[8];                                                                   \
-                _mm256_storeu_ps(sums, _mm256_mul_ps(                                            \
-                    hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));           \
-                for (int i = 0; i < 4; i++) { row0[j + i] = sums[i]; row1[j + i] = sums[4 + i]; } \
-            }                                                                                    \
-            for (; j < n; j++) {                                                                 \
-                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                       \
-                for (int64_t d = 0; d < D; d += 8) {                                             \
-                    __m256 kv = LOAD(k + j * D + d);                                             \
-                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a0);                       \
-                    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a1);                       \
-                }                                                                                \
-                row0[j] = hsum(a0) * scale;                                                      \
-                row1[j] = hsum(a1) * scale;                                                      \
-            }                                                                                    \
-            for (int64_t r = r0; r < r0 + 1 + pair; r++) {                                       \
-                float *row = st->sc + r * KEY_BLOCK;                                             \
-                float bm = -INFINITY;                                                            \
-                for (j = 0; j < n; j++) bm = row[j] > bm ? row[j] : bm;                          \
-                float nm = st->m[r] > bm ? st->m[r] : bm;                                        \
-                float alpha = st->m[r] == -INFINITY ? 0.f : expf(st->m[r] - nm);                 \
-                __m256 vnm = _mm256_set1_ps(nm), vsum = _mm256_setzero_ps();                     \
-                float sum = 0.f;                                                                 \
-                for (j = 0; j + 8 <= n; j += 8) {                                                \
-                    __m256 p = exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));          \
-                    _mm256_storeu_ps(row + j, p);                                                \
-                    vsum = _mm256_add_ps(vsum, p);                                               \
-                }                                                                                \
-                for (; j < n; j++) { float p = expf(row[j] - nm); row[j] = p; sum += p; }       \
-                st->l[r] = st->l[r] * alpha + hsum(vsum) + sum;                                  \
-                st->m[r] = nm;                                                                   \
-                if (alpha != 1.f) {                                                              \
-                    float *a = st->acc + r * D;                                                  \
-                    __m256 va = _mm256_set1_ps(alpha);                                           \
-                    for (int64_t d = 0; d < D; d += 8)                                           \
-                        _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), va));     \
-                }                                                                                \
-            }                                                                                    \
-            float *acc0 = st->acc + r0 * D, *acc1 = pair ? acc0 + D : acc0;                      \
-            for (int64_t d = 0; d < D; d += 32) {                                                \
-                int w = D - d >= 32 ? 4 : (int)((D - d) / 8);                                    \
-                __m256 o0[4], o1[4];                                                             \
-                for (int i = 0; i < w; i++) {                                                    \
-                    o0[i] = _mm256_loadu_ps(acc0 + d + 8 * i);                                   \
-                    o1[i] = pair ? _mm256_loadu_ps(acc1 + d + 8 * i) : _mm256_setzero_ps();      \
-                }                                                                                \
-                for (int64_t jj = 0; jj < n; jj++) {                                             \
-                    __m256 p0 = _mm256_set1_ps(row0[jj]);                                        \
-                    __m256 p1 = _mm256_set1_ps(pair ? row1[jj] : 0.f);                           \
-                    const TYPE *vr = v + jj * D + d;                                             \
-                    for (int i = 0; i < w; i++) {                                                \
-                        __m256 vv = LOAD(vr + 8 * i);                                            \
-                        o0[i] = _mm256_fmadd_ps(p0, vv, o0[i]);                                  \
-                        o1[i] = _mm256_fmadd_ps(p1, vv, o1[i]);                                  \
-                    }                                                                            \
-                }                                                                                \
-                for (int i = 0; i < w; i++) {                                                    \
-                    _mm256_storeu_ps(acc0 + d + 8 * i, o0[i]);                                   \
-                    if (pair) _mm256_storeu_ps(acc1 + d + 8 * i, o1[i]);                         \
-                }                                                                                \
-            }                                                                                    \
+        int64_t r = 0;                                                                           \
+        for (; r + 2 <= G; r += 2) {                                                             \
+            float *row0 = st->sc + r * KEY_BLOCK, *row1 = row0 + KEY_BLOCK;                      \
+            NAME##_scores_pair(qf + r * D, qf + (r + 1) * D, k, n, D, scale, row0, row1);        \
+            softmax_update(row0, n, D, r, st);                                                   \
+            softmax_update(row1, n, D, r + 1, st);                                               \
+            NAME##_values_pair(row0, row1, v, n, D, st->acc + r * D, st->acc + (r + 1) * D);     \
+        }                                                                                        \
+        if (r < G) {                                                                             \
+            float *row0 = st->sc + r * KEY_BLOCK;                                                \
+            NAME##_scores_one(qf + r * D, k, n, D, scale, row0);                                 \
+            softmax_update(row0, n, D, r, st);                                                   \
+            NAME##_values_one(row0, v, n, D, st->acc + r * D);                                   \
         }                                                                                        \
     }
 DEFINE_CHUNK(chunk_f32, float, load_f32)
