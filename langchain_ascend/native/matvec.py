@@ -1,11 +1,12 @@
-"""Single-row products of linear weights: the native kernels, from torch.
+"""Products of linear weights for the CPU decode step: the native kernels, from torch.
 
-Used by ``engine.cpu.weight_layout`` for the one-row products of a decode step (``matvec.c``;
-layouts and measurements there): :func:`matvec` on the row-major weight itself,
-:func:`matvec_tiles` on a copy made by :func:`pack_tiles`; and by ``engine.cpu.greedy_head``:
-:func:`matvec_tiles_f16` and :func:`greedy_screened_f16` on a float16 copy made by
-:func:`pack_tiles_f16`. They return None wherever the kernel does not apply (library not
-built here, another dtype or device), so callers keep their torch path.
+Used by ``engine.cpu.weight_layout`` for the products of a decode step (``matvec.c``; layouts
+and measurements there): :func:`matvec` on the row-major weight itself, :func:`matvec_tiles`
+on a copy made by :func:`pack_tiles`, :func:`matvec_tiles_rows` for any number of rows on that
+copy (batched decode; the layout measures where it beats oneDNN); and by
+``engine.cpu.greedy_head``: :func:`matvec_tiles_f16` and :func:`greedy_screened_f16` on a
+float16 copy made by :func:`pack_tiles_f16`. They return None wherever the kernel does not
+apply (library not built here, another dtype or device), so callers keep their torch path.
 
 bfloat16: :func:`matvec_tiles_rows_bf16` takes any number of rows on a bf16 copy made by
 :func:`pack_tiles` (float32 accumulation, one rounding to bf16: what torch's bf16 linear
@@ -72,26 +73,33 @@ def matvec_tiles(tiles: torch.Tensor, row: torch.Tensor, bias: torch.Tensor | No
     return _run("matvec_tiles_f32", tiles, num_tiles * 8, in_features, row, bias)
 
 
-MAX_TILE_ROWS = 8
-"""Most input rows :func:`matvec_tiles_rows` takes at once."""
-
-
 def matvec_tiles_rows(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None,
                       ) -> torch.Tensor | None:
-    """``rows (M, in) @ weight^T [+ bias]`` -> ``(M, out)`` from ``tiles = pack_tiles(weight)``
-    for ``2 <= M <= MAX_TILE_ROWS`` (each tile streamed once for all rows), or None."""
+    """``rows (M, in) @ weight^T [+ bias]`` -> ``(M, out)`` float32 from ``tiles =
+    pack_tiles(weight)``, for any ``M >= 1``; None where the kernel does not apply (library
+    not built here, another dtype or device, mismatched shapes, no rows).
+
+    Each output is one sequential float32 FMA sum over the inputs, then the bias: a row's
+    result does not depend on the other rows (one row equals :func:`matvec_tiles`).
+    """
     import torch
 
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     kernel = build.function(KERNEL, "matvec_tiles_rows_f32",
                             [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
+    if (kernel is None or tiles.dtype != torch.float32 or rows.dtype != torch.float32
+            or tiles.dim() != 3 or rows.dim() != 2 or tiles.device.type != "cpu"
+            or rows.device.type != "cpu" or not tiles.is_contiguous()):
+        return None
+    num_tiles, in_features, lanes = tiles.shape
     num_rows = rows.shape[0]
-    if (kernel is None or rows.dtype != torch.float32 or rows.dim() != 2
-            or not 2 <= num_rows <= MAX_TILE_ROWS):
+    if lanes != 8 or rows.shape[1] != in_features or num_rows == 0 or in_features == 0:
+        return None
+    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (num_tiles * 8,)
+                             or not bias.is_contiguous() or bias.device.type != "cpu"):
         return None
     rows = rows.contiguous()
-    num_tiles, in_features, _ = tiles.shape
-    out = torch.empty(num_rows, num_tiles * 8, dtype=torch.float32)
+    out = torch.empty(num_rows, num_tiles * 8, dtype=torch.float32)  # (M, out)
     status = kernel(tiles.data_ptr(), rows.data_ptr(), None if bias is None else bias.data_ptr(),
                     out.data_ptr(), num_tiles * 8, in_features, num_rows, torch.get_num_threads())
     if status:

@@ -74,6 +74,8 @@ def test_without_the_library_callers_get_none(monkeypatch):
     monkeypatch.setattr(build, "function", lambda *args: None)
     assert not matvec.available() and not rms_norm.available()
     assert matvec.matvec(torch.randn(8, 8), torch.randn(8), None) is None
+    tiles = matvec.pack_tiles(torch.randn(8, 8))
+    assert matvec.matvec_tiles_rows(tiles, torch.randn(3, 8), None) is None
     assert rms_norm.rms_norm(torch.randn(1, 8), torch.randn(8), 1e-6) is None
 
 
@@ -100,19 +102,52 @@ def test_tiles_need_a_multiple_of_8_outputs():
 
 
 @needs_kernel
-@pytest.mark.parametrize("num_rows", range(2, matvec.MAX_TILE_ROWS + 1))
+@pytest.mark.parametrize(("out_features", "in_features"), [(136, 48), (40, 7), (1000, 576),
+                                                           (24, 1536)])
+@pytest.mark.parametrize("num_rows", [1, 2, 3, 8, 9, 16, 17, 64])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_matvec_over_tiles_for_a_few_rows_matches_linear(num_rows, with_bias):
-    gen = torch.Generator().manual_seed(num_rows)
-    weight = torch.randn(136, 48, generator=gen)
-    bias = torch.randn(136, generator=gen) if with_bias else None
-    rows = torch.randn(num_rows, 48, generator=gen)
-    out = matvec.matvec_tiles_rows(matvec.pack_tiles(weight), rows, bias)
-    want = F.linear(rows.double(), weight.double(), None if bias is None else bias.double())
-    torch.testing.assert_close(out.double(), want, atol=1e-4, rtol=1e-5)
+def test_matvec_over_tiles_for_any_rows_matches_linear(out_features, in_features, num_rows,
+                                                       with_bias):
+    gen = torch.Generator().manual_seed(out_features + in_features + num_rows)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    bias = torch.randn(out_features, generator=gen) if with_bias else None
+    rows = torch.randn(num_rows, in_features, generator=gen)
+    out = matvec.matvec_tiles_rows(matvec.pack_tiles(weight), rows, bias)  # (M, out)
+    assert out.shape == (num_rows, out_features) and out.dtype == torch.float32
+    exact = F.linear(rows.double(), weight.double(), None if bias is None else bias.double())
+    magnitude = rows.double().abs() @ weight.double().abs().T  # float32 sum error bound
+    if bias is not None:
+        magnitude = magnitude + bias.double().abs()
+    assert ((out.double() - exact).abs() <= (in_features + 1) * 2.0 ** -24 * magnitude).all()
 
 
-def test_matvec_over_tiles_declines_other_row_counts():
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_over_tiles_do_not_depend_on_the_other_rows(threads):
+    gen = torch.Generator().manual_seed(7)
+    weight, bias = torch.randn(200, 96, generator=gen), torch.randn(200, generator=gen)
+    tiles = matvec.pack_tiles(weight)
+    rows = torch.randn(17, 96, generator=gen)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        batch = matvec.matvec_tiles_rows(tiles, rows, bias)  # (17, 200)
+        alone = [matvec.matvec_tiles_rows(tiles, rows[i:i + 1], bias)[0] for i in range(17)]
+        one_row = matvec.matvec_tiles(tiles, rows[5], bias)
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(batch, torch.stack(alone))  # one sequential sum per output, bit for bit
+    assert torch.equal(batch[5], one_row)
+
+
+@needs_kernel
+def test_matvec_over_tiles_for_rows_declines_what_it_does_not_take():
     tiles = matvec.pack_tiles(torch.randn(16, 8))
-    assert matvec.matvec_tiles_rows(tiles, torch.randn(1, 8), None) is None
-    assert matvec.matvec_tiles_rows(tiles, torch.randn(matvec.MAX_TILE_ROWS + 1, 8), None) is None
+    assert matvec.matvec_tiles_rows(tiles, torch.randn(0, 8), None) is None
+    assert matvec.matvec_tiles_rows(tiles, torch.randn(3, 8).double(), None) is None
+    assert matvec.matvec_tiles_rows(tiles, torch.randn(3, 12), None) is None
+    assert matvec.matvec_tiles_rows(tiles.double(), torch.randn(3, 8), None) is None
+    assert matvec.matvec_tiles_rows(tiles, torch.randn(3, 8), torch.randn(12)) is None
+    strided = torch.randn(3, 16)[:, ::2]  # copied, not misread
+    torch.testing.assert_close(matvec.matvec_tiles_rows(tiles, strided, None),
+                               strided @ tiles.transpose(1, 2).reshape(16, 8).T)

@@ -1,7 +1,7 @@
 """The CPU seam: :func:`prepare` readies a loaded model for the CPU decode step, once.
 
-It lays out the linear weights (``weight_layout``; for bf16 ``"dual"`` it then measures up
-to how many rows the native bf16 kernel beats torch), fuses sibling projections
+It lays out the linear weights (``weight_layout``; for ``"dual"`` it then measures up to
+how many rows the native kernels, bf16 or float32, beat torch), fuses sibling projections
 (``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``), gives the
 attention modules of known families a lean forward (``lean_attention``: rotary embedding and
 cache write in one native call), each by swapping module instances' ``forward`` through ``swap``, and builds the screened greedy head
@@ -33,8 +33,9 @@ class CPUHooks(ModelHooks):
     """:class:`ModelHooks` of a CPU model; ``changes`` holds ``weight_layout`` (the concrete
     layout), ``fused_groups`` and ``fused_norms`` (counts), for a bf16 model on the native
     bf16 kernel ``bf16_native_max_rows`` (the measured row limit, see
-    ``weight_layout.tune_bf16_native_rows``) and, once the head is made, ``screened_greedy``
-    (bool).
+    ``weight_layout.tune_bf16_native_rows``), for a float32 model on the native rows kernel
+    ``f32_native_max_rows`` (``weight_layout.tune_f32_native_rows``) and, once the head is
+    made, ``screened_greedy`` (bool).
 
     Attributes:
         screen_greedy: Whether to try the screened greedy head.
@@ -67,15 +68,18 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         apply_layout,
         resolve_layout,
         tune_bf16_native_rows,
+        tune_f32_native_rows,
     )
 
     layout = resolve_layout(options.weight_layout, model)
     fused_groups = fuse_projections(model) if layout == "dual" else 0
     apply_layout(model, layout)
     changes: dict[str, Any] = {"weight_layout": layout, "fused_groups": fused_groups}
-    native_max_rows = tune_bf16_native_rows(model) if layout == "dual" else None
-    if native_max_rows is not None:
-        changes["bf16_native_max_rows"] = native_max_rows
+    for key, tune in (("bf16_native_max_rows", tune_bf16_native_rows),
+                      ("f32_native_max_rows", tune_f32_native_rows)):
+        native_max_rows = tune(model) if layout == "dual" else None
+        if native_max_rows is not None:
+            changes[key] = native_max_rows
     changes["fused_norms"] = fuse_rms_norms(model)
     changes["lean_attention"] = lean_attention(model)
     return CPUHooks(changes=changes, screen_greedy=options.screen_greedy)

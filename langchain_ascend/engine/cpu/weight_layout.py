@@ -13,9 +13,15 @@ Layouts:
 * ``"dual"``: row-major weights; one row goes to the native mat-vec (``native.matvec``, on the
   weight itself, or on an ``(out/8, in, 8)`` tiles copy for output-heavy layers,
   ``out >= 4 * in``) or, without the native kernels, to a batched product over the weight's
-  two halves (a transposed copy for output-heavy layers); 2 to :data:`SMALL_BATCH_ROWS` rows to
-  the native kernel on the tiles copy or ``W @ x^T``; more rows to oneDNN on a pre-packed
-  copy. Extra memory: about the linear weights once more, plus the output-heavy copies.
+  two halves (a transposed copy for output-heavy layers); 2 to ``native_max_rows`` rows to the
+  native kernel on an ``(out/8, in, 8)`` tiles copy (``native.matvec.matvec_tiles_rows``, any
+  row count); other products of up to :data:`SMALL_BATCH_ROWS` rows to ``W @ x^T``; more rows
+  to oneDNN on a pre-packed copy. Output-heavy layers have their tiles copy from the start
+  (``native_max_rows`` at least :data:`SMALL_BATCH_ROWS`); :func:`tune_f32_native_rows`
+  measures, on one representative layer, the largest of :data:`F32_PROBE_ROWS` at which the
+  kernel beats that torch product and, where it wins at 2 rows or more, gives every layer with
+  ``out % 8 == 0`` a tiles copy and that limit. Extra memory: about the linear weights twice
+  more (the oneDNN copy and the tiles), plus the transposed copies without the native kernel.
 
   For bfloat16 weights where the native bf16 kernel is built, ``"dual"`` instead keeps one
   ``(out/8, in, 8)`` bf16 tiles copy per linear (``out % 8 == 0``; the weight itself stays
@@ -66,10 +72,12 @@ BF16_TILES = "bf16_tiles"
 """``single_row_mode`` of a bf16 linear whose products go to the native bf16 kernel."""
 BF16_PROBE_ROWS = (1, 16, 64, 256)
 """Row counts :func:`tune_bf16_native_rows` times, ascending (it stops at the first loss)."""
+F32_PROBE_ROWS = (2, 8, 16, 32, 64)
+"""Row counts :func:`tune_f32_native_rows` times, ascending (it stops at the first loss)."""
 BF16_PROBE_REPEATS = 3
 """Timed runs of each product per probe after one warm-up run; the fastest counts."""
 DUAL_ATTRIBUTES = ("single_row_mode", "single_row_weight", "single_row_transposed",
-                   "packed_weight", "bf16_tiles", "native_max_rows")
+                   "packed_weight", "f32_tiles", "bf16_tiles", "native_max_rows")
 """Instance attributes ``make_dual`` may set (removed when the layout changes again)."""
 
 
@@ -97,9 +105,10 @@ def resolve_layout(layout: str, model: Any) -> str:
     first = next(model.parameters())
     if platform.device_type(first.device) != "cpu":
         return "row"
-    if first.dtype == torch.float32:
+    if first.dtype == torch.float32:  # the oneDNN copy, and the tiles or a transposed copy
         copy_bytes = sum(m.weight.numel() * m.weight.element_size()
-                         * (2 if _output_heavy(m.weight) else 1) for m in _linears(model))
+                         * (2 if _output_heavy(m.weight) or m.out_features % 8 == 0 else 1)
+                         for m in _linears(model))
     elif first.dtype == torch.bfloat16 and matvec.bf16_available():
         copy_bytes = sum(m.weight.numel() * m.weight.element_size() for m in _linears(model))
     else:
@@ -151,10 +160,9 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
 
     One row: the native mat-vec where it is built (``native.matvec``: on the row-major
     weight, or on its tiles copy for output-heavy layers), else a batched product over the
-    weight's halves (see :func:`single_row_weight`). Up to :data:`SMALL_BATCH_ROWS` rows: the
-    native kernel on the tiles copy where there is one (each tile read once for all rows), else
-    ``W @ x^T`` on the row-major weight (MKL's small-M path of ``x @ W^T`` is far slower here).
-    More rows: oneDNN on the packed copy.
+    weight's halves (see :func:`single_row_weight`). 2 to ``native_max_rows`` rows: the native
+    kernel on the tiles copy where there is one (each tile read once for all rows). Other
+    products: :func:`_torch_rows_product`.
     """
     import torch
     import torch.nn.functional as F
@@ -179,22 +187,32 @@ def _small_batch_forward(self: Any, x: Any) -> Any:
             out = torch.bmm(halves, row.t().expand(halves.shape[0], in_features, 1))  # (P,out/P,1)
         out = out.view(*x.shape[:-1], -1)  # (..., out)
         return out if self.bias is None else out.add_(self.bias)
-    if num_rows > SMALL_BATCH_ROWS:
-        if self.packed_weight is None:
-            return F.linear(x, self.weight, self.bias)
-        out = torch.ops.mkldnn._linear_pointwise(
-            x.reshape(num_rows, in_features), self.packed_weight, self.bias, "none", [], "")
-        return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
     rows = x.reshape(num_rows, in_features)  # (M, in)
-    if self.single_row_mode == "tiles":
-        out = matvec.matvec_tiles_rows(self.single_row_weight, rows, self.bias)  # (M, out)
-        if out is not None:
-            return out.view(*x.shape[:-1], -1)  # (..., out)
-    if self.bias is None:
-        out_t = torch.mm(self.weight, rows.t())  # (out, M)
+    out = None
+    if self.f32_tiles is not None and num_rows <= self.native_max_rows:
+        out = matvec.matvec_tiles_rows(self.f32_tiles, rows, self.bias)  # (M, out)
+    if out is None:
+        out = _torch_rows_product(self, rows)  # (M, out)
+    return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
+
+
+def _torch_rows_product(linear: Any, rows: Any) -> Any:
+    """``rows (M, in) @ W^T [+ bias]`` -> ``(M, out)`` in torch for a float32 ``"dual"`` layer:
+    up to :data:`SMALL_BATCH_ROWS` rows as ``W @ x^T`` on the row-major weight (MKL's small-M
+    path of ``x @ W^T`` is far slower here), more through oneDNN on the packed copy."""
+    import torch
+    import torch.nn.functional as F
+
+    if rows.shape[0] > SMALL_BATCH_ROWS:
+        if linear.packed_weight is None:
+            return F.linear(rows, linear.weight, linear.bias)
+        return torch.ops.mkldnn._linear_pointwise(rows, linear.packed_weight, linear.bias,
+                                                  "none", [], "")
+    if linear.bias is None:
+        out_t = torch.mm(linear.weight, rows.t())  # (out, M)
     else:
-        out_t = torch.addmm(self.bias[:, None], self.weight, rows.t())  # (out, M)
-    return out_t.t().contiguous().view(*x.shape[:-1], out_t.shape[0])  # (..., out)
+        out_t = torch.addmm(linear.bias[:, None], linear.weight, rows.t())  # (out, M)
+    return out_t.t().contiguous()  # (M, out)
 
 
 def _bf16_tiles_forward(self: Any, x: Any) -> Any:
@@ -231,6 +249,12 @@ def takes_bf16_tiles(weight: Any, bias: Any) -> bool:
             and (bias is None or (bias.dtype == torch.bfloat16 and bias.is_contiguous())))
 
 
+def takes_f32_tiles(weight: Any, bias: Any) -> bool:
+    """Whether a float32 linear layer can use the native rows kernel on a tiles copy
+    (``matvec.applies_to`` it, and ``out % 8 == 0``)."""
+    return matvec.applies_to(weight, bias) and weight.shape[0] % 8 == 0
+
+
 def current_layout(module: Any) -> str:
     """The layout one ``nn.Linear`` is in now."""
     if swapped_by(module) == DUAL:
@@ -245,7 +269,9 @@ def make_dual(module: Any, native_max_rows: int = 0) -> None:
     Args:
         module: The linear layer.
         native_max_rows: For a bf16 layer on the native kernel: the most rows it sends to
-            the kernel (0: none, until :func:`tune_bf16_native_rows` sets it).
+            the kernel (0: none, until :func:`tune_bf16_native_rows` sets it). A float32
+            layer starts at :data:`SMALL_BATCH_ROWS` where it has tiles (output-heavy), else
+            0, until :func:`tune_f32_native_rows` sets it.
     """
     import torch
 
@@ -269,6 +295,8 @@ def make_dual(module: Any, native_max_rows: int = 0) -> None:
         module.single_row_mode, module.single_row_weight = mode, single
         module.single_row_transposed = transposed
         module.packed_weight = packed_weight(weight)
+        module.f32_tiles = single if mode == "tiles" else None  # (out/8, in, 8), or None
+        module.native_max_rows = SMALL_BATCH_ROWS if mode == "tiles" else 0
     swap_forward(module, _small_batch_forward, DUAL)
 
 
@@ -302,17 +330,29 @@ def apply_layout(model: Any, layout: str) -> int:
     return changed
 
 
-def bf16_tiled_linears(model: Any) -> list[Any]:
-    """The linears of ``model`` on the native bf16 kernel, including fused projection groups'
-    (held by their members' swap marker, not registered as modules), each once."""
+def dual_linears(model: Any) -> list[Any]:
+    """The ``"dual"`` linears of ``model``, including fused projection groups' (held by their
+    members' swap marker, not registered as modules), each once."""
     found: dict[int, Any] = {}
     for module in model.modules():
         owner = swapped_by(module)
         linear = module if owner == DUAL else getattr(owner, "linear", None)
-        if (linear is not None and getattr(linear, "single_row_mode", None) == BF16_TILES
-                and linear.bf16_tiles is not None):
+        if linear is not None and swapped_by(linear) == DUAL:
             found.setdefault(id(linear), linear)
     return list(found.values())
+
+
+def bf16_tiled_linears(model: Any) -> list[Any]:
+    """The ``"dual"`` linears of ``model`` on the native bf16 kernel (:func:`dual_linears`)."""
+    return [m for m in dual_linears(model)
+            if m.single_row_mode == BF16_TILES and m.bf16_tiles is not None]
+
+
+def f32_tileable_linears(model: Any) -> list[Any]:
+    """The float32 ``"dual"`` linears of ``model`` the native rows kernel can take
+    (:func:`takes_f32_tiles`)."""
+    return [m for m in dual_linears(model)
+            if m.single_row_mode != BF16_TILES and takes_f32_tiles(m.weight, m.bias)]
 
 
 def best_times_s(first: Callable[[], Any], second: Callable[[], Any],
@@ -330,33 +370,65 @@ def best_times_s(first: Callable[[], Any], second: Callable[[], Any],
     return best[0], best[1]
 
 
-def measure_native_max_rows(linear: Any, probe_rows: Sequence[int] = BF16_PROBE_ROWS) -> int:
-    """The largest of ``probe_rows`` (ascending) up to which the native bf16 kernel beats
-    ``F.linear`` on ``linear`` (a bf16 ``"dual"`` layer), stopping at the first loss; 0 when
-    it loses at the first."""
+def largest_winning_rows(native: Callable[[Any], Any], reference: Callable[[Any], Any],
+                         in_features: int, dtype: Any, probe_rows: Sequence[int]) -> int:
+    """The largest of ``probe_rows`` (ascending) up to which ``native(rows)`` is faster than
+    ``reference(rows)`` on random ``(M, in_features)`` rows of ``dtype`` (timed by
+    :func:`best_times_s`), stopping at the first loss; 0 when it loses at the first."""
     import torch
-    import torch.nn.functional as F
 
     generator = torch.Generator().manual_seed(0)
     best = 0
     with torch.no_grad():
         for num_rows in probe_rows:
-            rows = torch.randn(num_rows, linear.in_features, generator=generator,
-                               dtype=torch.float32).to(torch.bfloat16)  # (M, in)
-            native, reference = best_times_s(
-                lambda rows=rows: matvec.matvec_tiles_rows_bf16(linear.bf16_tiles, rows,
-                                                                linear.bias),
-                lambda rows=rows: F.linear(rows, linear.weight, linear.bias))
-            if native >= reference:
+            rows = torch.randn(num_rows, in_features, generator=generator,
+                               dtype=torch.float32).to(dtype)  # (M, in)
+            native_s, reference_s = best_times_s(lambda rows=rows: native(rows),
+                                                 lambda rows=rows: reference(rows))
+            if native_s >= reference_s:
                 break
             best = num_rows
     return best
+
+
+def measure_native_max_rows(linear: Any, probe_rows: Sequence[int] | None = None) -> int:
+    """The largest of ``probe_rows`` up to which the native kernel beats torch on ``linear``
+    (:func:`largest_winning_rows`): for a bf16 ``"dual"`` layer the bf16 kernel against
+    ``F.linear`` (default probes :data:`BF16_PROBE_ROWS`); for a float32 one the rows kernel
+    on a tiles copy (its own, or a temporary one) against :func:`_torch_rows_product`
+    (default probes :data:`F32_PROBE_ROWS`)."""
+    import torch
+    import torch.nn.functional as F
+
+    if linear.single_row_mode == BF16_TILES:
+        return largest_winning_rows(
+            lambda rows: matvec.matvec_tiles_rows_bf16(linear.bf16_tiles, rows, linear.bias),
+            lambda rows: F.linear(rows, linear.weight, linear.bias), linear.in_features,
+            torch.bfloat16, BF16_PROBE_ROWS if probe_rows is None else probe_rows)
+    tiles = linear.f32_tiles
+    if tiles is None:
+        tiles = matvec.pack_tiles(linear.weight.detach())  # (out/8, in, 8)
+    return largest_winning_rows(
+        lambda rows: matvec.matvec_tiles_rows(tiles, rows, linear.bias),
+        lambda rows: _torch_rows_product(linear, rows), linear.in_features, torch.float32,
+        F32_PROBE_ROWS if probe_rows is None else probe_rows)
 
 
 def representative_linear(linears: Sequence[Any]) -> Any:
     """The layer of median weight size among ``linears`` (decoder layers outnumber the head)."""
     ordered = sorted(linears, key=lambda m: m.weight.numel())
     return ordered[len(ordered) // 2]
+
+
+def _measure_on_representative(linears: Sequence[Any], kind: str) -> int:
+    """:func:`measure_native_max_rows` on :func:`representative_linear`, logged."""
+    layer = representative_linear(linears)
+    start = time.perf_counter()
+    limit = measure_native_max_rows(layer)
+    logger.info("%s products of up to %d rows go to the native kernel (measured on a (%d, %d) "
+                "layer in %.0f ms)", kind, limit, layer.out_features, layer.in_features,
+                1e3 * (time.perf_counter() - start))
+    return limit
 
 
 def tune_bf16_native_rows(model: Any) -> int | None:
@@ -370,12 +442,40 @@ def tune_bf16_native_rows(model: Any) -> int | None:
     linears = bf16_tiled_linears(model)
     if not linears:
         return None
-    layer = representative_linear(linears)
-    start = time.perf_counter()
-    limit = measure_native_max_rows(layer)
+    limit = _measure_on_representative(linears, "bf16")
     for linear in linears:
         linear.native_max_rows = limit
-    logger.info("bf16 products of up to %d rows go to the native kernel (measured on a "
-                "(%d, %d) layer in %.0f ms)", limit, layer.out_features, layer.in_features,
-                1e3 * (time.perf_counter() - start))
+    return limit
+
+
+def set_f32_native_rows(linear: Any, limit: int) -> None:
+    """Route 2 to ``limit`` rows of a float32 ``"dual"`` layer to the native rows kernel: pack
+    its tiles copy where ``limit >= 2`` and it has none; below that, drop the copy of a layer
+    that does not use it for single rows. Output-heavy layers (tiles for single rows) keep at
+    least :data:`SMALL_BATCH_ROWS`."""
+    import torch
+
+    single_row_tiles = linear.single_row_mode == "tiles"
+    if limit >= 2 and linear.f32_tiles is None:
+        with torch.no_grad():
+            linear.f32_tiles = matvec.pack_tiles(linear.weight.data)  # (out/8, in, 8)
+    elif limit < 2 and not single_row_tiles:
+        linear.f32_tiles = None
+    linear.native_max_rows = max(limit, SMALL_BATCH_ROWS if single_row_tiles else 0)
+
+
+def tune_f32_native_rows(model: Any) -> int | None:
+    """Measure up to how many rows the native float32 rows kernel beats torch
+    (:func:`measure_native_max_rows` on :func:`representative_linear`) and apply that limit
+    to every float32 ``"dual"`` layer the kernel can take (:func:`set_f32_native_rows`).
+
+    Returns:
+        The row limit measured, or None when no layer can take the kernel.
+    """
+    linears = f32_tileable_linears(model)
+    if not linears:
+        return None
+    limit = _measure_on_representative(linears, "float32")
+    for linear in linears:
+        set_f32_native_rows(linear, limit)
     return limit

@@ -131,3 +131,43 @@ def test_prepared_bf16_model_matches_the_unprepared_one(tiny_model_paths, arch, 
             assert torch.equal(got[0, -1].argmax(), want[0, -1].argmax())
     assert set(calls) == {9, 1}
     assert greedy_tokens(model, ids, 8) == greedy_tokens(plain, ids, 8)
+
+
+@needs_native_kernels()
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_prepared_f32_model_sends_batched_rows_to_the_native_kernel(tiny_model_paths, arch,
+                                                                    monkeypatch):
+    from langchain_ascend.engine.cpu.weight_layout import (
+        F32_PROBE_ROWS,
+        f32_tileable_linears,
+        set_f32_native_rows,
+    )
+
+    plain = load(tiny_model_paths, arch)
+    model = load(tiny_model_paths, arch)
+    hooks = prepare(model, device=torch.device("cpu"), dtype=torch.float32,
+                    options=HookOptions())
+    assert hooks.changes["f32_native_max_rows"] in (0, *F32_PROBE_ROWS)
+    layers = model.config.num_hidden_layers
+    linears = f32_tileable_linears(model)
+    assert len(linears) == 4 * layers + 1  # fused qkv, o, fused gate/up, down; the head
+    ids = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3, 250, 12, 8, 640]])  # 12 rows
+    kernel, onednn = matvec.matvec_tiles_rows, torch.ops.mkldnn._linear_pointwise
+    calls: dict[str, list[int]] = {"native": [], "onednn": []}
+    monkeypatch.setattr(matvec, "matvec_tiles_rows",
+                        lambda tiles, rows, bias: calls["native"].append(rows.shape[0])
+                        or kernel(tiles, rows, bias))
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
+                        lambda rows, *args: calls["onednn"].append(rows.shape[0])
+                        or onednn(rows, *args))
+    with torch.inference_mode():
+        want = plain(ids).logits
+        for limit, route in ((16, "native"), (8, "onednn")):
+            for linear in linears:
+                set_f32_native_rows(linear, limit)
+            calls["native"].clear()
+            calls["onednn"].clear()
+            torch.testing.assert_close(model(ids).logits, want, atol=1e-5, rtol=1e-5)
+            assert len(calls[route]) == len(linears) and set(calls[route]) == {12}
+            other = "onednn" if route == "native" else "native"
+            assert not calls[other]

@@ -207,3 +207,80 @@ def test_best_times_alternate_the_two_products():
     first, second = best_times_s(lambda: order.append("a"), lambda: order.append("b"), 2)
     assert order == ["a", "b"] * 3  # a warm-up of each, then alternating
     assert 0 <= first < 1 and 0 <= second < 1
+
+
+def f32_product_calls(monkeypatch) -> dict[str, list[int]]:
+    """Record the row count of every float32 product by the native rows kernel and by oneDNN
+    (both still run)."""
+    calls: dict[str, list[int]] = {"native": [], "onednn": []}
+    kernel, onednn = matvec.matvec_tiles_rows, torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(matvec, "matvec_tiles_rows",
+                        lambda tiles, rows, bias: calls["native"].append(rows.shape[0])
+                        or kernel(tiles, rows, bias))
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
+                        lambda rows, *args: calls["onednn"].append(rows.shape[0])
+                        or onednn(rows, *args))
+    return calls
+
+
+@needs_native_kernels()
+def test_f32_dual_layout_sends_rows_up_to_the_measured_limit_to_the_native_kernel(
+        tiny_model_paths, monkeypatch):
+    from langchain_ascend.engine.cpu.weight_layout import (
+        F32_PROBE_ROWS,
+        apply_layout,
+        f32_tileable_linears,
+        set_f32_native_rows,
+        tune_f32_native_rows,
+    )
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.float32)
+    ids = torch.tensor([prompt(73, 12)])
+    with torch.inference_mode():
+        before = [model(ids).logits, model(ids[:, :1]).logits]
+        apply_layout(model, "dual")
+        linears = f32_tileable_linears(model)
+        assert linears and all(m.out_features % 8 == 0 for m in linears)
+        heavy = [m for m in linears if m.single_row_mode == "tiles"]  # the head
+        assert heavy and all(m.native_max_rows == 8 and m.f32_tiles is not None for m in heavy)
+        limit = tune_f32_native_rows(model)
+        assert limit in (0, *F32_PROBE_ROWS)
+        for linear in linears:
+            set_f32_native_rows(linear, 16)  # whatever this host measured
+        assert all(m.native_max_rows == 16 and m.f32_tiles is not None for m in linears)
+        calls = f32_product_calls(monkeypatch)
+        after = [model(ids).logits, model(ids[:, :1]).logits]
+        assert set(calls["native"]) == {12} and not calls["onednn"]
+        for linear in linears:
+            set_f32_native_rows(linear, 8)
+        calls["native"].clear()
+        eight = model(ids).logits
+        assert not calls["native"] and set(calls["onednn"]) == {12}
+        for linear in linears:
+            set_f32_native_rows(linear, 0)  # the kernel loses: only the head keeps tiles
+        assert [m for m in linears if m.f32_tiles is not None] == heavy
+    for got, want in zip([*after, eight], [*before, before[0]], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    apply_layout(model, "row")
+    assert all("f32_tiles" not in m.__dict__ for m in linears)
+
+
+@needs_native_kernels()
+def test_f32_measured_row_limit_stops_at_the_first_loss(monkeypatch):
+    from langchain_ascend.engine.cpu import weight_layout
+
+    linear = torch.nn.Linear(32, 64)
+    weight_layout.make_dual(linear)
+    assert linear.f32_tiles is None and linear.native_max_rows == 0  # not output-heavy
+    native_s = {2: 1.0, 8: 1.0, 16: 2.0, 32: 9.0, 64: 1.0}  # loses at 32: 64 is never timed
+    timed: list[int] = []
+
+    def fake_times(native, reference):
+        rows = weight_layout.F32_PROBE_ROWS[len(timed)]
+        timed.append(rows)
+        return native_s[rows], 5.0
+
+    monkeypatch.setattr(weight_layout, "best_times_s", fake_times)
+    assert weight_layout.measure_native_max_rows(linear) == 16
+    assert timed == [2, 8, 16, 32]
+    assert linear.f32_tiles is None  # the probe's tiles were temporary
