@@ -84,27 +84,7 @@ def matvec_tiles_rows(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.Tenso
     """
     import torch
 
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    kernel = build.function(KERNEL, "matvec_tiles_rows_f32",
-                            [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
-    if (kernel is None or tiles.dtype != torch.float32 or rows.dtype != torch.float32
-            or tiles.dim() != 3 or rows.dim() != 2 or tiles.device.type != "cpu"
-            or rows.device.type != "cpu" or not tiles.is_contiguous()):
-        return None
-    num_tiles, in_features, lanes = tiles.shape
-    num_rows = rows.shape[0]
-    if lanes != 8 or rows.shape[1] != in_features or num_rows == 0 or in_features == 0:
-        return None
-    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (num_tiles * 8,)
-                             or not bias.is_contiguous() or bias.device.type != "cpu"):
-        return None
-    rows = rows.contiguous()
-    out = torch.empty(num_rows, num_tiles * 8, dtype=torch.float32)  # (M, out)
-    status = kernel(tiles.data_ptr(), rows.data_ptr(), None if bias is None else bias.data_ptr(),
-                    out.data_ptr(), num_tiles * 8, in_features, num_rows, torch.get_num_threads())
-    if status:
-        raise RuntimeError(f"matvec_tiles_rows_f32 failed with status {status}")
-    return out
+    return _tiles_rows("matvec_tiles_rows_f32", torch.float32, tiles, rows, bias)
 
 
 def bf16_available() -> bool:
@@ -129,8 +109,19 @@ def matvec_tiles_rows_bf16(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.
     """
     import torch
 
-    kernel = _bf16_kernel()
-    if (kernel is None or tiles.dtype != torch.bfloat16 or rows.dtype != torch.bfloat16
+    return _tiles_rows("matvec_tiles_rows_bf16", torch.bfloat16, tiles, rows, bias)
+
+
+def _tiles_rows(symbol: str, dtype: torch.dtype, tiles: torch.Tensor, rows: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor | None:
+    """``rows (M, in) @ weight^T [+ bias]`` -> ``(M, out)`` in ``dtype`` from the tiles kernel
+    ``symbol``, or None where it does not apply (not built, another dtype or device,
+    mismatched shapes, no rows)."""
+    import torch
+
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    kernel = build.function(KERNEL, symbol, [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
+    if (kernel is None or tiles.dtype != dtype or rows.dtype != dtype
             or tiles.dim() != 3 or rows.dim() != 2 or tiles.device.type != "cpu"
             or rows.device.type != "cpu" or not tiles.is_contiguous()):
         return None
@@ -138,15 +129,15 @@ def matvec_tiles_rows_bf16(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.
     num_rows = rows.shape[0]
     if lanes != 8 or rows.shape[1] != in_features or num_rows == 0 or in_features == 0:
         return None
-    if bias is not None and (bias.dtype != torch.bfloat16 or bias.shape != (num_tiles * 8,)
+    if bias is not None and (bias.dtype != dtype or bias.shape != (num_tiles * 8,)
                              or not bias.is_contiguous() or bias.device.type != "cpu"):
         return None
     rows = rows.contiguous()
-    out = torch.empty(num_rows, num_tiles * 8, dtype=torch.bfloat16)  # (M, out)
+    out = torch.empty(num_rows, num_tiles * 8, dtype=dtype)  # (M, out)
     status = kernel(tiles.data_ptr(), rows.data_ptr(), None if bias is None else bias.data_ptr(),
                     out.data_ptr(), num_tiles * 8, in_features, num_rows, torch.get_num_threads())
     if status:
-        raise RuntimeError(f"matvec_tiles_rows_bf16 failed with status {status}")
+        raise RuntimeError(f"{symbol} failed with status {status}")
     return out
 
 

@@ -26,25 +26,6 @@
 
 #define KEY_BLOCK 64
 
-static inline __m256 exp256_ps(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 /* 8 stored values at p as floats. */
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline __m256 load_bf16(const uint16_t *p) {
@@ -183,7 +164,7 @@ static inline void softmax_update(float *row, int64_t n, int64_t D, int64_t r, S
     float sum = 0.f;
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
-        __m256 p = exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));
+        __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));
         _mm256_storeu_ps(row + j, p);
         vsum = _mm256_add_ps(vsum, p);
     }
