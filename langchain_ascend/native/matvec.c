@@ -262,33 +262,10 @@ int matvec_tiles_rows_f32(const float *P, const float *X, const float *bias, flo
  * once, into a scratch buffer.
  */
 #include <stdlib.h>
+#include "bf16_util.h"
 
 #define BF16_MAX_CHUNK 8 /* rows per chunk, and accumulators per call */
 #define BF16_GROUP 4     /* tiles per parallel work item */
-
-/* The 8 bf16 values at p as floats (zero-extend, shift into the upper half). */
-static inline __m256 load_bf16x8(const uint16_t *p) {
-    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-
-static inline float bf16_to_f32(uint16_t v) {
-    union { uint32_t u; float f; } bits = { (uint32_t)v << 16 };
-    return bits.f;
-}
-
-/* The 8 floats of v rounded to bf16 (nearest even, NaN -> 0x7FC0), stored at out. */
-static inline void store_bf16x8(uint16_t *out, __m256 v) {
-    __m256i bits = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-    rounded = _mm256_srli_epi32(rounded, 16);
-    __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7FC0), is_nan);
-    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(rounded),
-                                      _mm256_extracti128_si256(rounded, 1));
-    _mm_storeu_si128((__m128i *)out, packed);
-}
 
 /* Tiles t..t+T-1 (p: their K * 8 bf16 values each, consecutive) times R rows of Xf (float32,
    row stride K) into Y (bf16, row stride N), one register accumulator per (row, tile). R and

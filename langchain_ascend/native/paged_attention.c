@@ -22,31 +22,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "avx2_util.h"
+#include "bf16_util.h"
 
 #define KEY_BLOCK 64
 
 /* 8 stored values at p as floats. */
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
-static inline __m256 load_bf16(const uint16_t *p) {
-    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-static inline float bf16_to_f32(uint16_t v) {
-    uint32_t bits = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);  /* NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
 
 /* Online-softmax state of one item: acc (G, D) unnormalised output, m (G) running max,
    l (G) running sum; sc (G, KEY_BLOCK) score scratch. */
@@ -202,7 +183,7 @@ static inline void softmax_update(float *row, int64_t n, int64_t D, int64_t r, S
         }                                                                                        \
     }
 DEFINE_CHUNK(chunk_f32, float, load_f32)
-DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16)
+DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16x8)
 
 /* The whole call for one cache type. Q_LOAD(ptr, i) reads query value i as float; OUT_STORE
    writes one float into the output. */

@@ -17,7 +17,7 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "avx2_util.h"
+#include "bf16_util.h"
 
 int rms_norm_f32(const float *x, const float *weight, float *out, int64_t N, int64_t H,
                  int64_t x_row_stride, float eps) {
@@ -43,34 +43,6 @@ int rms_norm_f32(const float *x, const float *weight, float *out, int64_t N, int
                                                   _mm256_mul_ps(_mm256_loadu_ps(row + h), vinv)));
     }
     return 0;
-}
-
-/* The 8 bf16 values at p as floats (zero-extend, shift into the upper half). */
-static inline __m256 load_bf16x8(const uint16_t *p) {
-    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-
-/* The 8 floats of v rounded to bf16 (nearest even, NaN -> 0x7FC0), as the 32-bit lanes of
-   the result holding the bf16 bits in their lower half. */
-static inline __m256i round_bf16x8(__m256 v) {
-    __m256i bits = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-    rounded = _mm256_srli_epi32(rounded, 16);
-    __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    return _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7FC0), is_nan);
-}
-
-/* v rounded to bf16 and widened back to float32 (exactly the bf16 value). */
-static inline __m256 to_bf16_and_back(__m256 v) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(round_bf16x8(v), 16));
-}
-
-static inline void store_bf16x8(uint16_t *out, __m256 v) {
-    __m256i rounded = round_bf16x8(v);
-    _mm_storeu_si128((__m128i *)out, _mm_packus_epi32(_mm256_castsi256_si128(rounded),
-                                                      _mm256_extracti128_si256(rounded, 1)));
 }
 
 /* ceil(log2(n)) for n >= 1. */

@@ -15,7 +15,7 @@
  */
 #include <stdint.h>
 #include <string.h>
-#include "avx2_util.h"
+#include "bf16_util.h"
 
 /* Separate products and sums, as transformers computes them: no contraction into FMAs. */
 #if defined(__clang__)
@@ -23,27 +23,6 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
-
-static inline __m256 load_bf16x8(const uint16_t *p) {
-    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-/* Round 8 floats to bfloat16 (nearest even; NaN stays NaN) and back to float. */
-static inline __m256 round_bf16x8(__m256 x) {
-    __m256i bits = _mm256_castps_si256(x);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-    rounded = _mm256_and_si256(rounded, _mm256_set1_epi32((int)0xffff0000u));
-    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), x, nan);
-}
-
-static inline void store_bf16x8(uint16_t *p, __m256 x) {
-    __m256i bits = _mm256_srli_epi32(_mm256_castps_si256(round_bf16x8(x)), 16);  /* 8 x u32 */
-    __m128i lo = _mm256_castsi256_si128(bits), hi = _mm256_extracti128_si256(bits, 1);
-    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(lo, hi));
-}
 
 /* One row of D values: out = x * cos + rotate_half(x) * sin. */
 static void rotate_f32(const float *x, const float *cos, const float *sin, float *out, int64_t D) {
@@ -64,12 +43,12 @@ static void rotate_bf16(const uint16_t *x, const uint16_t *cos, const uint16_t *
     int64_t half = D / 2;
     for (int64_t i = 0; i < half; i += 8) {
         __m256 x1 = load_bf16x8(x + i), x2 = load_bf16x8(x + half + i);
-        __m256 a = round_bf16x8(_mm256_mul_ps(x1, load_bf16x8(cos + i)));
+        __m256 a = to_bf16_and_back(_mm256_mul_ps(x1, load_bf16x8(cos + i)));
         /* rotate_half negates x2 before the product: (-x2) * sin, rounded, then added */
-        __m256 b = round_bf16x8(_mm256_mul_ps(x2, load_bf16x8(sin + i)));
+        __m256 b = to_bf16_and_back(_mm256_mul_ps(x2, load_bf16x8(sin + i)));
         store_bf16x8(out + i, _mm256_sub_ps(a, b));
-        __m256 c = round_bf16x8(_mm256_mul_ps(x2, load_bf16x8(cos + half + i)));
-        __m256 d = round_bf16x8(_mm256_mul_ps(x1, load_bf16x8(sin + half + i)));
+        __m256 c = to_bf16_and_back(_mm256_mul_ps(x2, load_bf16x8(cos + half + i)));
+        __m256 d = to_bf16_and_back(_mm256_mul_ps(x1, load_bf16x8(sin + half + i)));
         store_bf16x8(out + half + i, _mm256_add_ps(c, d));
     }
 }
