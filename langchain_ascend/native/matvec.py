@@ -93,9 +93,13 @@ def bf16_available() -> bool:
 
 
 def _bf16_kernel() -> Any:
+    return _rows_kernel("matvec_tiles_rows_bf16")
+
+
+def _rows_kernel(symbol: str) -> Any:
+    """A tiles-times-rows kernel (``matvec_tiles_rows_f32`` / ``_bf16``), typed, or None."""
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return build.function(KERNEL, "matvec_tiles_rows_bf16",
-                          [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
+    return build.function(KERNEL, symbol, [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
 
 
 def matvec_tiles_rows_bf16(tiles: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None,
@@ -119,8 +123,7 @@ def _tiles_rows(symbol: str, dtype: torch.dtype, tiles: torch.Tensor, rows: torc
     mismatched shapes, no rows)."""
     import torch
 
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    kernel = build.function(KERNEL, symbol, [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int])
+    kernel = _rows_kernel(symbol)
     if (kernel is None or tiles.dtype != dtype or rows.dtype != dtype
             or tiles.dim() != 3 or rows.dim() != 2 or tiles.device.type != "cpu"
             or rows.device.type != "cpu" or not tiles.is_contiguous()):

@@ -38,12 +38,10 @@ def takes_paged_path(case, metadata) -> bool:
 
 def _shares_blocks(case) -> bool:
     from langchain_ascend.attention.backends.cpu import prefers_shared
+    from langchain_ascend.attention.backends.torch_ref import decode_tables
 
-    layout = case.layout
-    count = layout.num_decodes
-    tables = [layout.block_tables[b][: -(-layout.seq_lens[b] // layout.block_size)]
-              for b in range(count)]
-    return prefers_shared(tables, layout.seq_lens[:count], layout.block_size)
+    seq_lens, tables = decode_tables(case.layout)
+    return prefers_shared(tables, seq_lens, case.layout.block_size)
 
 
 def check(case, window=None, atol=1e-5):

@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
-from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
+from langchain_ascend.attention.backends.base import BatchLayout
 from langchain_ascend.attention.backends.torch_ref import (
-    SHARED_MAX_RATIO,
     DecodeGroup,
     TorchRefBackend,
+    decode_tables,
+    union_is_small,
 )
 from langchain_ascend.native import decode_attention, paged_attention
 
@@ -38,8 +39,8 @@ def prefers_shared(tables: list[list[int]], seq_lens: list[int], block_size: int
     request reading its own blocks (torch_ref's rule; pure function)."""
     if len(tables) < 2:
         return False
-    union = {block for table in tables for block in table}
-    return len(union) * block_size < SHARED_MAX_RATIO * max(seq_lens)
+    return union_is_small(len({block for table in tables for block in table}), seq_lens,
+                          block_size)
 
 
 class CPUBackend(TorchRefBackend):
@@ -73,25 +74,22 @@ class CPUBackend(TorchRefBackend):
 
         if not self.paged_native:
             return super()._decode_group(layout)
-        count, block_size = layout.num_decodes, layout.block_size
-        seq_lens = layout.seq_lens[:count]
-        tables = [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
-                  for b in range(count)]
-        if self.native and prefers_shared(tables, seq_lens, block_size):
+        seq_lens, tables = decode_tables(layout)
+        if self.native and prefers_shared(tables, seq_lens, layout.block_size):
             return super()._decode_group(layout)
         width = max(len(t) for t in tables)
         padded = [t + [t[0]] * (width - len(t)) for t in tables]
         block_tables = torch.tensor(padded, dtype=torch.int32)  # (B, W)
         lens = torch.tensor(seq_lens, dtype=torch.long)  # (B,)
-        return DecodeGroup(count, seq_lens, None, None, None,
-                           paged=(block_tables, lens, max(seq_lens)))
+        return DecodeGroup(len(tables), seq_lens, None, None, None,
+                           paged=(block_tables, lens))
 
     def _decode(self, query, kv_cache, group: DecodeGroup, scale, window):
         if group.paged is None:
             return super()._decode(query, kv_cache, group, scale, window)
-        block_tables, lens, longest = group.paged
+        block_tables, lens = group.paged
         out = paged_attention.paged_decode(query, kv_cache, block_tables, lens, scale,
-                                           window or 0, max_seq_len=longest)  # (B, H, D)
+                                           window or 0, max_seq_len=max(group.seq_lens))
         if out is None:  # not expected: the dtype and head size were checked at start
             raise RuntimeError("paged decode attention kernel does not apply to this cache")
         return out

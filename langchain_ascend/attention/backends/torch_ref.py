@@ -93,7 +93,7 @@ class DecodeGroup:
         tables: Gather path: each request's blocks covering its context (host lists), for
             backends that attend request by request; else None.
         paged: Paged path (CPU native kernel): ``(block_tables (B, W) int32, seq_lens (B,)
-            int64, longest)``, every request attending its own blocks in one call; else None.
+            int64)``, every request attending its own blocks in one call; else None.
     """
 
     num_decodes: int
@@ -107,7 +107,7 @@ class DecodeGroup:
     run_empty_rows: list[torch.Tensor | None] = field(default_factory=list)
     window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
     tables: list[list[int]] | None = None
-    paged: tuple[torch.Tensor, torch.Tensor, int] | None = None
+    paged: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -117,6 +117,21 @@ class TorchRefMetadata:
     slot_mapping: torch.Tensor  # (T,) int64
     decodes: DecodeGroup | None
     prefills: list[PrefillSegment]
+
+
+def decode_tables(layout: BatchLayout) -> tuple[list[int], list[list[int]]]:
+    """``(seq_lens, tables)`` of the step's decodes: each one's context length and the blocks
+    covering it (pure function)."""
+    count, block_size = layout.num_decodes, layout.block_size
+    seq_lens = layout.seq_lens[:count]
+    return seq_lens, [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
+                      for b in range(count)]
+
+
+def union_is_small(num_union_blocks: int, seq_lens: list[int], block_size: int) -> bool:
+    """The shared path's rule: the decodes' union of blocks holds fewer than
+    :data:`SHARED_MAX_RATIO` times the slots of the longest context (pure function)."""
+    return num_union_blocks * block_size < SHARED_MAX_RATIO * max(seq_lens)
 
 
 def consecutive_runs(block_ids: list[int]) -> list[tuple[int, int]]:
@@ -214,15 +229,13 @@ class TorchRefBackend(AttentionBackend):
 
         device, block_size = self.device, layout.block_size
         count = layout.num_decodes
-        seq_lens = layout.seq_lens[:count]
-        tables = [layout.block_tables[b][: num_blocks_for(seq_lens[b], block_size)]
-                  for b in range(count)]
+        seq_lens, tables = decode_tables(layout)
         if count == 1:
             single = self._single_group(tables[0], seq_lens, block_size)
             if single is not None:
                 return single
         union = sorted({block for t in tables for block in t})
-        if len(union) * block_size < SHARED_MAX_RATIO * max(seq_lens):
+        if union_is_small(len(union), seq_lens, block_size):
             return self._shared_group(tables, seq_lens, union, block_size)
         width = max(len(t) for t in tables)
         padded = [block for t in tables for block in t + [t[0]] * (width - len(t))]

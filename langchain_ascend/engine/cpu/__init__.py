@@ -2,10 +2,11 @@
 
 It lays out the linear weights (``weight_layout``; for ``"dual"`` it then measures up to
 how many rows the native kernels, bf16 or float32, beat torch), fuses sibling projections
-(``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``), gives the
-attention modules of known families a lean forward (``lean_attention``: rotary embedding and
-cache write in one native call), each by swapping module instances' ``forward`` through ``swap``, and builds the screened greedy head
-(``greedy_head``) as the runner's logits-head strategy. Values, parameters and the model code
+(``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``) and gives
+the attention modules of known families a lean forward (``lean_attention``: rotary embedding
+and cache write in one native call), each by swapping module instances' ``forward`` through
+``swap``, and builds the screened greedy head (``greedy_head``) as the runner's logits-head
+strategy. Values, parameters and the model code
 are unchanged. The model runner sees only the returned :class:`CPUHooks`.
 """
 
@@ -34,8 +35,8 @@ class CPUHooks(ModelHooks):
     layout), ``fused_groups`` and ``fused_norms`` (counts), for a bf16 model on the native
     bf16 kernel ``bf16_native_max_rows`` (the measured row limit, see
     ``weight_layout.tune_bf16_native_rows``), for a float32 model on the native rows kernel
-    ``f32_native_max_rows`` (``weight_layout.tune_f32_native_rows``) and, once the head is
-    made, ``screened_greedy`` (bool).
+    ``f32_native_max_rows`` (``weight_layout.tune_f32_native_rows``), ``lean_attention``
+    (count) and, once the head is made, ``screened_greedy`` (bool).
 
     Attributes:
         screen_greedy: Whether to try the screened greedy head.
