@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _product_spies import f32_product_calls
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.cpu import CPUHooks, prepare
@@ -152,14 +153,7 @@ def test_prepared_f32_model_sends_batched_rows_to_the_native_kernel(tiny_model_p
     linears = f32_tileable_linears(model)
     assert len(linears) == 4 * layers + 1  # fused qkv, o, fused gate/up, down; the head
     ids = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3, 250, 12, 8, 640]])  # 12 rows
-    kernel, onednn = matvec.matvec_tiles_rows, torch.ops.mkldnn._linear_pointwise
-    calls: dict[str, list[int]] = {"native": [], "onednn": []}
-    monkeypatch.setattr(matvec, "matvec_tiles_rows",
-                        lambda tiles, rows, bias: calls["native"].append(rows.shape[0])
-                        or kernel(tiles, rows, bias))
-    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
-                        lambda rows, *args: calls["onednn"].append(rows.shape[0])
-                        or onednn(rows, *args))
+    calls = f32_product_calls(monkeypatch)
     with torch.inference_mode():
         want = plain(ids).logits
         for limit, route in ((16, "native"), (8, "onednn")):

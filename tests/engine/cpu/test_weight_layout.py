@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _product_spies import f32_product_calls
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.native import matvec
@@ -207,20 +208,6 @@ def test_best_times_alternate_the_two_products():
     first, second = best_times_s(lambda: order.append("a"), lambda: order.append("b"), 2)
     assert order == ["a", "b"] * 3  # a warm-up of each, then alternating
     assert 0 <= first < 1 and 0 <= second < 1
-
-
-def f32_product_calls(monkeypatch) -> dict[str, list[int]]:
-    """Record the row count of every float32 product by the native rows kernel and by oneDNN
-    (both still run)."""
-    calls: dict[str, list[int]] = {"native": [], "onednn": []}
-    kernel, onednn = matvec.matvec_tiles_rows, torch.ops.mkldnn._linear_pointwise
-    monkeypatch.setattr(matvec, "matvec_tiles_rows",
-                        lambda tiles, rows, bias: calls["native"].append(rows.shape[0])
-                        or kernel(tiles, rows, bias))
-    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
-                        lambda rows, *args: calls["onednn"].append(rows.shape[0])
-                        or onednn(rows, *args))
-    return calls
 
 
 @needs_native_kernels()
