@@ -3,6 +3,12 @@
 The model code and its parameters stay as they are; a prepared module instance gets its own
 ``forward`` (an instance attribute shadowing the class's) and :data:`MARKER`, whose value says
 who swapped it: a name, or the state the new forward shares (a fused projection group).
+
+While ``torch.compile`` traces the model (``torch.compiler.is_compiling()``), a swapped module
+runs its class's ``forward`` instead: the prepared forwards call native kernels through
+ctypes, which the tracer cannot follow, while the class code is plain torch that compiles to
+one graph (the compiled static decode step, ``engine.worker.compile``). Eagerly, the check
+costs one call per module.
 """
 
 from __future__ import annotations
@@ -16,8 +22,19 @@ MARKER = "_langchain_ascend_forward"
 
 
 def swap_forward(module: Any, forward: Callable[..., Any], owner: Any) -> None:
-    """Give ``module`` the instance ``forward`` (``forward(module, *args)``), marked ``owner``."""
-    module.__dict__["forward"] = types.MethodType(forward, module)
+    """Give ``module`` the instance ``forward`` (``forward(module, *args)``), marked ``owner``;
+    under ``torch.compile`` the class's ``forward`` runs (module docstring)."""
+    import torch
+
+    compiling = torch.compiler.is_compiling
+    class_forward = type(module).forward
+
+    def dispatch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if compiling():
+            return class_forward(self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
+
+    module.__dict__["forward"] = types.MethodType(dispatch, module)
     module.__dict__[MARKER] = owner
 
 

@@ -165,3 +165,21 @@ def test_static_step_is_one_graph_under_fullgraph_compile(tiny_model_paths):
         compiled = torch.compile(static.step_fn, backend="eager", fullgraph=True, dynamic=False)
         torch.testing.assert_close(compiled(*static.views(key)), eager)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "llama"])
+def test_prepared_static_step_is_one_graph(tiny_model_paths, arch):
+    """The CPU-prepared model (native linears, norms, lean attention) traces as one graph:
+    under ``torch.compile`` its swapped modules run their class forwards (``engine.cpu.swap``),
+    and the compiled step matches the eager one, which took the native kernels."""
+    runner = ModelRunner.load(tiny_model_paths[arch], device="cpu", block_size=BLOCK,
+                              num_blocks=40, compile="static", max_batch_size=4)
+    assert runner.hooks.changes["lean_attention"] > 0 and runner.hooks.changes["fused_norms"] > 0
+    static, key = runner.static, (4, 4)
+    static.stage(key)
+    with torch.inference_mode():
+        eager = static.run(key)
+        explained = torch._dynamo.explain(static.step_fn)(*static.views(key))
+        compiled = torch.compile(static.step_fn, backend="eager", fullgraph=True, dynamic=False)
+        torch.testing.assert_close(compiled(*static.views(key)), eager, rtol=1e-4, atol=1e-5)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
