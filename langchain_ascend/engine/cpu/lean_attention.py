@@ -8,6 +8,9 @@ forward keeps the module's own projections (and Qwen3's per-head norms), then ro
 queries and keys and writes the keys and values into the paged cache in ONE native call
 (``native.rope_kv``: the same rounding as ``apply_rotary_pos_emb``), and attends through the
 backend's :meth:`~langchain_ascend.attention.backends.torch_ref.TorchRefBackend.attend`.
+Where the q/k/v projections are one fused product (``fused_projections``), it calls that
+product once and splits it, skipping the members' module calls. :func:`lean_attend` is the
+same path for a caller that has the step at hand (``engine.cpu.lean_layer``).
 
 Only the module instances' ``forward`` is swapped (``engine.cpu.swap``); a call the lean path
 cannot take -- no paged step (plain transformers use), an HF cache object, a backend of
@@ -20,7 +23,7 @@ import logging
 from typing import Any
 
 from langchain_ascend.attention import registry
-from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
+from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.native import rope_kv
 
 logger = logging.getLogger(__name__)
@@ -41,30 +44,66 @@ def sliding_window(module: Any) -> int | None:
 
 def _lean_forward(self: Any, hidden_states: Any, position_embeddings: Any = None,
                   attention_mask: Any = None, past_key_values: Any = None, **kwargs: Any) -> Any:
-    from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
-
     step = kwargs.get(registry.STEP_KWARG)
-    if (step is None or past_key_values is not None or position_embeddings is None
-            or not isinstance(step.backend, TorchRefBackend) or hidden_states.shape[0] != 1):
+    out = None
+    if past_key_values is None:
+        out = lean_attend(self, hidden_states, position_embeddings, step)
+    if out is None:  # nothing written: the class's forward does all of it
         return type(self).forward(self, hidden_states, position_embeddings, attention_mask,
                                   past_key_values, **kwargs)
+    return out, None
+
+
+def _project(self: Any, hidden_states: Any) -> tuple[Any, Any, Any]:
+    """``(query, key, value)`` ``(1, T, H*D)``, ``(1, T, KVH*D)`` x2 of ``hidden_states``
+    ``(1, T, hidden)``: one product of the fused q/k/v group where there is one
+    (``engine.cpu.fused_projections``), split into views, else the three projections."""
+    group = self.lean_qkv
+    if group is not None:
+        query, key, value = group.linear.forward(hidden_states).split(group.sizes, dim=-1)
+        return query, key, value
+    return self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+
+
+def lean_attend(self: Any, hidden_states: Any, position_embeddings: Any, step: Any) -> Any:
+    """The lean attention of module ``self`` (swapped by :func:`lean_attention`) on
+    ``hidden_states`` ``(1, T, hidden)`` within the paged ``step``: ``(1, T, hidden)`` after
+    ``o_proj``, with this layer's keys and values written; or None, with nothing written,
+    where the lean path does not apply (no step, another backend, rotary tables the kernel
+    does not take) and the class forward must run instead."""
+    from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
+
+    if (step is None or position_embeddings is None
+            or not isinstance(step.backend, TorchRefBackend) or hidden_states.shape[0] != 1):
+        return None
     tokens, dim = hidden_states.shape[1], self.head_dim
-    query = self.q_proj(hidden_states).view(tokens, -1, dim)  # (T, H, D)
-    key = self.k_proj(hidden_states).view(tokens, -1, dim)  # (T, KVH, D)
-    value = self.v_proj(hidden_states).view(tokens, -1, dim)  # (T, KVH, D)
+    query, key, value = _project(self, hidden_states)
+    query = query.view(tokens, -1, dim)  # (T, H, D)
+    key = key.view(tokens, -1, dim)  # (T, KVH, D)
+    value = value.view(tokens, -1, dim)  # (T, KVH, D)
     if self.lean_head_norms:
         query, key = self.q_norm(query), self.k_norm(key)
     cos, sin = position_embeddings  # (1, T, D) each
     kv_cache = step.kv_caches[int(self.layer_idx)]
     rotated = rope_kv.rope_and_write(query, key, value, cos[0], sin[0],
                                      step.metadata.slot_mapping, kv_cache)
-    if rotated is None:  # nothing written: the class's forward does all of it
-        return type(self).forward(self, hidden_states, position_embeddings, attention_mask,
-                                  past_key_values, **kwargs)
+    if rotated is None:
+        return None
     query, key = rotated  # (T, H, D), (T, KVH, D)
     out = step.backend.attend(query, key, value, kv_cache, step.metadata, self.scaling,
                               sliding_window(self))  # (T, H, D)
-    return self.o_proj(out.reshape(1, tokens, -1)), None  # (1, T, hidden)
+    return self.o_proj.forward(out.reshape(1, tokens, -1))  # (1, T, hidden)
+
+
+def fused_qkv(module: Any) -> Any:
+    """The fused projection group of ``module``'s q/k/v projections (in that order), or None."""
+    from langchain_ascend.engine.cpu.fused_projections import FusedProjections
+
+    group = swapped_by(module.q_proj)
+    if (isinstance(group, FusedProjections) and len(group.sizes) == 3
+            and swapped_by(module.k_proj) is group and swapped_by(module.v_proj) is group):
+        return group
+    return None
 
 
 def is_lean_capable(module: Any) -> bool:
@@ -87,6 +126,7 @@ def lean_attention(model: Any) -> int:
     for module in model.modules():
         if is_lean_capable(module):
             module.lean_head_norms = type(module).__name__ == "Qwen3Attention"
+            module.lean_qkv = fused_qkv(module)
             swap_forward(module, _lean_forward, "lean_attention")
             count += 1
     if count:

@@ -11,6 +11,7 @@ from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu import lean_attention as lean_module
 from langchain_ascend.engine.cpu.swap import swapped_by
+from langchain_ascend.engine.cpu.weight_layout import dual_linears
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import rope_kv
 from langchain_ascend.testing import needs_native_kernels

@@ -1,0 +1,122 @@
+"""A lean ``forward`` for whole decoder layers of known families on the CPU.
+
+A decoder layer of a Llama-style model is: RMSNorm, attention, residual add, RMSNorm, MLP
+(``down(silu(gate(x)) * up(x))``), residual add. Run through transformers' modules, one layer
+of a decode step makes about fifteen module calls (the layer, both norms, the attention, its
+four projections, the MLP, its three projections and its activation) and the fused groups'
+split-and-hand-out bookkeeping; at thirty layers that is several milliseconds a step on top of
+the products themselves. The lean layer calls the same prepared pieces directly -- the norms'
+and linears' own (native) forwards, the lean attention (``engine.cpu.lean_attention``), the
+fused gate/up product once, split -- with the same ops in the same order, so its values are
+the class forward's (tested bit for bit).
+
+It applies to a layer whose pieces were all prepared: lean attention, fused q/k/v and
+gate/up groups (the ``"dual"`` layout), fused norms, a SiLU MLP. Only the layer instances'
+``forward`` is swapped (``engine.cpu.swap``); a call the lean path cannot take (no paged step,
+an HF cache object, a batch of several sequences) runs the class's own forward.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from langchain_ascend.attention import registry
+from langchain_ascend.engine.cpu.lean_attention import lean_attend
+from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
+
+logger = logging.getLogger(__name__)
+
+LEAN_LAYERS = frozenset({"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer",
+                         "Qwen3DecoderLayer"})
+"""Classes whose forward is exactly: norm, attention, residual add, norm, MLP, residual add."""
+
+LEAN_MLPS = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
+"""MLP classes whose forward is ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``."""
+
+
+def _lean_layer_forward(self: Any, hidden_states: Any, attention_mask: Any = None,
+                        position_ids: Any = None, past_key_values: Any = None,
+                        use_cache: Any = False, position_embeddings: Any = None,
+                        **kwargs: Any) -> Any:
+    step = kwargs.get(registry.STEP_KWARG)
+    attention = self.self_attn
+    if step is None or past_key_values is not None or hidden_states.shape[0] != 1:
+        return type(self).forward(self, hidden_states, attention_mask=attention_mask,
+                                  position_ids=position_ids, past_key_values=past_key_values,
+                                  use_cache=use_cache, position_embeddings=position_embeddings,
+                                  **kwargs)
+    normed = self.input_layernorm.forward(hidden_states)  # (1, T, hidden)
+    attended = lean_attend(attention, normed, position_embeddings, step)
+    if attended is None:  # nothing written: the attention's own forward does it
+        attended, _ = attention(hidden_states=normed, attention_mask=attention_mask,
+                                position_ids=position_ids, past_key_values=past_key_values,
+                                use_cache=use_cache, position_embeddings=position_embeddings,
+                                **kwargs)
+    hidden_states = hidden_states + attended  # (1, T, hidden)
+    normed = self.post_attention_layernorm.forward(hidden_states)
+    return hidden_states + lean_mlp(self.mlp, normed)  # (1, T, hidden)
+
+
+def lean_mlp(mlp: Any, x: Any) -> Any:
+    """``down(silu(gate(x)) * up(x))`` of a prepared MLP: the fused gate/up product once,
+    split into views (``x (..., hidden)`` -> ``(..., hidden)``)."""
+    import torch.nn.functional as F
+
+    group = mlp.lean_gate_up
+    gate, up = group.linear.forward(x).split(group.sizes, dim=-1)  # (..., I) each
+    return mlp.down_proj.forward(F.silu(gate) * up)
+
+
+def _fused_pair(first: Any, second: Any) -> Any:
+    """The fused projection group of exactly ``(first, second)``, in that order, or None."""
+    from langchain_ascend.engine.cpu.fused_projections import FusedProjections
+
+    group = swapped_by(first)
+    if (isinstance(group, FusedProjections) and len(group.sizes) == 2
+            and swapped_by(second) is group):
+        return group
+    return None
+
+
+def _is_silu(act: Any) -> bool:
+    """Whether ``act`` is transformers' or torch's SiLU module (``F.silu`` exactly)."""
+    import torch
+
+    return isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
+
+
+def is_lean_capable(layer: Any) -> bool:
+    """Whether ``layer`` is a decoder layer of a known family whose pieces were all prepared
+    (lean attention with a fused q/k/v product, fused norms, a SiLU MLP with a fused gate/up
+    product) and whose own forward is untouched."""
+    if type(layer).__name__ not in LEAN_LAYERS or is_swapped(layer):
+        return False
+    attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    norms = [getattr(layer, name, None) for name in ("input_layernorm",
+                                                     "post_attention_layernorm")]
+    return (attention is not None and swapped_by(attention) == "lean_attention"
+            and getattr(attention, "lean_qkv", None) is not None
+            and all(norm is not None and swapped_by(norm) == "fused_norms" for norm in norms)
+            and type(mlp).__name__ in LEAN_MLPS
+            and _is_silu(getattr(mlp, "act_fn", None))
+            and _fused_pair(getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None))
+            is not None)
+
+
+def lean_layers(model: Any) -> int:
+    """Swap every lean-capable decoder layer of ``model`` (after the other CPU preparations)
+    to the lean forward.
+
+    Returns:
+        How many layers were switched.
+    """
+    count = 0
+    for module in model.modules():
+        if is_lean_capable(module):
+            module.mlp.lean_gate_up = _fused_pair(module.mlp.gate_proj, module.mlp.up_proj)
+            swap_forward(module, _lean_layer_forward, "lean_layer")
+            count += 1
+    if count:
+        logger.info("lean decoder-layer forward on %d layers", count)
+    return count
