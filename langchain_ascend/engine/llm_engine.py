@@ -72,7 +72,9 @@ class LLMEngine(EngineDriver):
         max_batch_size: Most requests in one step.
         max_num_batched_tokens: Token budget of one step; longer prompts are prefilled in
             chunks.
-        compile: ``"auto"``, True or False: compile the decode step.
+        compile: How pure-decode steps run (``engine.worker.compile``): ``"auto"`` (graphs on
+            CUDA / NPU; on the CPU the compiled step where ``warmup()`` measured it faster,
+            see ``stats().decode_step``), True, ``"static"`` or False.
         stream_buffer_limit: Unread deltas after which a stream counts as abandoned: its
             request is aborted and its blocks freed (see ``engine.streams``).
 
@@ -348,7 +350,13 @@ class LLMEngine(EngineDriver):
                 num_draft_tokens=self._scheduler.num_draft_tokens,
                 num_accepted_tokens=self._scheduler.num_accepted_tokens,
                 num_forced_tokens=self._scheduler.num_forced_tokens,
+                decode_step=self._decode_step(),
             )
+
+    def _decode_step(self) -> dict[str, Any]:
+        """The runner's step compiler's description (``StepCompiler.describe``), or {}."""
+        describe = getattr(getattr(self._runner, "compiler", None), "describe", None)
+        return describe() if callable(describe) else {}
 
     def warmup(self) -> None:
         """Run the model runner's warm-up (compilation, first-call allocations)."""

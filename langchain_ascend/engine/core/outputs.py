@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -89,6 +89,9 @@ class EngineStats:
         num_draft_tokens: Tokens drafted and checked since start (speculative decoding).
         num_accepted_tokens: Of those, tokens accepted.
         num_forced_tokens: Tokens grammars forced (jump-forward) since start.
+        decode_step: What runs pure-decode steps: the plan, the compiled buckets, a failure
+            and ``compile="auto"``'s warm-up choice (``engine.worker.compile``); empty for a
+            runner without a step compiler.
     """
 
     num_blocks_total: int = 0
@@ -104,6 +107,7 @@ class EngineStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_forced_tokens: int = 0
+    decode_step: dict[str, Any] = field(default_factory=dict)
 
     @property
     def hit_rate(self) -> float:

@@ -26,7 +26,13 @@ from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.speculation import accept_drafts
-from langchain_ascend.engine.worker.compile import StepCompiler, resolve_plan
+from langchain_ascend.engine.worker.compile import (
+    PROBE_REPEATS,
+    DecodeProbe,
+    StepCompiler,
+    resolve_plan,
+)
+from langchain_ascend.engine.worker.compile_choice import model_fingerprint
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import KVCache, plan_num_blocks
 from langchain_ascend.engine.worker.sampler import Sampler
@@ -182,7 +188,8 @@ class ModelRunner:
             max_batch_size: Most requests of one step (sizes compiled buckets).
             attention_backend: ``"auto"`` (npu on NPU, cpu on CPU, torch_ref elsewhere) or a
                 backend name.
-            compile: ``"auto"`` (graphs captured on CUDA / NPU, eager on the CPU), True
+            compile: ``"auto"`` (graphs captured on CUDA / NPU; on the CPU the compiled step
+                where ``warmup()`` measured it faster, else eager), True
                 (captured, or compiled on the CPU), ``"static"`` (the static step, eager) or
                 False: how pure-decode steps run (``engine.worker.compile``).
             weight_layout: How the CPU lays out the linear weights (ignored elsewhere):
@@ -418,7 +425,9 @@ class ModelRunner:
         """Run a small prefill and a decode step on the scratch block (touches no real block).
 
         Brings kernels, allocator pools and (when enabled) the captured decode graphs or the
-        smallest compiled bucket up before the first request.
+        smallest compiled bucket up before the first request; with ``compile="auto"`` on the
+        CPU, measures the compiled static step against the eager one and keeps the faster
+        (``engine.worker.compile``).
         """
         block = [self.scratch_block_id]
         length = max(1, min(self.block_size - 1, 8))
@@ -428,5 +437,29 @@ class ModelRunner:
         if length < self.block_size:
             decode = ScheduledSegment("__warmup__", [0], length, block, True, greedy)
             self.execute(ScheduledBatch(segments=[decode]))
-            self.compiler.warmup()
+            self.compiler.warmup(self._decode_probe(length))
         self.release(["__warmup__"])
+
+    def _decode_probe(self, position: int) -> DecodeProbe | None:
+        """The compiler's warm-up decode: one greedy token at ``position`` after the warm-up
+        prefill, on the scratch block only (None without a static step)."""
+        if self.static is None:
+            return None
+        block = [self.scratch_block_id]
+        greedy = SamplingParams(max_tokens=1)
+
+        def step(token: int) -> int:
+            segment = ScheduledSegment("__warmup__", [token], position, block, True, greedy)
+            chosen = self.execute(ScheduledBatch(segments=[segment]))[0]
+            assert isinstance(chosen, int)
+            return chosen
+
+        layout, _, _ = build_layout(
+            [ScheduledSegment("__warmup__", [0], position, block, True, greedy)],
+            self.block_size, [0])
+        bucket = self.static.bucket(layout)
+        assert bucket is not None  # one row within one block: the smallest bucket
+        tokens = tuple((1 + 7919 * i) % self.vocab_size for i in range(PROBE_REPEATS))
+        model_key = model_fingerprint(self.model, self.dtype,
+                                      self.hooks.changes.get("weight_layout"))
+        return DecodeProbe(bucket=bucket, tokens=tokens, step=step, model_key=model_key)
