@@ -40,12 +40,13 @@ def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_pat
     assert hooks.changes["fused_norms"] == 2 * layers + 1
     lean = hooks.changes["lean_attention"]
     assert lean == (layers if rope_kv.available(torch.float32) else 0)
+    assert hooks.changes["lean_layers"] == lean  # every layer's pieces are prepared
     swapped = [m for m in model.modules() if is_swapped(m)]
     assert swapped and all(MARKER in m.__dict__ and "forward" in m.__dict__ for m in swapped)
     owners = {type(swapped_by(m)).__name__ if not isinstance(swapped_by(m), str)
               else swapped_by(m) for m in swapped}
     assert owners == {DUAL, "fused_norms", FusedProjections.__name__} | (
-        {"lean_attention"} if lean else set())
+        {"lean_attention", "lean_layer"} if lean else set())
     with torch.inference_mode():
         after = [model(ids).logits, model(ids[:, :1]).logits]
     for got, want in zip(after, before, strict=True):
