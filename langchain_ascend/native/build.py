@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import platform as host_platform
+import re
 import shutil
 import subprocess
 import sys
@@ -149,13 +150,23 @@ def compiler() -> str | None:
 def library_name(name: str, source: bytes, compiler_path: str, openmp_path: str) -> str:
     """File name of a build: ``<name>-<hash of everything that shapes the binary>.so``.
 
-    ``source`` is the kernel's source followed by the folder's headers."""
+    ``source`` is what the build depends on (:func:`source_bytes`)."""
     digest = hashlib.sha256()
     for part in (source, compiler_path.encode(), " ".join(COMPILE_FLAGS).encode(),
                  openmp_path.encode()):
         digest.update(part)
         digest.update(b"\0")
     return f"{name}-{digest.hexdigest()[:16]}.so"
+
+
+def source_bytes(source_path: Path) -> bytes:
+    """What a build of ``source_path`` depends on: its text, the sources it includes from this
+    folder (``#include "other.c"``, one level: a kernel built from others) and the folder's
+    headers."""
+    text = source_path.read_bytes()
+    included = re.findall(rb'^#include "([A-Za-z0-9_]+\.c)"', text, flags=re.MULTILINE)
+    return text + b"".join((SOURCE_DIR / name.decode()).read_bytes() for name in included) + (
+        b"".join(header.read_bytes() for header in sorted(SOURCE_DIR.glob("*.h"))))
 
 
 def cache_dir() -> Path:
@@ -178,8 +189,7 @@ def _load(name: str) -> NativeLibrary:
     source_path = SOURCE_DIR / f"{name}.c"
     openmp_path, compiler_path = openmp_runtime(), compiler()
     assert openmp_path is not None and compiler_path is not None  # host_problem checked both
-    source = source_path.read_bytes() + b"".join(
-        header.read_bytes() for header in sorted(SOURCE_DIR.glob("*.h")))
+    source = source_bytes(source_path)
     target = cache_dir() / library_name(name, source, compiler_path, openmp_path)
     if not target.exists():
         try:

@@ -6,7 +6,9 @@ how many rows the native kernels, bf16 or float32, beat torch), fuses sibling pr
 the attention modules of known families a lean forward (``lean_attention``: rotary embedding
 and cache write in one native call) and, where all of a decoder layer's pieces were
 prepared, the layer itself a lean forward (``lean_layer``: the same pieces called directly,
-without transformers' module calls), each by swapping module instances' ``forward`` through
+without transformers' module calls) and, where every layer is lean, the decoder a forward
+that runs all layers of a pure-decode step in one native call (``decode_stack``), each by
+swapping module instances' ``forward`` through
 ``swap``, and builds the screened greedy head (``greedy_head``) as the runner's logits-head
 strategy. Values, parameters and the model code
 are unchanged. The model runner sees only the returned :class:`CPUHooks`.
@@ -38,7 +40,8 @@ class CPUHooks(ModelHooks):
     bf16 kernel ``bf16_native_max_rows`` (the measured row limit, see
     ``weight_layout.tune_bf16_native_rows``), for a float32 model on the native rows kernel
     ``f32_native_max_rows`` (``weight_layout.tune_f32_native_rows``), ``lean_attention``
-    and ``lean_layers`` (counts) and, once the head is made, ``screened_greedy`` (bool).
+    and ``lean_layers`` (counts), ``decode_stack`` (layers the native stack runs, 0: none)
+    and, once the head is made, ``screened_greedy`` (bool).
 
     Attributes:
         screen_greedy: Whether to try the screened greedy head.
@@ -67,6 +70,7 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
     from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
     from langchain_ascend.engine.cpu.fused_projections import fuse_projections
     from langchain_ascend.engine.cpu.lean_attention import lean_attention
+    from langchain_ascend.engine.cpu.decode_stack import native_decode_stack
     from langchain_ascend.engine.cpu.lean_layer import lean_layers
     from langchain_ascend.engine.cpu.weight_layout import (
         apply_layout,
@@ -87,4 +91,5 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
     changes["fused_norms"] = fuse_rms_norms(model)
     changes["lean_attention"] = lean_attention(model)
     changes["lean_layers"] = lean_layers(model)
+    changes["decode_stack"] = native_decode_stack(model)
     return CPUHooks(changes=changes, screen_greedy=options.screen_greedy)

@@ -1,0 +1,171 @@
+/* Every decoder layer of a Llama-style model for one pure-decode step, in ONE native call.
+ *
+ * A decode step of a 30-layer model runs about ten kernels per layer; called one by one from
+ * Python each costs interpreter and dispatch time (a few microseconds per op, ~0.4 ms per
+ * layer on a small CPU), which at batch 1 is a third of the step. Here the whole stack runs in
+ * C with the same kernels the per-op path calls -- RMSNorm (rms_norm.c), the tiles products
+ * (matvec.c), the rotary embedding and cache write (rope_kv.c), paged decode attention
+ * (paged_attention.c) -- so their rounding is the per-op path's; only the SiLU (here with
+ * exp256, torch with Sleef) and, for one float32 row, the product order (tiles here, the
+ * row-major mat-vec there) may differ in the last bits.
+ *
+ * Per layer, M decoding rows, hidden size D, H query / KVH key-value heads of size Dh:
+ *
+ *   x   = rms_norm(h) * norm1                         (M, D)
+ *   qkv = x @ Wqkv^T [+ b]                            (M, (H + 2 KVH) Dh)
+ *   [q, k per-head rms_norm (Qwen3)]
+ *   q', k' = rope(q, k); cache[slot] = k', v          (M, H, Dh)
+ *   a   = paged_attention(q', cache)                  (M, H * Dh)
+ *   h  += a @ Wo^T [+ b]
+ *   x   = rms_norm(h) * norm2
+ *   g|u = x @ Wgu^T [+ b]                             (M, 2I)
+ *   h  += (silu(g) * u) @ Wdown^T [+ b]
+ *
+ * Every tensor is float32 (dtype 0) or bfloat16 (dtype 1, each op rounding to bf16 once, as
+ * torch does). Weights are (N/8, K, 8) tiles. h is updated in place.
+ */
+#include "matvec.c"
+#include "rms_norm.c"
+#include "rope_kv.c"
+#include "paged_attention.c"
+
+typedef struct {
+    const void *norm1, *norm2;            /* (D,) */
+    const void *qkv_tiles, *qkv_bias;     /* (n_qkv/8, D, 8), (n_qkv,) or NULL */
+    const void *q_norm, *k_norm;          /* (Dh,) per-head norms, or NULL */
+    const void *o_tiles, *o_bias;         /* (D/8, H*Dh, 8) */
+    const void *gu_tiles, *gu_bias;       /* (2I/8, D, 8) */
+    const void *down_tiles, *down_bias;   /* (D/8, I, 8) */
+    void *kv_cache;                       /* (2, KVH, NB, BS, Dh) */
+    double eps1, eps2, head_eps, scale;
+    int64_t window;                       /* 0: none */
+} DecodeLayer;
+
+static inline float silu_mul_f32(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+/* out = silu(gate) * up over n values; bf16 rounds silu's result, then the product. */
+static void silu_mul(int dtype, const void *gate, const void *up, void *out, int64_t n) {
+    int64_t i = 0;
+    if (dtype == 0) {
+        const float *g = gate, *u = up;
+        float *o = out;
+        const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
+        for (; i + 8 <= n; i += 8) {
+            __m256 x = _mm256_loadu_ps(g + i);
+            __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_sub_ps(zero, x))));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+        }
+        for (; i < n; i++) o[i] = silu_mul_f32(g[i], u[i]);
+        return;
+    }
+    const uint16_t *g = gate, *u = up;
+    uint16_t *o = out;
+    const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = load_bf16x8(g + i);
+        __m256 s = to_bf16_and_back(
+            _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_sub_ps(zero, x)))));
+        store_bf16x8(o + i, _mm256_mul_ps(s, load_bf16x8(u + i)));
+    }
+    for (; i < n; i++) {
+        float x = bf16_to_f32(g[i]);
+        float s = bf16_to_f32(f32_to_bf16(x / (1.f + expf(-x))));
+        o[i] = f32_to_bf16(s * bf16_to_f32(u[i]));
+    }
+}
+
+/* h += y over n values (bf16: one rounding of the float sum, as torch's add). */
+static void add_into(int dtype, void *h, const void *y, int64_t n) {
+    int64_t i = 0;
+    if (dtype == 0) {
+        float *a = h;
+        const float *b = y;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(a + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+        for (; i < n; i++) a[i] += b[i];
+        return;
+    }
+    uint16_t *a = h;
+    const uint16_t *b = y;
+    for (; i + 8 <= n; i += 8)
+        store_bf16x8(a + i, _mm256_add_ps(load_bf16x8(a + i), load_bf16x8(b + i)));
+    for (; i < n; i++) a[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+static int norm(int dtype, const void *x, const void *w, void *out, int64_t N, int64_t H,
+                double eps) {
+    return dtype == 0 ? rms_norm_f32(x, w, out, N, H, H, (float)eps)
+                      : rms_norm_bf16(x, w, out, N, H, H, (float)eps);
+}
+
+static int product(int dtype, const void *tiles, const void *x, const void *bias, void *y,
+                   int64_t N, int64_t K, int64_t M, int threads) {
+    return dtype == 0 ? matvec_tiles_rows_f32(tiles, x, bias, y, N, K, M, threads)
+                      : matvec_tiles_rows_bf16(tiles, x, bias, y, N, K, M, threads);
+}
+
+/* Returns 0, 2 on bad shapes, or for a failing kernel status + 10 * op + 100 * (layer + 1),
+   op counting the layer's kernel calls from 1 and status 1 (out of memory), 2 (bad shapes) or
+   3 (a slot or block id outside the cache). */
+int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const void *cos,
+                 const void *sin, const int64_t *slots, const int32_t *tables,
+                 int64_t table_stride, const int64_t *seq_lens, int64_t M, int64_t D,
+                 int64_t H, int64_t KVH, int64_t Dh, int64_t I, int64_t NB, int64_t BS,
+                 int64_t num_splits, void *scratch, int threads) {
+    if ((dtype != 0 && dtype != 1) || M < 1 || D % 8 || Dh % 16 || KVH < 1 || H % KVH)
+        return 2;
+    const size_t el = dtype == 0 ? 4 : 2;
+    const int64_t n_qkv = (H + 2 * KVH) * Dh, q_size = H * Dh;
+    char *s = scratch;                           /* scratch regions, in elements of dtype: */
+    void *x = s;                                 /* (M, D) */
+    char *qkv = s + el * M * D;                  /* (M, n_qkv) */
+    void *qr = qkv + el * M * n_qkv;             /* (M, H, Dh) */
+    void *kr = (char *)qr + el * M * q_size;     /* (M, KVH, Dh) */
+    void *att = (char *)kr + el * M * KVH * Dh;  /* (M, H * Dh) */
+    void *o = (char *)att + el * M * q_size;     /* (M, D) */
+    char *gu = (char *)o + el * M * D;           /* (M, 2I) */
+    void *act = gu + el * M * 2 * I;             /* (M, I) */
+    for (int64_t l = 0; l < L; l++) {
+        const DecodeLayer *p = layers + l;
+        int st, op = 0;
+#define RUN(CALL) do { op++; st = (CALL); if (st) return st + 100 * (l + 1) + 10 * op; } while (0)
+        RUN(norm(dtype, h, p->norm1, x, M, D, p->eps1));
+        RUN(product(dtype, p->qkv_tiles, x, p->qkv_bias, qkv, n_qkv, D, M, threads));
+        if (p->q_norm) {
+            for (int64_t t = 0; t < M; t++) {
+                char *row = qkv + el * t * n_qkv;
+                RUN(norm(dtype, row, p->q_norm, row, H, Dh, p->head_eps));
+                RUN(norm(dtype, row + el * q_size, p->k_norm, row + el * q_size, KVH, Dh,
+                         p->head_eps));
+            }
+        }
+        const int64_t num_slots = NB * BS;
+        if (dtype == 0)
+            RUN(rope_kv_f32((const float *)qkv, n_qkv, (const float *)(qkv + el * q_size),
+                            (const float *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos, sin,
+                            slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
+        else
+            RUN(rope_kv_bf16((const uint16_t *)qkv, n_qkv, (const uint16_t *)(qkv + el * q_size),
+                             (const uint16_t *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos,
+                             sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
+        if (dtype == 0)
+            RUN(paged_decode_f32(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
+                                 KVH, Dh, NB, BS, p->window, (float)p->scale, num_splits,
+                                 threads));
+        else
+            RUN(paged_decode_bf16(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
+                                  KVH, Dh, NB, BS, p->window, (float)p->scale, num_splits,
+                                  threads));
+        RUN(product(dtype, p->o_tiles, att, p->o_bias, o, D, q_size, M, threads));
+        add_into(dtype, h, o, M * D);
+        RUN(norm(dtype, h, p->norm2, x, M, D, p->eps2));
+        RUN(product(dtype, p->gu_tiles, x, p->gu_bias, gu, 2 * I, D, M, threads));
+        for (int64_t t = 0; t < M; t++)
+            silu_mul(dtype, gu + el * t * 2 * I, gu + el * (t * 2 * I + I),
+                     (char *)act + el * t * I, I);
+        RUN(product(dtype, p->down_tiles, act, p->down_bias, o, D, I, M, threads));
+        add_into(dtype, h, o, M * D);
+#undef RUN
+    }
+    return 0;
+}

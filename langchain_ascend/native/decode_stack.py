@@ -1,0 +1,112 @@
+"""Every decoder layer of a pure-decode step in one native call (``decode_stack.c``).
+
+The kernel runs the per-op path's own kernels (RMSNorm, tiles products, rotary + cache
+write, paged attention) layer after layer in C, so a step pays no Python or dispatch time
+between them. :class:`DecodeLayer` is one layer's weights and cache as the kernel reads them;
+:func:`run_stack` checks the step's tensors and calls it. The model-facing side (which
+models, which steps) is ``engine.cpu.decode_stack``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend.native import build
+
+if TYPE_CHECKING:
+    import torch
+
+KERNEL = "decode_stack"
+DTYPE_CODES = {"float32": 0, "bfloat16": 1}
+"""The kernel's dtype argument by ``str(torch dtype)`` without the ``torch.`` prefix."""
+
+
+class DecodeLayer(ctypes.Structure):
+    """One decoder layer as ``decode_stack.c`` reads it: data pointers (0: none) of the norms
+    ``(D,)``, the tiles ``(N/8, K, 8)`` and biases of the q/k/v, output, gate/up and down
+    products, Qwen3's per-head norms ``(Dh,)``, the layer's ``(2, KVH, NB, BS, Dh)`` cache, the
+    norms' epsilons, the attention scale and the sliding window (0: none)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "norm1", "norm2", "qkv_tiles", "qkv_bias", "q_norm", "k_norm", "o_tiles", "o_bias",
+        "gu_tiles", "gu_bias", "down_tiles", "down_bias", "kv_cache")] + [
+        (name, ctypes.c_double) for name in ("eps1", "eps2", "head_eps", "scale")] + [
+        ("window", ctypes.c_int64)]
+
+
+def _kernel() -> Any:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return build.function(KERNEL, "decode_stack", [
+        ctypes.c_int, ctypes.POINTER(DecodeLayer), i64, ptr, ptr, ptr, ptr, ptr, i64, ptr,
+        i64, i64, i64, i64, i64, i64, i64, i64, i64, ptr, ctypes.c_int])
+
+
+def available() -> bool:
+    """Whether the kernel is built and loaded here (builds it on first call)."""
+    return _kernel() is not None
+
+
+def scratch_elements(rows: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                     intermediate: int) -> int:
+    """Elements of the kernel's scratch for ``rows`` decoding rows (pure function): the
+    normed input, q/k/v, rotated q and k, attention output, a product output, gate/up and the
+    activation."""
+    qkv = (heads + 2 * kv_heads) * head_dim
+    return rows * (2 * hidden + qkv + 2 * heads * head_dim + kv_heads * head_dim
+                   + 3 * intermediate)
+
+
+def run_stack(layers: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              slot_mapping: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
+              *, heads: int, kv_heads: int, head_dim: int, intermediate: int,
+              num_blocks: int, block_size: int, num_splits: int, scratch: torch.Tensor) -> None:
+    """Run every layer of ``layers`` (a ctypes array of :class:`DecodeLayer`) on ``hidden``.
+
+    Args:
+        hidden: ``(M, D)`` float32 or bfloat16, contiguous; updated in place to the last
+            layer's output.
+        cos, sin: ``(M, Dh)`` rotary tables of the rows, contiguous, ``hidden``'s dtype.
+        slot_mapping: ``(M,)`` int64 cache slot of each row's token.
+        block_tables: ``(M, W)`` int32, each row's blocks.
+        seq_lens: ``(M,)`` int64 context lengths (the new token included).
+        scratch: At least :func:`scratch_elements` elements of ``hidden``'s dtype.
+
+    Raises:
+        ValueError: A tensor of the wrong dtype, shape or layout, or a slot or block id
+            outside the cache.
+        RuntimeError: The kernel is not built here, or failed.
+    """
+    import torch
+
+    kernel = _kernel()
+    if kernel is None:
+        raise RuntimeError(f"decode_stack kernel: {build.load(KERNEL).reason}")
+    dtype = hidden.dtype
+    rows, size = hidden.shape
+    code = DTYPE_CODES.get(str(dtype).removeprefix("torch."))
+    need = scratch_elements(rows, size, heads, kv_heads, head_dim, intermediate)
+    if (code is None or not hidden.is_contiguous() or cos.shape != (rows, head_dim)
+            or sin.shape != (rows, head_dim) or cos.dtype != dtype or sin.dtype != dtype
+            or not cos.is_contiguous() or not sin.is_contiguous()
+            or slot_mapping.dtype != torch.int64 or slot_mapping.shape != (rows,)
+            or block_tables.dtype != torch.int32 or block_tables.dim() != 2
+            or block_tables.shape[0] != rows or block_tables.stride(1) != 1
+            or seq_lens.dtype != torch.int64 or seq_lens.shape != (rows,)
+            or not slot_mapping.is_contiguous() or not seq_lens.is_contiguous()
+            or scratch.dtype != dtype or scratch.numel() < need):
+        raise ValueError(f"decode_stack: unexpected step tensors (hidden {tuple(hidden.shape)} "
+                         f"{dtype}, cos {tuple(cos.shape)}, tables {tuple(block_tables.shape)} "
+                         f"{block_tables.dtype}, scratch {scratch.numel()} of {need})")
+    status = kernel(code, layers, len(layers), hidden.data_ptr(), cos.data_ptr(),
+                    sin.data_ptr(), slot_mapping.data_ptr(), block_tables.data_ptr(),
+                    block_tables.stride(0), seq_lens.data_ptr(), rows, size, heads, kv_heads,
+                    head_dim, intermediate, num_blocks, block_size, num_splits,
+                    scratch.data_ptr(), torch.get_num_threads())
+    if status == 0:
+        return
+    layer, op, code = status // 100 - 1, status // 10 % 10, status % 10
+    where = f"layer {layer}, kernel call {op}" if layer >= 0 else "arguments"
+    if code == 3:
+        raise ValueError(f"decode_stack: a slot or block id is outside the cache ({where})")
+    raise RuntimeError(f"decode_stack kernel failed with status {code} ({where})")
