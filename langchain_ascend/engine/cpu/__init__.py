@@ -67,10 +67,10 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
     """
     if platform.device_type(device) != "cpu":
         return ModelHooks()
+    from langchain_ascend.engine.cpu.decode_stack import native_decode_stack
     from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
     from langchain_ascend.engine.cpu.fused_projections import fuse_projections
     from langchain_ascend.engine.cpu.lean_attention import lean_attention
-    from langchain_ascend.engine.cpu.decode_stack import native_decode_stack
     from langchain_ascend.engine.cpu.lean_layer import lean_layers
     from langchain_ascend.engine.cpu.weight_layout import (
         apply_layout,

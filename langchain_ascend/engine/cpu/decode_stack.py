@@ -17,7 +17,6 @@ order of the product's sums (``decode_stack.c``); tests compare the two.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from dataclasses import dataclass, field
 from typing import Any

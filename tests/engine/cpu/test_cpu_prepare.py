@@ -11,7 +11,7 @@ from langchain_ascend.engine.cpu import CPUHooks, prepare
 from langchain_ascend.engine.cpu.fused_projections import FusedProjections
 from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
 from langchain_ascend.engine.cpu.swap import MARKER, is_swapped, restore_forward, swapped_by
-from langchain_ascend.engine.cpu.weight_layout import DUAL
+from langchain_ascend.engine.cpu.weight_layout import DUAL, dual_linears
 from langchain_ascend.engine.worker.hooks import (
     HookOptions,
     ModelHooks,
@@ -41,12 +41,16 @@ def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_pat
     lean = hooks.changes["lean_attention"]
     assert lean == (layers if rope_kv.available(torch.float32) else 0)
     assert hooks.changes["lean_layers"] == lean  # every layer's pieces are prepared
+    tiled = all(linear.f32_tiles is not None for linear in dual_linears(model))
+    stacked = hooks.changes["decode_stack"]  # the native stack needs every product's tiles,
+    assert stacked == (lean if tiled else 0)  # which the row-limit measurement may drop
     swapped = [m for m in model.modules() if is_swapped(m)]
     assert swapped and all(MARKER in m.__dict__ and "forward" in m.__dict__ for m in swapped)
     owners = {type(swapped_by(m)).__name__ if not isinstance(swapped_by(m), str)
               else swapped_by(m) for m in swapped}
     assert owners == {DUAL, "fused_norms", FusedProjections.__name__} | (
-        {"lean_attention", "lean_layer"} if lean else set())
+        {"lean_attention", "lean_layer"} if lean else set()) | (
+        {"NativeDecodeStack"} if stacked else set())
     with torch.inference_mode():
         after = [model(ids).logits, model(ids[:, :1]).logits]
     for got, want in zip(after, before, strict=True):

@@ -65,9 +65,8 @@ def _runner(path, dtype, *, lean, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     runner = ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
     monkeypatch.undo()
-    for module in runner.model.modules():  # one bf16 product choice for both runners (the
-        if hasattr(module, "native_max_rows"):  # measured one may differ between them)
-            module.native_max_rows = 64
+    for linear in dual_linears(runner.model):  # one product choice for both runners (the
+        linear.native_max_rows = 64  # measured one may differ between them), fused groups too
     return runner
 
 
