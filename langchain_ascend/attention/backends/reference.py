@@ -81,16 +81,26 @@ def build_decode_metadata(layout: BatchLayout, *, width: int, pad_block: int,
 
 def write_decode_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     slot_mapping: torch.Tensor, blocks_dim: int) -> None:
-    """Store ``key``/``value`` ``(B, KVH, D)`` at ``slot_mapping (B,)`` (int64)."""
+    """Store ``key``/``value`` ``(B, KVH, D)`` at ``slot_mapping (B,)`` (int64), in place.
+
+    ONE ``index_put_`` over a view of the whole layer cache (keys and values together), never
+    a write into ``slots[0]`` / ``slots[1]``: under ``torch.compile`` a write through such a
+    sub-view is functionalized into a scatter of the whole cache (inductor then copies every
+    slot of every layer at every step), while an ``index_put_`` on the cache's own view is
+    turned back into the in-place write. The view is contiguous (no hidden copy on backends
+    that make ``self`` contiguous first) and the indices are the slot tensor alone, so a
+    captured graph allocates nothing that depends on the inputs. Rows sharing a slot (padding
+    rows on the scratch block) leave one of their values there, unspecified which.
+    """
+    import torch
+
     num_kv_heads, head_dim = key.shape[1], key.shape[2]
     if blocks_dim == 2:
         slots = kv_cache.view(2, num_kv_heads, -1, head_dim)  # (2, KVH, slots, D)
-        slots[0].index_copy_(1, slot_mapping, key.transpose(0, 1))
-        slots[1].index_copy_(1, slot_mapping, value.transpose(0, 1))
+        slots[:, :, slot_mapping] = torch.stack((key, value)).transpose(1, 2)  # (2, KVH, B, D)
     else:
         slots = kv_cache.view(2, -1, num_kv_heads, head_dim)  # (2, slots, KVH, D)
-        slots[0].index_copy_(0, slot_mapping, key)
-        slots[1].index_copy_(0, slot_mapping, value)
+        slots[:, slot_mapping] = torch.stack((key, value))  # (2, B, KVH, D)
 
 
 def gather_pages(kv_cache: torch.Tensor, block_tables: torch.Tensor, blocks_dim: int,

@@ -1,5 +1,6 @@
 """The static decode step: fixed buffers, padding on the scratch block, greedy parity with the
-eager step, and one graph under ``torch.compile(fullgraph=True)``."""
+eager step, one graph under ``torch.compile(fullgraph=True)``, and a K/V write that inductor
+keeps in place (no copy of the whole cache per layer per step)."""
 
 from __future__ import annotations
 
@@ -183,3 +184,93 @@ def test_prepared_static_step_is_one_graph(tiny_model_paths, arch):
         compiled = torch.compile(static.step_fn, backend="eager", fullgraph=True, dynamic=False)
         torch.testing.assert_close(compiled(*static.views(key)), eager, rtol=1e-4, atol=1e-5)
     assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
+def inductor_graph(fn, *args):
+    """``fn(*args)`` compiled by inductor's front end (dynamo, AOT functionalization, the
+    post-grad passes that turn functional writes back into in-place ones) and run as the
+    resulting FX graph, without inductor's code generation (which takes half a minute even
+    for the tiny model). Returns ``(outputs, [post-grad graph modules])``.
+
+    Uses inductor internals of the pinned torch (``compile_fx``'s ``inner_compile``,
+    ``_recursive_post_grad_passes``); the graph and autograd caches are off so the passes
+    really run.
+    """
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._inductor.compile_fx import _recursive_post_grad_passes, compile_fx
+    from torch._inductor.virtualized import V
+
+    graphs = []
+
+    def inner(gm, example_inputs, **kwargs):
+        with V.set_fake_mode(torch._guards.detect_fake_mode(example_inputs)):
+            _recursive_post_grad_passes(gm, is_inference=True)
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    def backend(gm, example_inputs):
+        return compile_fx(gm, example_inputs, inner_compile=inner)
+
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):
+            out = torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args)
+    finally:
+        torch._dynamo.reset()
+    return out, graphs
+
+
+def new_tensors_of_at_least(graph, numel: int) -> list[str]:
+    """Nodes of ``graph`` that make a NEW tensor of ``numel`` elements or more (a copy, a
+    scatter, a clone), or ``copy_`` one into an input; views and in-place writes of an
+    existing tensor do not count."""
+    found = []
+    for node in graph.graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(val, torch.Tensor):
+            continue
+        if val.numel() < numel:
+            continue
+        schema = getattr(node.target, "_schema", None)
+        aliases = schema is not None and bool(schema.returns) and \
+            schema.returns[0].alias_info is not None
+        if not aliases or node.target is torch.ops.aten.copy_.default:
+            found.append(f"{node.target}{tuple(val.shape)}")
+    return found
+
+
+@pytest.mark.parametrize("blocks_dim", [2, 1], ids=["cpu-layout", "npu-layout"])
+def test_compiled_static_step_writes_kv_in_place(tiny_model_paths, blocks_dim):
+    """The reference K/V write is one ``index_put_`` on the cache's own view, which inductor
+    keeps in place; a write through ``slots[0]`` / ``slots[1]`` (the old code) becomes a
+    ``select_scatter`` of the whole layer cache and a ``copy_`` back, every layer, every
+    step. The cache is made the largest tensor of the step, so any whole-cache copy shows."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen3"],
+                                                 attn_implementation=registry.register())
+    model.eval()
+    layers, _, kv_heads, head_dim = hf_config.attention_geometry(model.config)
+    num_blocks = 1025  # one layer's cache (2*2*1025*4*32 elements) > any weight or logits
+    shape = ((2, kv_heads, num_blocks, BLOCK, head_dim) if blocks_dim == 2
+             else (2, num_blocks, BLOCK, kv_heads, head_dim))
+    caches = [torch.zeros(shape) for _ in range(layers)]
+    static = StaticDecodeStep(model, kv_caches=caches, blocks_dim=blocks_dim, block_size=BLOCK,
+                              scratch_block_id=num_blocks - 1, max_batch_size=4,
+                              max_model_len=64, device=torch.device("cpu"))
+    key = (4, 4)
+    static.stage(key)  # padding rows only: every row writes the scratch block
+    with torch.inference_mode():
+        eager = static.run(key)
+        for cache in caches:
+            cache.zero_()
+        compiled, graphs = inductor_graph(static.step_fn, *static.views(key))
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+    assert len(graphs) == 1
+    numel = caches[0].numel()
+    assert max(p.numel() for p in model.parameters()) < numel
+    assert new_tensors_of_at_least(graphs[0], numel) == []
+    for cache in caches:  # the graph's write reached the cache itself, only the scratch block
+        assert cache.select(blocks_dim, num_blocks - 1).any()
+        rest = cache.clone()
+        rest.select(blocks_dim, num_blocks - 1).zero_()
+        assert not rest.any()
