@@ -25,12 +25,18 @@ pure-decode step.
 "auto" on the CPU (:meth:`StepCompiler.warmup` with the runner's :class:`DecodeProbe`): the
 eager step calls native kernels while the compiled one runs the model's plain torch forwards
 (``engine.cpu.swap``), so which is faster depends on the machine and the model. Warm-up
-compiles ONE bucket, batch 1 at the narrowest table width: a single request decoding after
+measures ONE bucket, batch 1 at the narrowest table width: a single request decoding after
 the warm-up's prefill on the scratch block -- the latency case of an agent, and the cheapest
-compile. It then runs the runner's whole step (``execute``) for that decode eagerly and
-compiled, alternating, :data:`PROBE_REPEATS` times over distinct input tokens, and keeps the
-compiled step when the medians favour it and every greedy token agreed
-(``engine.worker.compile_choice.decide``). Only that bucket runs compiled afterwards; every
+compile. First, without compiling, it times the runner's whole eager step (``execute``,
+:data:`PROBE_REPEATS` distinct input tokens, median) and torch's products alone
+(:func:`torch_products_ms`: ``F.linear`` over every ``nn.Linear`` weight at the bucket's rows,
+best of :data:`PRODUCTS_PASSES`); the compiled step still runs those products, so where the
+eager step already beats them (``compile_choice.skip_reason``) nothing is compiled and the
+eager choice is recorded -- a fraction of a second instead of a compile of minutes. Otherwise
+it compiles the bucket, runs the step for that decode eagerly and compiled, alternating,
+:data:`PROBE_REPEATS` times over the same tokens, and keeps the compiled step when the medians
+favour it and every greedy token agreed (``engine.worker.compile_choice.decide``). Only that
+bucket runs compiled afterwards; every
 other pure-decode step runs eagerly, so no compile ever lands on a request path (one takes
 minutes for a 30-layer model on two cores). The decision is cached on disk per model and
 machine (``compile_choice``): a later process whose cache says eager compiles nothing, one
@@ -49,6 +55,7 @@ harmless. A failed graph capture only sends that bucket to the eager static step
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -73,6 +80,8 @@ logger = logging.getLogger(__name__)
 MODES = ("auto", True, False, "static")
 PROBE_REPEATS = 7
 """Eager and compiled steps timed at ``"auto"``'s warm-up, alternating (median of each)."""
+PRODUCTS_PASSES = 3
+"""Passes of :func:`torch_products_ms` (the fastest counts)."""
 
 
 class ParityError(RuntimeError):
@@ -91,12 +100,15 @@ class DecodeProbe:
             (``execute``: the static path or the eager one, as the compiler's state says)
             and returns the greedy token. Writes only the scratch block.
         model_key: The model's fingerprint (``compile_choice.model_fingerprint``).
+        products_ms: Measures torch's products alone at the bucket's rows, in ms
+            (:func:`products_timer`); None: not measured, always compile.
     """
 
     bucket: Bucket
     tokens: tuple[int, ...]
     step: Callable[[int], int]
     model_key: str
+    products_ms: Callable[[], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,48 @@ class _Measurement:
     compiled_ms: float | None
     compile_s: float | None
     problem: str | None
+    products_ms: float | None = None
+
+
+def torch_products_ms(model: Any, rows: int, passes: int = PRODUCTS_PASSES) -> float:
+    """Milliseconds of one pass of ``torch.nn.functional.linear`` over every ``nn.Linear`` of
+    ``model`` (its own ``weight`` and ``bias``, LM head included) on a ``(rows, in)`` input,
+    the fastest of ``passes``: the products a compiled CPU step still runs through torch.
+
+    One input per width is allocated before timing; modules sharing a weight count once each
+    (as the forward runs them).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if not linears:
+        return 0.0
+    device = linears[0].weight.device
+    best = float("inf")
+    with torch.inference_mode():
+        inputs: dict[tuple[Any, ...], torch.Tensor] = {}
+        pairs = []
+        for m in linears:
+            key = (m.in_features, m.weight.dtype, m.weight.device)
+            if key not in inputs:
+                inputs[key] = torch.randn(rows, m.in_features, device=m.weight.device
+                                          ).to(m.weight.dtype)  # (rows, in)
+            pairs.append((inputs[key], m.weight, m.bias))
+        for _ in range(max(1, passes)):
+            platform.synchronize(device)
+            start = time.perf_counter()
+            for x, weight, bias in pairs:
+                F.linear(x, weight, bias)  # (rows, out)
+            platform.synchronize(device)
+            best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def products_timer(model: Any, rows: int) -> Callable[[], float]:
+    """:func:`torch_products_ms` of ``model`` at ``rows``, measured when called (the probe's
+    ``products_ms``)."""
+    return lambda: torch_products_ms(model, rows)
 
 
 def resolve_plan(mode: bool | str, device: torch.device) -> str:
@@ -339,19 +393,36 @@ class StepCompiler:
             choice = CompileChoice("eager", f"not measured: {compile_choice.BUDGET_ENV_VAR}=0",
                                    probe.bucket)
         else:
-            found = self._measure(probe)
-            if cached is not None and found.problem is None:
+            found = self._measure(probe, precheck=cached is None)
+            if isinstance(found, CompileChoice):
+                choice = found  # the compiled step cannot win: nothing was compiled
+                compile_choice.store_choice(key, choice)
+            elif cached is not None and found.problem is None:
                 choice = cached  # compiled before on this machine, and greedy parity holds
             else:
                 choice = compile_choice.decide(
                     probe.bucket, eager_ms=found.eager_ms, compiled_ms=found.compiled_ms,
                     compile_s=found.compile_s, problem=found.problem, budget_s=budget_s)
+                choice = dataclasses.replace(choice, products_ms=found.products_ms)
                 compile_choice.store_choice(key, choice)
         self._settle(choice)
 
-    def _measure(self, probe: DecodeProbe) -> _Measurement:
-        """Compile ``probe.bucket`` on its first compiled step, then time the eager and the
-        compiled step alternately over ``probe.tokens``, comparing their greedy tokens."""
+    def _measure(self, probe: DecodeProbe, *, precheck: bool = True,
+                 ) -> _Measurement | CompileChoice:
+        """Time the eager step over ``probe.tokens`` and (``precheck``) torch's products; the
+        eager choice where the compiled step cannot win (``compile_choice.skip_reason``).
+        Otherwise compile ``probe.bucket`` on its first compiled step, then time the eager and
+        the compiled step alternately over ``probe.tokens``, comparing their greedy tokens."""
+        products_ms = None
+        if precheck and probe.products_ms is not None:
+            self.enabled = False
+            eager_ms = _median_ms([_timed(probe.step, token)[1] for token in probe.tokens])
+            assert eager_ms is not None
+            products_ms = probe.products_ms()
+            reason = compile_choice.skip_reason(eager_ms, products_ms)
+            if reason is not None:
+                return CompileChoice("eager", reason, probe.bucket, eager_ms=eager_ms,
+                                     products_ms=products_ms)
         self.plan, self.enabled, self.compiles_on_demand = "compile", True, True
         _, compile_s = _timed(probe.step, probe.tokens[0])
         self.compiles_on_demand = False
@@ -372,7 +443,8 @@ class StepCompiler:
                 problem = (f"greedy parity: input token {token} gave {compiled_token} compiled, "
                            f"{eager_token} eager")
                 break
-        return _Measurement(_median_ms(eager_s), _median_ms(compiled_s), compile_s, problem)
+        return _Measurement(_median_ms(eager_s), _median_ms(compiled_s), compile_s, problem,
+                            products_ms)
 
     def _settle(self, choice: CompileChoice) -> None:
         """Make ``choice`` the plan: the compiled bucket (``"compile"``, no compiles on

@@ -2,8 +2,17 @@
 
 ``compile="auto"`` on the CPU compiles the static step for one bucket at ``warmup()``, times it
 against the eager step the runner would otherwise run and keeps the faster one when greedy
-tokens agree (``engine.worker.compile``). This module holds the pure parts: the rule
-(:func:`decide`), the record (:class:`CompileChoice`) and its on-disk cache.
+tokens agree (``engine.worker.compile``). This module holds the pure parts: the rules
+(:func:`skip_reason`, before compiling; :func:`decide`, after), the record
+(:class:`CompileChoice`) and its on-disk cache.
+
+Before compiling, warm-up times the eager step and one pass of ``torch.nn.functional.linear``
+over every ``nn.Linear`` weight of the model (LM head included) at the bucket's row count:
+"torch's products". A compiled CPU step still runs those products (inductor calls torch's
+mm / linear externs for them), so where the eager step, with its native kernels, is already
+faster than the products alone by :data:`MIN_SPEEDUP`, the compiled step cannot win and
+nothing is compiled (:func:`skip_reason`; on SmolLM2 on a 2-core CPU that saves a compile of
+about two minutes). The measurement takes well under a second for a small model.
 
 The cache is one JSON file per decision under ``$LANGCHAIN_ASCEND_COMPILE_CACHE`` (default
 ``~/.cache/langchain_ascend/compile_choice``), named by a hash of everything the decision
@@ -60,6 +69,8 @@ class CompileChoice:
         compiled_ms: Median compiled step time, or None (not measured).
         compile_s: Seconds the compile (and its first run) took, or None (not compiled).
         cached: Read from the decision cache rather than measured in this process.
+        products_ms: Torch's products alone at the bucket's rows (module docstring), or
+            None (not measured).
     """
 
     chosen: str
@@ -69,6 +80,7 @@ class CompileChoice:
     compiled_ms: float | None = None
     compile_s: float | None = None
     cached: bool = False
+    products_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.chosen not in CHOICES:
@@ -98,10 +110,30 @@ class CompileChoice:
             return "-" if value is None else f"{value:.2f} ms"
 
         compile_part = "" if self.compile_s is None else f", compile {self.compile_s:.1f} s"
+        products = "" if self.products_ms is None else f", torch's products {ms(self.products_ms)}"
         cached = " (cached decision)" if self.cached else ""
         return (f"decode step at bucket {self.bucket} runs {self.chosen}: eager "
-                f"{ms(self.eager_ms)}, compiled {ms(self.compiled_ms)}{compile_part}; "
+                f"{ms(self.eager_ms)}, compiled {ms(self.compiled_ms)}{compile_part}{products}; "
                 f"{self.reason}{cached}")
+
+
+def skip_reason(eager_ms: float, products_ms: float) -> str | None:
+    """The rule before compiling: why a compiled step cannot win, or None (compile and
+    measure; pure function).
+
+    A compiled CPU step still runs torch's products (module docstring), so it takes at least
+    ``products_ms``; it is kept only at ``(1 - MIN_SPEEDUP) * eager_ms`` or less (:func:`decide`).
+    Nothing is compiled when ``eager_ms <= (1 - MIN_SPEEDUP) * products_ms``: the eager step
+    beats the products alone with the same margin.
+
+    Args:
+        eager_ms: The eager step's time.
+        products_ms: Torch's products alone at the same rows.
+    """
+    if eager_ms <= (1.0 - MIN_SPEEDUP) * products_ms:
+        return (f"the eager step ({eager_ms:.1f} ms) already beats torch's products alone "
+                f"({products_ms:.1f} ms), which a compiled step still runs: not compiled")
+    return None
 
 
 def decide(bucket: tuple[int, int], *, eager_ms: float | None, compiled_ms: float | None,

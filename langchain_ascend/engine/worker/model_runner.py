@@ -30,6 +30,7 @@ from langchain_ascend.engine.worker.compile import (
     PROBE_REPEATS,
     DecodeProbe,
     StepCompiler,
+    products_timer,
     resolve_plan,
 )
 from langchain_ascend.engine.worker.compile_choice import model_fingerprint
@@ -426,7 +427,8 @@ class ModelRunner:
 
         Brings kernels, allocator pools and (when enabled) the captured decode graphs or the
         smallest compiled bucket up before the first request; with ``compile="auto"`` on the
-        CPU, measures the compiled static step against the eager one and keeps the faster
+        CPU, measures the compiled static step against the eager one and keeps the faster, or
+        compiles nothing where the eager step already beats torch's products alone
         (``engine.worker.compile``).
         """
         block = [self.scratch_block_id]
@@ -462,4 +464,5 @@ class ModelRunner:
         tokens = tuple((1 + 7919 * i) % self.vocab_size for i in range(PROBE_REPEATS))
         model_key = model_fingerprint(self.model, self.dtype,
                                       self.hooks.changes.get("weight_layout"))
-        return DecodeProbe(bucket=bucket, tokens=tokens, step=step, model_key=model_key)
+        return DecodeProbe(bucket=bucket, tokens=tokens, step=step, model_key=model_key,
+                           products_ms=products_timer(self.model, bucket[0]))

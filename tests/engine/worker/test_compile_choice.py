@@ -1,9 +1,11 @@
 """``compile="auto"`` on the CPU: the compiled static step only where warm-up measured it
-faster and greedy-identical, the decision cache, and ``compile=True``'s greedy-parity guard.
+faster and greedy-identical, no compile where the eager step already beats torch's products
+alone, the decision cache, and ``compile=True``'s greedy-parity guard.
 
 Compiles are faked (``compile_fn=``): :class:`FakeCompile` returns the static step itself,
 optionally slowed or with its greedy token shifted, and :class:`SlowEager` slows the eager
-step, so each rule of the choice is tested without waiting for inductor.
+step, so each rule of the choice is tested without waiting for inductor. Torch's products
+timing is monkeypatched where a test needs the pre-compile rule to skip or not.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from transformers import AutoTokenizer
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.llm_engine import LLMEngine
+from langchain_ascend.engine.worker import compile as step_compile
 from langchain_ascend.engine.worker import compile_choice
 from langchain_ascend.engine.worker.compile import StepCompiler, resolve_compile, resolve_plan
 from langchain_ascend.engine.worker.compile_choice import (
@@ -26,6 +29,7 @@ from langchain_ascend.engine.worker.compile_choice import (
     CACHE_ENV_VAR,
     CompileChoice,
     decide,
+    skip_reason,
 )
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.testing.runner_steps import greedy_decode
@@ -311,3 +315,82 @@ def test_compile_true_turns_off_a_compiled_step_with_other_greedy_tokens(path, c
     assert not runner.compiler.enabled and "greedy parity" in runner.compiler.failure
     assert "running eagerly" in caplog.text
     assert tokens == decode(load(path, compile=False))
+
+
+def test_the_rule_before_compiling():
+    reason = skip_reason(25.1, 58.0)
+    assert reason is not None and "25.1 ms" in reason and "58.0 ms" in reason
+    assert "not compiled" in reason
+    assert skip_reason(9.5, 10.0) is not None  # exactly 5% under the products: skip
+    assert skip_reason(9.6, 10.0) is None  # a compiled step of 9.0 ms could still win
+    assert skip_reason(58.0, 25.1) is None
+
+
+def products_ms(value: float):
+    """A stand-in for ``compile.torch_products_ms`` that returns ``value`` and counts calls."""
+    calls = []
+
+    def fake(model, rows, passes=step_compile.PRODUCTS_PASSES):
+        calls.append(rows)
+        return value
+
+    return fake, calls
+
+
+def test_auto_compiles_nothing_where_the_eager_step_beats_torch_products(
+        path, tmp_path, monkeypatch, caplog):
+    fake_products, calls = products_ms(1e6)
+    monkeypatch.setattr(step_compile, "torch_products_ms", fake_products)
+    runner = load(path)
+    fake = FakeCompile()
+    compiler = auto(runner, fake)
+    runner.logits_head = SlowEager(runner)  # the compiled step would even be faster
+    with caplog.at_level(logging.INFO, logger="langchain_ascend.engine.worker.compile"):
+        runner.warmup()
+    choice = compiler.choice
+    assert fake.compiles == 0 and fake.calls == 0 and calls == [1], choice
+    assert choice.chosen == "eager" and "not compiled" in choice.reason
+    assert choice.eager_ms >= DELAY_S * 1e3 and choice.products_ms == 1e6
+    assert choice.compiled_ms is None and choice.compile_s is None and not choice.cached
+    assert compiler.plan == "eager" and not compiler.enabled
+    assert "torch's products" in caplog.text
+    (file,) = cache_files(tmp_path)
+    assert json.loads(file.read_text())["choice"]["reason"] == choice.reason
+
+    again = load(path)  # the cached decision: no products measured, nothing compiled
+    fake = FakeCompile()
+    compiler = auto(again, fake)
+    again.warmup()
+    assert fake.compiles == 0 and calls == [1]
+    assert compiler.choice.cached and compiler.choice.reason == choice.reason
+
+
+def test_auto_compiles_where_torch_products_leave_room(path, monkeypatch):
+    fake_products, calls = products_ms(0.0)
+    monkeypatch.setattr(step_compile, "torch_products_ms", fake_products)
+    runner = load(path)
+    fake = FakeCompile()
+    compiler = auto(runner, fake)
+    runner.logits_head = SlowEager(runner)
+    runner.warmup()
+    assert calls == [1] and fake.compiles == 1
+    assert compiler.choice.chosen == "compiled" and compiler.choice.products_ms == 0.0
+    assert compiler.choice.compile_s is not None and compiler.choice.compiled_ms is not None
+
+
+def test_torch_products_run_every_linear_weight_once_per_pass(path, monkeypatch):
+    runner = load(path)
+    linears = [m for m in runner.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert runner.model.lm_head in linears
+    seen = []
+    linear = torch.nn.functional.linear
+
+    def counting(x, weight, bias=None):
+        seen.append((tuple(x.shape), weight))
+        return linear(x, weight, bias)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", counting)
+    ms = step_compile.torch_products_ms(runner.model, 2, passes=3)
+    assert ms > 0 and len(seen) == 3 * len(linears)
+    assert {id(w) for _, w in seen} == {id(m.weight) for m in linears}
+    assert all(shape == (2, w.shape[1]) for shape, w in seen)
