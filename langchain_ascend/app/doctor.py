@@ -34,7 +34,8 @@ TORCH_NPU_PAIRS: dict[str, tuple[str, tuple[str, ...]]] = {
 #: The transformers range when the installed package metadata cannot be read (pyproject's pin).
 TRANSFORMERS_RANGE = ">=5.0,<5.24"
 #: The CPU kernels of :mod:`langchain_ascend.native`.
-NATIVE_KERNELS = ("decode_attention", "paged_attention", "rope_kv", "matvec", "rms_norm")
+NATIVE_KERNELS = ("decode_attention", "paged_attention", "rope_kv", "matvec", "rms_norm",
+                  "decode_stack")
 #: Allocator keys torch (CUDA) and torch_npu (NPU) read from ``PYTORCH_*_ALLOC_CONF``.
 ALLOC_KEYS = {
     "expandable_segments": "bool", "max_split_size_mb": "mb",
