@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
+from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.engine.cpu.weight_layout import make_dual
 
 logger = logging.getLogger(__name__)
@@ -104,6 +104,15 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
     for index, m in enumerate(members[1:], start=1):
         swap_forward(m, lambda self, x, index=index: group.part(index, self, x), group)
     return group
+
+
+def group_of(members: Sequence[Any]) -> FusedProjections | None:
+    """The group ``members`` were fused into, exactly these and in this order, or None."""
+    group = swapped_by(members[0]) if members else None
+    if (isinstance(group, FusedProjections) and len(group.sizes) == len(members)
+            and all(swapped_by(m) is group for m in members)):
+        return group
+    return None
 
 
 def fuse_projections(model: Any) -> int:

@@ -23,7 +23,8 @@ import logging
 from typing import Any
 
 from langchain_ascend.attention import registry
-from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
+from langchain_ascend.engine.cpu.fused_projections import group_of
+from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
 from langchain_ascend.native import rope_kv
 
 logger = logging.getLogger(__name__)
@@ -95,17 +96,6 @@ def lean_attend(self: Any, hidden_states: Any, position_embeddings: Any, step: A
     return self.o_proj.forward(out.reshape(1, tokens, -1))  # (1, T, hidden)
 
 
-def fused_qkv(module: Any) -> Any:
-    """The fused projection group of ``module``'s q/k/v projections (in that order), or None."""
-    from langchain_ascend.engine.cpu.fused_projections import FusedProjections
-
-    group = swapped_by(module.q_proj)
-    if (isinstance(group, FusedProjections) and len(group.sizes) == 3
-            and swapped_by(module.k_proj) is group and swapped_by(module.v_proj) is group):
-        return group
-    return None
-
-
 def is_lean_capable(module: Any) -> bool:
     """Whether ``module`` is an attention module of a known family with its own forward."""
     return (type(module).__name__ in LEAN_ATTENTION and not is_swapped(module)
@@ -126,7 +116,7 @@ def lean_attention(model: Any) -> int:
     for module in model.modules():
         if is_lean_capable(module):
             module.lean_head_norms = type(module).__name__ == "Qwen3Attention"
-            module.lean_qkv = fused_qkv(module)
+            module.lean_qkv = group_of([module.q_proj, module.k_proj, module.v_proj])
             swap_forward(module, _lean_forward, "lean_attention")
             count += 1
     if count:

@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 from langchain_ascend.attention import registry
+from langchain_ascend.engine.cpu.fused_projections import group_of
 from langchain_ascend.engine.cpu.lean_attention import lean_attend
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 
@@ -68,17 +69,6 @@ def lean_mlp(mlp: Any, x: Any) -> Any:
     return mlp.down_proj.forward(F.silu(gate) * up)
 
 
-def _fused_pair(first: Any, second: Any) -> Any:
-    """The fused projection group of exactly ``(first, second)``, in that order, or None."""
-    from langchain_ascend.engine.cpu.fused_projections import FusedProjections
-
-    group = swapped_by(first)
-    if (isinstance(group, FusedProjections) and len(group.sizes) == 2
-            and swapped_by(second) is group):
-        return group
-    return None
-
-
 def _is_silu(act: Any) -> bool:
     """Whether ``act`` is transformers' or torch's SiLU module (``F.silu`` exactly)."""
     import torch
@@ -100,7 +90,7 @@ def is_lean_capable(layer: Any) -> bool:
             and all(norm is not None and swapped_by(norm) == "fused_norms" for norm in norms)
             and type(mlp).__name__ in LEAN_MLPS
             and _is_silu(getattr(mlp, "act_fn", None))
-            and _fused_pair(getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None))
+            and group_of([getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None)])
             is not None)
 
 
@@ -114,7 +104,7 @@ def lean_layers(model: Any) -> int:
     count = 0
     for module in model.modules():
         if is_lean_capable(module):
-            module.mlp.lean_gate_up = _fused_pair(module.mlp.gate_proj, module.mlp.up_proj)
+            module.mlp.lean_gate_up = group_of([module.mlp.gate_proj, module.mlp.up_proj])
             swap_forward(module, _lean_layer_forward, "lean_layer")
             count += 1
     if count:
