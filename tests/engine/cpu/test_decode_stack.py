@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from _lean_steps import PROMPTS, prepared_runner
 
 from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu import decode_stack as stack_module
-from langchain_ascend.engine.cpu import weight_layout
 from langchain_ascend.engine.cpu.swap import swapped_by
-from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import decode_stack as native_stack
 from langchain_ascend.testing import needs_native_kernels
 from langchain_ascend.testing.runner_steps import greedy_decode
@@ -22,14 +20,8 @@ GREEDY = SamplingParams(max_tokens=8)
 
 
 def _runner(path, dtype, *, stack):
-    with pytest.MonkeyPatch.context() as patch:
-        # one product choice for both runners: the measured row limit may differ between them
-        patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
-        if not stack:
-            patch.setattr(stack_module, "native_decode_stack", lambda model: 0)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        runner = ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
-    return runner
+    return prepared_runner(path, dtype,
+                           without=() if stack else [(stack_module, "native_decode_stack")])
 
 
 @pytest.fixture
@@ -63,7 +55,7 @@ def test_stack_equals_the_per_op_path(tiny_model_paths, arch, dtype,
     layers = stacked.model.config.num_hidden_layers
     assert stacked.hooks.changes["decode_stack"] == layers
     assert plain.hooks.changes["decode_stack"] == 0
-    prompts = [[5, 17, 300, 41, 9, 2, 77], [8, 8, 100], [3] * 13]
+    prompts = PROMPTS
     tokens = {}
     for name, runner in (("stack", stacked), ("plain", plain)):
         before = len(stack_calls)

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _lean_steps import PROMPTS, mixed_step_logits, prepared_runner
 from transformers import AutoModelForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from langchain_ascend.engine.core.batch import ScheduledSegment
-from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu import lean_attention as lean_module
 from langchain_ascend.engine.cpu.swap import swapped_by
-from langchain_ascend.engine.cpu.weight_layout import dual_linears
-from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import rope_kv
 from langchain_ascend.testing import needs_native_kernels
 from langchain_ascend.testing.runner_steps import greedy_decode
@@ -59,43 +56,20 @@ def test_rope_and_write_refuses_what_it_cannot_read():
     assert not cache.any()  # nothing written by refused calls
 
 
-def _runner(path, dtype, *, lean, monkeypatch):
-    if not lean:
-        monkeypatch.setattr(lean_module, "lean_attention", lambda model: 0)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    runner = ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
-    monkeypatch.undo()
-    for linear in dual_linears(runner.model):  # one product choice for both runners (the
-        linear.native_max_rows = 64  # measured one may differ between them), fused groups too
-    return runner
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
-def test_lean_runner_gives_the_same_logits_and_tokens(tiny_model_paths, arch, dtype,
-                                                      monkeypatch):
-    lean = _runner(tiny_model_paths[arch], dtype, lean=True, monkeypatch=monkeypatch)
-    plain = _runner(tiny_model_paths[arch], dtype, lean=False, monkeypatch=monkeypatch)
+def test_lean_runner_gives_the_same_logits_and_tokens(tiny_model_paths, arch, dtype):
+    lean = prepared_runner(tiny_model_paths[arch], dtype)
+    plain = prepared_runner(tiny_model_paths[arch], dtype,
+                            without=[(lean_module, "lean_attention")])
     attention = [m for m in lean.model.modules() if type(m).__name__.endswith("Attention")]
     assert attention and all(swapped_by(m) == "lean_attention" for m in attention)
     assert lean.hooks.changes["lean_attention"] == len(attention)
     assert plain.hooks.changes["lean_attention"] == 0
-    prompts = [[5, 17, 300, 41, 9, 2, 77], [8, 8, 100], [3] * 13]
-    tokens = {name: greedy_decode(r, prompts, 6, blocks_per_request=6)
+    tokens = {name: greedy_decode(r, PROMPTS, 6, blocks_per_request=6)
               for name, r in (("lean", lean), ("plain", plain))}
     assert tokens["lean"] == tokens["plain"]
-    # A mixed step: two decodes, a chunk after a cached prefix, a fresh prompt.
-    greedy = SamplingParams(max_tokens=4)
-    prefill = [ScheduledSegment("a", list(range(1, 10)), 0, [0, 1, 2], True, greedy),
-               ScheduledSegment("b", list(range(20, 26)), 0, [3, 4], True, greedy)]
-    step = [ScheduledSegment("a", [11], 9, [0, 1, 2], True, greedy),
-            ScheduledSegment("b", [30], 6, [3, 4], True, greedy),
-            ScheduledSegment("c", [40, 41, 42, 43], 8, [0, 1, 5], True, greedy),
-            ScheduledSegment("d", [7, 6, 5], 0, [6], True, greedy)]
-    logits = {}
-    for name, runner in (("lean", lean), ("plain", plain)):
-        runner.forward_batch(prefill)
-        logits[name] = runner.forward_batch(step)[1]
+    logits = {name: mixed_step_logits(r) for name, r in (("lean", lean), ("plain", plain))}
     tol = 1e-5 if dtype == torch.float32 else 0.0
     torch.testing.assert_close(logits["lean"], logits["plain"], atol=tol, rtol=tol)
 

@@ -1,0 +1,45 @@
+"""Shared pieces of the lean-path tests (lean attention, lean layers, the native stack): a
+runner with one product choice, the decode prompts and a mixed step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from langchain_ascend.engine.core.batch import ScheduledSegment
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.cpu import weight_layout
+from langchain_ascend.engine.worker.model_runner import ModelRunner
+
+PROMPTS = [[5, 17, 300, 41, 9, 2, 77], [8, 8, 100], [3] * 13]
+"""Three unrelated prompts decoded together."""
+
+
+def prepared_runner(path: Any, dtype: Any, *, without: Sequence[tuple[Any, str]] = (),
+                    weight_layout_name: str = "auto") -> ModelRunner:
+    """A CPU runner of the model at ``path`` whose native row limit is 64 for every product
+    (the measured one may differ between two runners and change their rounding), with each
+    ``(module, function)`` of ``without`` made to prepare nothing."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
+        for module, name in without:
+            patch.setattr(module, name, lambda model: 0)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        return ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False,
+                                      weight_layout=weight_layout_name)
+
+
+def mixed_step_logits(runner: ModelRunner) -> Any:
+    """``(4, V)`` logits of a mixed step after a prefill: two decodes, a chunk after a cached
+    prefix, a fresh prompt."""
+    greedy = SamplingParams(max_tokens=4)
+    runner.forward_batch([ScheduledSegment("a", list(range(1, 10)), 0, [0, 1, 2], True, greedy),
+                          ScheduledSegment("b", list(range(20, 26)), 0, [3, 4], True, greedy)])
+    return runner.forward_batch([
+        ScheduledSegment("a", [11], 9, [0, 1, 2], True, greedy),
+        ScheduledSegment("b", [30], 6, [3, 4], True, greedy),
+        ScheduledSegment("c", [40, 41, 42, 43], 8, [0, 1, 5], True, greedy),
+        ScheduledSegment("d", [7, 6, 5], 0, [6], True, greedy)])[1]
