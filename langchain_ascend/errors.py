@@ -70,6 +70,12 @@ class UnsupportedContentError(InvalidRequestError):
     """
 
 
+class ForcedOutputError(LangChainAscendError, RuntimeError):
+    """A forced tool call (``tool_choice="required"`` or a tool name) ended without a valid
+    parsed call although it was not cut at ``max_tokens``: the reply is not what the grammar
+    forced. The message carries the raw reply text; the request's resources are freed."""
+
+
 class ChatTemplateError(LangChainAscendError, ValueError):
     """The tokenizer has no chat template, or its template rejected the conversation."""
 
@@ -140,3 +146,10 @@ class VectorStoreArgumentTypeError(VectorStoreInputError, TypeError):
 class InvalidTextError(InvalidRequestError, VectorStoreInputError):
     """A text cannot be encoded as UTF-8 (it holds a lone surrogate such as ``"\\ud800"``, as
     left by a bad decode); the message names the argument and the character position."""
+
+
+class QuantizationError(LangChainAscendError, ValueError):
+    """Weights cannot be quantized or multiplied in a quantized format as given: an unknown
+    format, an input width that is not a multiple of the 32-weight block, a tensor of the
+    wrong dtype or shape, or blocks whose size does not match the format. The message names
+    the format, the shapes and what was expected."""

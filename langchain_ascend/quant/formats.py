@@ -1,0 +1,285 @@
+"""Block formats for quantized linear weights, byte for byte GGUF's ``Q4_0``, ``Q4_1``, ``Q8_0``.
+
+Every format cuts each weight row (one output feature) into blocks of :data:`BLOCK_SIZE` = 32
+consecutive input weights and stores each block as a little-endian IEEE half-float scale
+``d`` (``Q4_1``: then a half-float ``m``), then the quantized values:
+
+========  =====================  =====  ====================================================
+format    block                  bytes  weight ``j`` of the block
+========  =====================  =====  ====================================================
+``q4_0``  d, qs[16]              18     ``(q_j - 8) * d``; q_j = low nibble of qs[j] for
+                                        j < 16, high nibble of qs[j - 16] for j >= 16
+``q4_1``  d, m, qs[16]           20     ``q_j * d + m`` (nibbles as for ``q4_0``)
+``q8_0``  d, qs[32] (int8)       34     ``qs[j] * d``
+========  =====================  =====  ====================================================
+
+A :class:`QuantizedWeight` holds a ``(out_features, in_features)`` weight as a uint8 tensor
+``blocks`` of shape ``(out_features, in_features // 32 * bytes_per_block)``: the blocks of row
+0, then row 1... -- exactly how a GGUF file stores a 2-D tensor of that type (GGUF lists the
+shape as ``[in_features, out_features]``), so a GGUF tensor's raw bytes ARE ``blocks``.
+Because each row is its own blocks, rows can be sliced, permuted or concatenated (fused q/k/v)
+without touching a value.
+
+:func:`quantize` follows the published reference rules (round to nearest per block; the same
+arithmetic as ``gguf.quants.quantize``, tested bit for bit), :func:`dequantize` the published
+de-quantization (the same float32 operations as ``gguf.quants.dequantize``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from langchain_ascend.errors import QuantizationError
+
+if TYPE_CHECKING:
+    import torch
+
+BLOCK_SIZE = 32
+"""Weights per block, in every format."""
+FORMATS = ("q4_0", "q4_1", "q8_0")
+"""The supported formats."""
+_BYTES_PER_BLOCK = {"q4_0": 2 + BLOCK_SIZE // 2, "q4_1": 4 + BLOCK_SIZE // 2, "q8_0": 2 + BLOCK_SIZE}
+_HEADER_BYTES = {"q4_0": 2, "q4_1": 4, "q8_0": 2}
+GGML_TYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}
+"""GGML's type id of each format (``gguf.GGMLQuantizationType``), for readers of GGUF files."""
+
+
+def check_format(fmt: object) -> str:
+    """``fmt`` when it is one of :data:`FORMATS`.
+
+    Raises:
+        QuantizationError: Any other value.
+    """
+    if not isinstance(fmt, str) or fmt not in _BYTES_PER_BLOCK:
+        raise QuantizationError(f"unknown quantized format {fmt!r}: expected one of {FORMATS}")
+    return fmt
+
+
+def bytes_per_block(fmt: str) -> int:
+    """Bytes of one block of :data:`BLOCK_SIZE` weights in ``fmt`` (18, 20 or 34).
+
+    Raises:
+        QuantizationError: ``fmt`` is not one of :data:`FORMATS`.
+    """
+    return _BYTES_PER_BLOCK[check_format(fmt)]
+
+
+def header_bytes(fmt: str) -> int:
+    """Bytes before the quantized values in a block of ``fmt``: the scale (and min)."""
+    return _HEADER_BYTES[check_format(fmt)]
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedWeight:
+    """A linear weight ``(out_features, in_features)`` in one block format, as GGUF lays it out.
+
+    Attributes:
+        fmt: ``"q4_0"``, ``"q4_1"`` or ``"q8_0"``.
+        out_features: Rows of the weight (N).
+        in_features: Columns of the weight (K), a multiple of :data:`BLOCK_SIZE`.
+        blocks: uint8 ``(N, K // 32 * bytes_per_block(fmt))``, contiguous, on the CPU for the
+            native kernels: row n holds the blocks of weights ``W[n, 0:32]``,
+            ``W[n, 32:64]``...
+
+    Raises:
+        QuantizationError: On construction, when the format is unknown, ``K`` is not a
+            multiple of 32, or ``blocks`` has another dtype, rank or shape.
+    """
+
+    fmt: str
+    out_features: int
+    in_features: int
+    blocks: torch.Tensor
+
+    def __post_init__(self) -> None:
+        import torch
+
+        per_block = bytes_per_block(self.fmt)
+        n, k = self.out_features, self.in_features
+        if not isinstance(n, int) or not isinstance(k, int) or n < 1 or k < 1:
+            raise QuantizationError(f"{self.fmt}: out_features and in_features must be positive "
+                                    f"ints, got ({n!r}, {k!r})")
+        _check_width(self.fmt, k)
+        if not isinstance(self.blocks, torch.Tensor) or self.blocks.dtype != torch.uint8:
+            got = getattr(self.blocks, "dtype", type(self.blocks).__name__)
+            raise QuantizationError(f"{self.fmt}: blocks must be a uint8 tensor, got {got}")
+        want = (n, k // BLOCK_SIZE * per_block)
+        if tuple(self.blocks.shape) != want:
+            raise QuantizationError(f"{self.fmt}: blocks of a ({n}, {k}) weight must have shape "
+                                    f"{want}, got {tuple(self.blocks.shape)}")
+
+    @property
+    def blocks_per_row(self) -> int:
+        """Blocks in one row (``in_features // 32``)."""
+        return self.in_features // BLOCK_SIZE
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(out_features, in_features)``, as the float weight's."""
+        return (self.out_features, self.in_features)
+
+
+def nbytes(qw: QuantizedWeight) -> int:
+    """Bytes of ``qw``'s blocks (what a product streams)."""
+    return qw.out_features * qw.blocks_per_row * bytes_per_block(qw.fmt)
+
+
+def _check_width(fmt: str, in_features: int) -> None:
+    if in_features % BLOCK_SIZE:
+        raise QuantizationError(f"{fmt}: in_features must be a multiple of {BLOCK_SIZE}, got "
+                                f"{in_features}")
+
+
+def _float_blocks(weight: torch.Tensor, fmt: str) -> torch.Tensor:
+    """``weight (N, K)`` as float32 ``(N, K/32, 32)`` blocks, after checking it."""
+    import torch
+
+    if not isinstance(weight, torch.Tensor):
+        raise QuantizationError(f"{fmt}: expected a tensor, got {type(weight).__name__}")
+    if not weight.is_floating_point():
+        raise QuantizationError(f"{fmt}: expected a floating-point weight, got {weight.dtype}")
+    if weight.dim() != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
+        raise QuantizationError(f"{fmt}: expected a non-empty 2-D (out_features, in_features) "
+                                f"weight, got shape {tuple(weight.shape)}")
+    _check_width(fmt, weight.shape[1])
+    rows, width = weight.shape
+    x = weight.detach().to(device="cpu", dtype=torch.float32)  # (N, K), exact for bf16/fp16
+    return x.reshape(rows, width // BLOCK_SIZE, BLOCK_SIZE)  # (N, B, 32)
+
+
+def _half_bytes(values: torch.Tensor) -> torch.Tensor:
+    """float32 ``(..., 1)`` rounded to IEEE half (nearest even) as ``(..., 2)`` little-endian
+    bytes."""
+    import torch
+
+    return values.to(torch.float16).view(torch.uint8)  # (..., 2)
+
+
+def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(..., 32)`` values 0..15 -> ``(..., 16)``: element j low, element j+16 high."""
+    return q[..., :16] | (q[..., 16:] << 4)  # (..., 16)
+
+
+def _reciprocal(d: torch.Tensor) -> torch.Tensor:
+    """``1 / d``, and 0 where ``d == 0`` (the reference's ``id``)."""
+    import torch
+
+    return torch.where(d == 0, torch.zeros_like(d), 1 / d)
+
+
+def _round_half_away(v: torch.Tensor) -> torch.Tensor:
+    """Round to nearest, halves away from zero (C's ``roundf``), in the reference's steps:
+    ``sign(v) * (floor(|v|) + floor(2 * (|v| - floor(|v|))))``."""
+    import torch
+
+    a = v.abs()
+    floored = torch.floor(a)
+    return torch.sign(v) * (floored + torch.floor(2 * (a - floored)))
+
+
+def quantize(weight: torch.Tensor, fmt: str) -> QuantizedWeight:
+    """``weight (N, K)`` rounded to nearest per block of 32 into ``fmt``.
+
+    The published reference rules, step for step in float32: ``q4_0``: ``d = v / -8`` where
+    ``v`` is the block's value of largest magnitude (the first such), ``q = min(15, trunc(x /
+    d + 8.5))``; ``q4_1``: ``d = (max - min) / 15``, ``m = min``, ``q = min(15, trunc((x - m)
+    / d + 0.5))``; ``q8_0``: ``d = max|x| / 127``, ``q = roundf(x / d)`` (``x / d`` is ``x *
+    (1 / d)``, and 0 for an all-zero block). The scales (and mins) are stored as half floats.
+
+    Args:
+        weight: Floating-point ``(out_features, in_features)``, any device (quantized on the
+            CPU), ``in_features`` a multiple of 32.
+        fmt: One of :data:`FORMATS`.
+
+    Raises:
+        QuantizationError: Unknown format, a weight that is not floating point or not 2-D, or
+            ``in_features`` not a multiple of 32.
+    """
+    import torch
+
+    check_format(fmt)
+    x = _float_blocks(weight, fmt)  # (N, B, 32)
+    rows, num_blocks, _ = x.shape
+    if fmt == "q4_0":
+        largest = x.abs().argmax(dim=-1, keepdim=True)  # (N, B, 1), first on ties
+        d = x.gather(-1, largest) / -8  # (N, B, 1)
+        q = torch.trunc(x * _reciprocal(d) + 8.5).clamp_(0, 15).to(torch.uint8)  # (N, B, 32)
+        parts = [_half_bytes(d), _pack_nibbles(q)]
+    elif fmt == "q4_1":
+        high = x.amax(dim=-1, keepdim=True)  # (N, B, 1)
+        low = x.amin(dim=-1, keepdim=True)  # (N, B, 1)
+        d = (high - low) / 15  # (N, B, 1)
+        q = torch.trunc((x - low) * _reciprocal(d) + 0.5).clamp_(0, 15).to(torch.uint8)
+        parts = [_half_bytes(d), _half_bytes(low), _pack_nibbles(q)]  # q: (N, B, 32)
+    else:
+        d = x.abs().amax(dim=-1, keepdim=True) / 127  # (N, B, 1)
+        q = _round_half_away(x * _reciprocal(d)).to(torch.int8)  # (N, B, 32)
+        parts = [_half_bytes(d), q.view(torch.uint8)]
+    blocks = torch.cat(parts, dim=-1)  # (N, B, bytes_per_block)
+    return QuantizedWeight(fmt, rows, num_blocks * BLOCK_SIZE,
+                           blocks.reshape(rows, -1).contiguous())  # (N, B * bytes_per_block)
+
+
+def unpack(qw: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The integer values and float32 scales of ``qw`` (pure function; for references).
+
+    Returns:
+        ``(q, d, m)``: ``q`` int16 ``(N, B, 32)`` as stored (0..15 for the 4-bit formats,
+        -128..127 for ``q8_0``), ``d`` float32 ``(N, B)``, ``m`` float32 ``(N, B)`` for
+        ``q4_1`` else None.
+    """
+    import torch
+
+    per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
+    raw = qw.blocks.reshape(qw.out_features, qw.blocks_per_row, per_block)  # (N, B, bytes)
+    d = raw[..., 0:2].contiguous().view(torch.float16)[..., 0].float()  # (N, B)
+    m = None
+    if qw.fmt == "q4_1":
+        m = raw[..., 2:4].contiguous().view(torch.float16)[..., 0].float()  # (N, B)
+    values = raw[..., header:]  # (N, B, 16) nibbles or (N, B, 32) int8
+    if qw.fmt == "q8_0":
+        q = values.contiguous().view(torch.int8).to(torch.int16)  # (N, B, 32)
+    else:
+        q = torch.cat([values & 0x0F, values >> 4], dim=-1).to(torch.int16)  # (N, B, 32)
+    return q, d, m
+
+
+def dequantize(qw: QuantizedWeight) -> torch.Tensor:
+    """``qw`` as a float32 ``(out_features, in_features)`` weight: ``(q - 8) * d``, ``q * d +
+    m`` (a product, then a sum: two roundings) or ``q * d`` -- the same float32 operations
+    as ``gguf.quants.dequantize``, so the values are equal bit for bit."""
+    import torch
+
+    q, d, m = unpack(qw)  # (N, B, 32), (N, B), (N, B)
+    if qw.fmt == "q4_0":
+        values = d[..., None] * (q - 8).to(torch.float32)  # (N, B, 32)
+    elif qw.fmt == "q4_1":
+        assert m is not None
+        values = d[..., None] * q.to(torch.float32)  # (N, B, 32)
+        values = values + m[..., None]
+    else:
+        values = q.to(torch.float32) * d[..., None]  # (N, B, 32)
+    return values.reshape(qw.out_features, qw.in_features)  # (N, K)
+
+
+def concatenate(weights: list[QuantizedWeight]) -> QuantizedWeight:
+    """The weights stacked along output features (fused q/k/v, gate/up): exact, since every
+    row is its own blocks.
+
+    Raises:
+        QuantizationError: No weights, or formats or input widths that differ.
+    """
+    import torch
+
+    if not weights:
+        raise QuantizationError("concatenate: no weights")
+    first = weights[0]
+    for other in weights[1:]:
+        if other.fmt != first.fmt or other.in_features != first.in_features:
+            raise QuantizationError(
+                f"concatenate: every weight must share format and in_features, got "
+                f"{first.fmt} ({first.in_features}) and {other.fmt} ({other.in_features})")
+    blocks = torch.cat([w.blocks for w in weights]).contiguous()  # (sum N, bytes per row)
+    return QuantizedWeight(first.fmt, sum(w.out_features for w in weights), first.in_features,
+                           blocks)

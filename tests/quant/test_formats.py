@@ -1,0 +1,175 @@
+"""The GGUF block formats: layout, round trip, and bit-for-bit agreement with the gguf package."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from langchain_ascend.errors import LangChainAscendError, QuantizationError
+from langchain_ascend.quant import (
+    FORMATS,
+    QuantizedWeight,
+    bytes_per_block,
+    concatenate,
+    dequantize,
+    nbytes,
+    quantize,
+)
+
+gguf = pytest.importorskip("gguf")
+
+GGUF_TYPES = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+              "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+
+def _weight(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, cols, generator=gen)
+
+
+def test_bytes_per_block_and_nbytes():
+    assert [bytes_per_block(f) for f in FORMATS] == [18, 20, 34]
+    qw = quantize(_weight(3, 64), "q4_1")
+    assert qw.blocks.shape == (3, 40) and qw.blocks.dtype == torch.uint8
+    assert nbytes(qw) == 120 and qw.shape == (3, 64) and qw.blocks_per_row == 2
+
+
+def test_q4_0_layout_of_a_hand_computed_block():
+    values = torch.arange(32, dtype=torch.float32) - 16  # -16..15: largest magnitude is -16
+    qw = quantize(values[None], "q4_0")
+    raw = qw.blocks[0]
+    d = -16 / -8  # 2.0
+    assert raw[:2].view(torch.float16).item() == d
+    q = [min(15, int(v / d + 8.5)) for v in values.tolist()]  # trunc of positives
+    assert q[0] == 0 and q[16] == 8 and q[31] == 15
+    assert raw[2:].tolist() == [q[j] | (q[j + 16] << 4) for j in range(16)]
+    torch.testing.assert_close(dequantize(qw)[0], torch.tensor([(x - 8) * d for x in q]))
+
+
+def test_q4_1_layout_of_a_hand_computed_block():
+    values = torch.linspace(-1.0, 2.0, 32)
+    raw = quantize(values[None], "q4_1").blocks[0]
+    d, m = np.float16(3.0 / 15), np.float16(-1.0)
+    assert raw[:2].view(torch.float16).item() == float(d)
+    assert raw[2:4].view(torch.float16).item() == float(m)
+    inv = np.float32(1) / np.float32(3.0 / 15)
+    q = [min(15, int((np.float32(v) - np.float32(-1.0)) * inv + np.float32(0.5)))
+         for v in values.tolist()]
+    assert raw[4:].tolist() == [q[j] | (q[j + 16] << 4) for j in range(16)]
+
+
+def test_q8_0_layout_of_a_hand_computed_block():
+    values = torch.zeros(32)
+    values[0], values[5], values[31] = 127.0, -63.5, 0.5  # d = 1; roundf: -63.5 -> -64
+    raw = quantize(values[None], "q8_0").blocks[0]
+    assert raw[:2].view(torch.float16).item() == 1.0
+    q = raw[2:].view(torch.int8).tolist()
+    assert q[0] == 127 and q[5] == -64 and q[31] == 1 and sum(map(abs, q)) == 127 + 64 + 1
+
+
+def test_all_zero_blocks_quantize_to_zero():
+    for fmt in FORMATS:
+        qw = quantize(torch.zeros(2, 64), fmt)
+        assert torch.equal(dequantize(qw), torch.zeros(2, 64))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantize_equals_the_gguf_reference_bit_for_bit(fmt):
+    weight = _weight(48, 256, seed=3) * 0.05
+    weight[0, :32] = 0.0  # an all-zero block
+    weight[1, 5] = 3.0  # an outlier
+    weight[2, 40:72] = -1.25  # a constant block
+    ours = quantize(weight, fmt).blocks.numpy()
+    theirs = gguf.quants.quantize(weight.numpy(), GGUF_TYPES[fmt])
+    assert np.array_equal(ours, theirs)
+    back = dequantize(quantize(weight, fmt)).numpy()
+    assert np.array_equal(back.view(np.uint32),
+                          gguf.quants.dequantize(theirs, GGUF_TYPES[fmt]).view(np.uint32))
+
+
+@pytest.mark.parametrize(("fmt", "levels", "steps"), [("q4_0", 8, 1.0), ("q4_1", 15, 0.5),
+                                                    ("q8_0", 127, 0.5)])
+def test_round_trip_error_is_within_the_rounding_step(fmt, levels, steps):
+    weight = _weight(64, 512, seed=1)
+    back = dequantize(quantize(weight, fmt))  # (64, 512)
+    blocks = weight.reshape(64, 16, 32)  # (N, B, 32)
+    if fmt == "q4_1":
+        step = (blocks.amax(-1) - blocks.amin(-1)) / levels  # (64, 16)
+    else:
+        step = blocks.abs().amax(-1) / levels  # (64, 16)
+    error = (back - weight).reshape(64, 16, 32).abs().amax(-1)  # (64, 16)
+    # Half a step (q4_0: a whole step on the side opposite its largest value, which maps to
+    # -8 while +8 is out of range), plus the half-float rounding of the scale and min.
+    bound = step * steps + 2**-10 * blocks.abs().amax(-1)  # (64, 16)
+    assert bool((error <= bound).all())
+    relative = (back - weight).norm() / weight.norm()
+    assert relative < {"q4_0": 0.12, "q4_1": 0.1, "q8_0": 0.006}[fmt]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_other_float_dtypes_quantize_as_float32(dtype):
+    weight = _weight(4, 64).to(dtype)
+    assert torch.equal(quantize(weight, "q8_0").blocks,
+                       quantize(weight.float(), "q8_0").blocks)
+
+
+def test_concatenate_stacks_rows_exactly():
+    a, b = quantize(_weight(8, 64, 1), "q4_1"), quantize(_weight(4, 64, 2), "q4_1")
+    both = concatenate([a, b])
+    assert both.shape == (12, 64)
+    assert torch.equal(dequantize(both), torch.cat([dequantize(a), dequantize(b)]))
+    with pytest.raises(QuantizationError):
+        concatenate([a, quantize(_weight(4, 64), "q8_0")])
+    with pytest.raises(QuantizationError):
+        concatenate([])
+
+
+def test_typed_errors():
+    with pytest.raises(QuantizationError, match="multiple of 32"):
+        quantize(_weight(4, 48), "q4_0")
+    with pytest.raises(QuantizationError, match="unknown quantized format"):
+        quantize(_weight(4, 64), "q5_k")
+    with pytest.raises(QuantizationError, match="floating-point"):
+        quantize(torch.ones(4, 64, dtype=torch.int32), "q8_0")
+    with pytest.raises(QuantizationError, match="2-D"):
+        quantize(torch.ones(64), "q8_0")
+    with pytest.raises(QuantizationError, match="uint8"):
+        QuantizedWeight("q8_0", 2, 32, torch.zeros(2, 34, dtype=torch.int8))
+    with pytest.raises(QuantizationError, match="shape"):
+        QuantizedWeight("q8_0", 2, 32, torch.zeros(2, 36, dtype=torch.uint8))
+    with pytest.raises(QuantizationError, match="multiple of 32"):
+        QuantizedWeight("q4_1", 2, 40, torch.zeros(2, 20, dtype=torch.uint8))
+    with pytest.raises(QuantizationError):
+        bytes_per_block("f16")
+    error = pytest.raises(ValueError, quantize, _weight(4, 48), "q4_0").value
+    assert isinstance(error, LangChainAscendError)
+
+
+def _smollm2_reader():
+    from langchain_ascend.testing.real_model import smollm2_gguf_path
+
+    try:
+        path = smollm2_gguf_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    return gguf.GGUFReader(path)
+
+
+def test_real_gguf_tensors_dequantize_like_the_gguf_package():
+    reader = _smollm2_reader()
+    by_type: dict[str, object] = {}
+    for tensor in reader.tensors:  # the first tensor of each block format, and one more Q4_1
+        fmt = tensor.tensor_type.name.lower()
+        if fmt in FORMATS and (fmt not in by_type or tensor.name == "blk.3.ffn_down.weight"):
+            by_type[fmt if fmt not in by_type else "q4_1 down"] = tensor
+    assert {"q4_1", "q8_0"} <= set(by_type)
+    for tensor in by_type.values():
+        fmt = tensor.tensor_type.name.lower()
+        in_features, out_features = (int(n) for n in tensor.shape)
+        raw = np.asarray(tensor.data)  # (out, bytes per row), the blocks as stored
+        qw = QuantizedWeight(fmt, out_features, in_features, torch.from_numpy(raw.copy()))
+        ours = dequantize(qw).numpy()  # (out, in)
+        theirs = gguf.quants.dequantize(raw, tensor.tensor_type)
+        assert theirs.shape == ours.shape
+        assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), tensor.name
