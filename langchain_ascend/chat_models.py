@@ -32,13 +32,7 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ascend.chat.checks import (
-    check_device_dtype,
-    check_float,
-    check_int,
-    check_sampling,
-    stop_list,
-)
+from langchain_ascend.chat.checks import check_device_dtype, check_sampling, stop_list
 from langchain_ascend.chat.messages import to_template_tools, tool_names_of
 from langchain_ascend.chat.prepare import (
     ChatSettings,
@@ -53,6 +47,7 @@ from langchain_ascend.chat.tool_support import ToolCallFormatSetting
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
 from langchain_ascend.structured.selection import grammar_backend, warm_up_specs
+from langchain_ascend.validation import check_count, check_flag, check_probability
 
 # Constructor arguments other chat models take that mean nothing for a local model; accepted
 # (and ignored) so ``ChatOpenAI(...)``-style code keeps working.
@@ -60,8 +55,9 @@ _IGNORED_INIT_ARGS = frozenset(
     {"api_key", "base_url", "timeout", "max_retries", "organization", "request_timeout"}
 )
 _ALIASES = {"max_new_tokens": "max_tokens", "stop_sequences": "stop", "model_name": "model"}
-_ENGINE_INTS = ("max_context_length", "block_size", "num_kv_blocks", "max_batch_size",
-                "max_num_batched_tokens")
+_ENGINE_COUNTS = ("max_context_length", "block_size", "num_kv_blocks", "max_batch_size",
+                  "max_num_batched_tokens")
+_FLAGS = ("enable_prefix_caching", "parse_reasoning", "streaming")
 
 class AscendChatModel(BaseChatModel):
     """Chat model running a Hugging Face decoder LM on langchain-ascend's engine.
@@ -287,10 +283,12 @@ class AscendChatModel(BaseChatModel):
         # On the raw values, so a bool is refused before pydantic turns True into 1.
         raw = {_ALIASES.get(k, k): v for k, v in values.items()}
         check_sampling(raw)
-        for name in _ENGINE_INTS:
-            check_int(name, raw.get(name), minimum=1)
-        check_float("kv_cache_memory_fraction", raw.get("kv_cache_memory_fraction"),
-                    minimum=0.0, maximum=1.0, open_min=True)
+        for name in _ENGINE_COUNTS:
+            check_count(name, raw.get(name), allow_none=True)
+        check_probability("kv_cache_memory_fraction", raw.get("kv_cache_memory_fraction"),
+                          open_min=True, allow_none=True)
+        for name in _FLAGS:
+            check_flag(name, raw.get(name), allow_none=True)
         check_device_dtype(raw.get("device", "auto"), raw.get("dtype", "auto"))
         for key in ("stop", "stop_sequences"):
             if key in values:

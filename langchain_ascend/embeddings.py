@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_ascend.errors import (
     EmbeddingModelError,
     InvalidTextError,
     VectorStoreArgumentTypeError,
 )
-from langchain_ascend.index.checks import as_items, check_number, check_text
+from langchain_ascend.validation import STORE, as_items, check_count, check_flag, check_text
 
 if TYPE_CHECKING:
     import torch
@@ -70,8 +70,8 @@ def plan_batches(lengths: Sequence[int], batch_size: int,
     Returns:
         Lists of positions into ``lengths``; every position appears exactly once.
     """
-    check_number("batch_size", batch_size, minimum=1, integer=True)
-    check_number("max_batch_tokens", max_batch_tokens, minimum=1, integer=True)
+    check_count("batch_size", batch_size, errors=STORE)
+    check_count("max_batch_tokens", max_batch_tokens, errors=STORE)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     current: list[int] = []
@@ -121,10 +121,9 @@ class AscendEmbeddings(BaseModel, Embeddings):
     device: str = "auto"
     dtype: str = "float32"
     normalize: bool = True
-    # strict: a bool is not a count (pydantic would take True as 1).
-    batch_size: int = Field(default=64, ge=1, strict=True)
-    max_batch_tokens: int = Field(default=16384, ge=1, strict=True)
-    max_seq_length: int | None = Field(default=None, ge=1, strict=True)
+    batch_size: int = 64
+    max_batch_tokens: int = 16384
+    max_seq_length: int | None = None
     query_prompt: str | None = None
     document_prompt: str | None = None
     show_progress: bool = False
@@ -134,6 +133,18 @@ class AscendEmbeddings(BaseModel, Embeddings):
 
     _client: Any = PrivateAttr(default=None)
     _torch_device: Any = PrivateAttr(default=None)
+
+    @field_validator("batch_size", "max_batch_tokens", "max_seq_length", mode="before")
+    @classmethod
+    def _counts(cls, value: Any, info: Any) -> Any:
+        # Before pydantic's own conversion, which would take True as 1.
+        return check_count(info.field_name, value,
+                           allow_none=info.field_name == "max_seq_length", errors=STORE)
+
+    @field_validator("normalize", "show_progress", mode="before")
+    @classmethod
+    def _flags(cls, value: Any, info: Any) -> Any:
+        return check_flag(info.field_name, value, errors=STORE)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

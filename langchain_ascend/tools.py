@@ -46,7 +46,7 @@ from langchain_ascend.executor.workers import (
     WorkerPool,
     device_tensors,
 )
-from langchain_ascend.index.checks import check_number
+from langchain_ascend.validation import check_count, check_flag, check_int, check_number
 
 #: Calls run at once when neither ``max_concurrency`` nor the RunnableConfig sets a limit.
 DEFAULT_MAX_PARALLEL = 64
@@ -186,18 +186,13 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
             if tool.name in self.tools_by_name:
                 raise InvalidRequestError(f"two tools are named {tool.name!r}; names must differ")
             self.tools_by_name[tool.name] = tool
-        bad = InvalidRequestError
-        check_number("timeout_ms", timeout_ms, allow_none=True, minimum=0, strict=True, error=bad)
-        check_number("retry_times", retry_times, minimum=0, integer=True, error=bad)
-        check_number("retry_backoff_ms", retry_backoff_ms, minimum=0, error=bad)
-        check_number("max_concurrency", max_concurrency, allow_none=True, minimum=1,
-                     integer=True, error=bad)
-        check_number("max_abandoned_threads", max_abandoned_threads, minimum=1, integer=True,
-                     error=bad)
-        for flag, value in (("enable_parallel", enable_parallel),
-                            ("retry_on_timeout", retry_on_timeout)):
-            if not isinstance(value, bool):
-                raise InvalidArgumentTypeError(f"{flag} must be True or False, got {value!r}")
+        check_number("timeout_ms", timeout_ms, minimum=0, open_min=True, allow_none=True)
+        check_int("retry_times", retry_times, minimum=0)
+        check_number("retry_backoff_ms", retry_backoff_ms, minimum=0)
+        check_count("max_concurrency", max_concurrency, allow_none=True)
+        check_count("max_abandoned_threads", max_abandoned_threads)
+        check_flag("enable_parallel", enable_parallel)
+        check_flag("retry_on_timeout", retry_on_timeout)
         self.timeout_ms = timeout_ms
         self.max_concurrency = max_concurrency
         self.enable_parallel = enable_parallel
@@ -310,8 +305,9 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
         streams = CallerStreams(device) if device is not None else None
         specs = [self._spec(call, child_config, streams, use_async) for call in runnable]
         limit = min(len(runnable) or 1, self.max_concurrency or DEFAULT_MAX_PARALLEL)
-        config_limit = child_config.get("max_concurrency")
-        if config_limit:
+        config_limit = check_count("the RunnableConfig's max_concurrency",
+                                   child_config.get("max_concurrency"), allow_none=True)
+        if config_limit is not None:
             limit = min(limit, int(config_limit))
         if not self.enable_parallel:
             limit = 1

@@ -33,7 +33,6 @@ from langchain_ascend.errors import (
 )
 from langchain_ascend.index import embedding_calls, search
 from langchain_ascend.index.async_search import AsyncSearchMixin
-from langchain_ascend.index.checks import as_items, check_store_number
 from langchain_ascend.index.distance import DistanceStrategy, as_strategy, metric_of_strategy
 from langchain_ascend.index.docstore import DocumentStore, RowIdView
 from langchain_ascend.index.filters import FilterSpec
@@ -46,6 +45,7 @@ from langchain_ascend.index.store_state import (
     text_items,
     validated_rows,
 )
+from langchain_ascend.validation import STORE, as_items, check_count
 
 if TYPE_CHECKING:
     import torch
@@ -147,7 +147,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
             raise VectorStoreInputError(str(exc)) from None
         for name, value in (("nlist", nlist), ("nprobe", nprobe),
                             ("ivf_min_train_size", ivf_min_train_size)):
-            check_store_number(name, value, minimum=1, allow_none=True)
+            check_count(name, value, allow_none=True, errors=STORE)
         self._options = IndexOptions(index_type, self._metric, self._device, self._dtype, nlist,
                                      nprobe, faiss_factory, ivf_min_train_size)
         self._state = StoreState(self._device)

@@ -12,7 +12,7 @@ from langchain_core.tools import tool as as_tool
 from langchain_ascend.agent.loop import AscendAgent
 from langchain_ascend.agent.retriever_tool import DEFAULT_NAME, retriever_tool
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError
-from langchain_ascend.index.checks import check_number
+from langchain_ascend.validation import check_count
 
 #: ``tool_choice=None`` on a hop means: bind without a choice (the model's own default).
 ToolChoice = str | dict[str, Any] | bool | None
@@ -80,7 +80,7 @@ def create_ascend_agent(
             for event in agent.stream("Weather in Beijing?"):
                 print(event.kind, event.hop, event.message.content)
     """
-    check_number("max_hops", max_hops, minimum=1, integer=True, error=InvalidRequestError)
+    check_count("max_hops", max_hops)
     bound_tools = _tool_list(tools)
     if retriever is not None:
         bound_tools.append(retriever_tool(retriever, name=retriever_name,

@@ -3,70 +3,36 @@
 Each check raises a typed error naming the argument, the value and what is allowed:
 :class:`~langchain_ascend.errors.InvalidArgumentTypeError` (a ``ValueError`` and a
 ``TypeError``) for a wrong type — a bool where a number is expected is a wrong type, not 1 —
-and :class:`~langchain_ascend.errors.InvalidRequestError` for a value out of range. No torch.
+and :class:`~langchain_ascend.errors.InvalidRequestError` for a value out of range. Which rule
+applies to which field is said here; the rules themselves are :mod:`langchain_ascend.validation`'s.
+No torch.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_ascend.engine.core.sampling_params import (
     MAX_NUM_SPECULATIVE_TOKENS,
+    MAX_SEED,
     SPECULATION_MODES,
 )
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError, InvalidTextError
-from langchain_ascend.index.checks import as_items, check_text
-
-#: Largest ``seed``: the engine seeds a 64-bit generator.
-MAX_SEED = 2**63 - 1
+from langchain_ascend.validation import (
+    as_items,
+    check_choice,
+    check_flag,
+    check_int,
+    check_number,
+    check_probability,
+    check_text,
+)
 
 DTYPE_NAMES = frozenset(
     {"auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half"})
 _DEVICE_RE = re.compile(r"^(auto|cpu|(npu|cuda)(:\d+)?)$")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:
-    """``value`` is None or an int (not a bool) in ``[minimum, maximum]``."""
-    if value is None:
-        return
-    bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-    if not _is_int(value):
-        raise InvalidArgumentTypeError(
-            f"{name} must be an integer {bound} or None, got {type(value).__name__} {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise InvalidRequestError(f"{name} must be an integer {bound}, got {value!r}")
-
-
-def check_float(name: str, value: Any, *, minimum: float, maximum: float | None = None,
-                open_min: bool = False) -> None:
-    """``value`` is None or a finite number (not a bool) within the bounds."""
-    if value is None:
-        return
-    low = "(" if open_min else "["
-    bound = f"in {low}{minimum}, {maximum}]" if maximum is not None else (
-        f"> {minimum}" if open_min else f">= {minimum}")
-    if not _is_number(value):
-        raise InvalidArgumentTypeError(
-            f"{name} must be a finite number {bound} or None, got {type(value).__name__} "
-            f"{value!r}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond any float
-        number = math.inf
-    below = number <= minimum if open_min else number < minimum
-    if not math.isfinite(number) or below or (maximum is not None and number > maximum):
-        raise InvalidRequestError(f"{name} must be a finite number {bound}, got {value!r}")
 
 
 def check_sampling(values: Mapping[str, Any]) -> None:
@@ -79,25 +45,22 @@ def check_sampling(values: Mapping[str, Any]) -> None:
             NaN, ``top_p=0``, ``seed=-1`` or ``>= 2**63``).
     """
     if "max_tokens" in values:
-        check_int("max_tokens", values["max_tokens"], minimum=1)
+        check_int("max_tokens", values["max_tokens"], minimum=1, allow_none=True)
     if "temperature" in values:
-        check_float("temperature", values["temperature"], minimum=0.0)
+        check_number("temperature", values["temperature"], minimum=0, allow_none=True)
     if "top_p" in values:
-        check_float("top_p", values["top_p"], minimum=0.0, maximum=1.0, open_min=True)
+        check_probability("top_p", values["top_p"], open_min=True, allow_none=True)
     if "top_k" in values:
-        check_int("top_k", values["top_k"], minimum=0)
+        check_int("top_k", values["top_k"], minimum=0, allow_none=True)
     if "seed" in values:
-        check_int("seed", values["seed"], minimum=0, maximum=MAX_SEED)
+        check_int("seed", values["seed"], minimum=0, maximum=MAX_SEED, allow_none=True)
     if "num_speculative_tokens" in values:
         check_int("num_speculative_tokens", values["num_speculative_tokens"], minimum=0,
-                  maximum=MAX_NUM_SPECULATIVE_TOKENS)
-    mode = values.get("speculative_decoding")
-    if mode is not None and mode not in SPECULATION_MODES:
-        raise InvalidRequestError(
-            f"speculative_decoding must be one of {list(SPECULATION_MODES)}, got {mode!r}")
-    if values.get("ignore_eos") is not None and not isinstance(values["ignore_eos"], bool):
-        raise InvalidArgumentTypeError(
-            f"ignore_eos must be True or False, got {values['ignore_eos']!r}")
+                  maximum=MAX_NUM_SPECULATIVE_TOKENS, allow_none=True)
+    if values.get("speculative_decoding") is not None:
+        check_choice("speculative_decoding", values["speculative_decoding"],
+                     SPECULATION_MODES)
+    check_flag("ignore_eos", values.get("ignore_eos"), allow_none=True)
 
 
 def check_device_spelling(device: Any, error: type[Exception] = InvalidRequestError) -> None:

@@ -35,7 +35,7 @@ from langchain_ascend.errors import (
     InvalidRequestError,
     UnsupportedContentError,
 )
-from langchain_ascend.index.checks import as_items
+from langchain_ascend.validation import as_items
 
 # Content blocks an assistant message may carry that the tool_calls / reasoning fields already
 # describe: dropped when rendering.

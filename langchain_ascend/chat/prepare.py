@@ -45,9 +45,9 @@ from langchain_ascend.chat.tool_support import (
     resolve_tool_support,
 )
 from langchain_ascend.errors import InvalidRequestError, InvalidTextError, PromptTooLongError
-from langchain_ascend.index.checks import check_text
 from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
 from langchain_ascend.structured.selection import grammar_backend, grammar_spec
+from langchain_ascend.validation import check_count, check_text
 
 # Arguments a call may carry (from bind / invoke kwargs) besides messages and stop.
 CALL_KWARGS = frozenset(
@@ -174,7 +174,8 @@ def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: i
 
     Raises:
         PromptTooLongError: The prompt leaves no room.
-        InvalidRequestError: ``requested`` is not a positive integer.
+        InvalidRequestError: ``requested`` is not an integer >= 1 (an
+            ``InvalidArgumentTypeError`` for a wrong type).
     """
     room = max_context_length - num_prompt_tokens
     if room <= 0:
@@ -182,9 +183,7 @@ def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: i
             f"the prompt has {num_prompt_tokens} tokens, which leaves no room to generate "
             f"within max_context_length={max_context_length}"
         )
-    if requested is not None and (not isinstance(requested, int) or isinstance(requested, bool)
-                                  or requested <= 0):
-        raise InvalidRequestError(f"max_tokens must be a positive integer, got {requested!r}")
+    check_count("max_tokens", requested, allow_none=True)
     return room if requested is None else min(requested, room)
 
 

@@ -26,7 +26,6 @@ from langchain_ascend.engine.core.outputs import EngineStats, RequestOutput, Tok
 from langchain_ascend.engine.core.request import Request
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.scheduler import Scheduler
-from langchain_ascend.engine.core.util import check_positive
 from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
 from langchain_ascend.engine.driver import EngineDriver, GuardedConstraint
 from langchain_ascend.engine.streams import (
@@ -42,6 +41,7 @@ from langchain_ascend.errors import (
     PromptTooLongError,
     RequestAbortedError,
 )
+from langchain_ascend.validation import check_count, check_flag, check_probability
 
 __all__ = ["LLMEngine", "SyncTokenStream"]
 
@@ -105,11 +105,12 @@ class LLMEngine(EngineDriver):
 
         from langchain_ascend.engine.worker.model_runner import ModelRunner
 
-        check_positive(max_batch_size=max_batch_size,
-                       max_num_batched_tokens=max_num_batched_tokens,
-                       block_size=block_size, num_blocks=num_blocks,
-                       max_context_length=max_context_length,
-                       stream_buffer_limit=stream_buffer_limit)
+        _check_settings(max_batch_size=max_batch_size,
+                        max_num_batched_tokens=max_num_batched_tokens,
+                        stream_buffer_limit=stream_buffer_limit,
+                        max_context_length=max_context_length, block_size=block_size,
+                        num_blocks=num_blocks, kv_cache_memory_fraction=kv_cache_memory_fraction,
+                        enable_prefix_caching=enable_prefix_caching)
         platform.resolve_device(device)  # an unusable device fails here, before anything loads
         path = os.fspath(model_path)
         if num_blocks is None:
@@ -149,10 +150,11 @@ class LLMEngine(EngineDriver):
         """An engine over an already loaded model runner (anything with the ModelRunner
         interface: ``block_size``, ``num_blocks``, ``max_model_len``, ``config``, ``device``,
         ``dtype``, ``execute``, ``release``, ``warmup``)."""
-        check_positive(max_batch_size=max_batch_size,
-                       max_num_batched_tokens=max_num_batched_tokens,
-                       max_context_length=max_context_length,
-                       stream_buffer_limit=stream_buffer_limit)
+        _check_settings(max_batch_size=max_batch_size,
+                        max_num_batched_tokens=max_num_batched_tokens,
+                        stream_buffer_limit=stream_buffer_limit,
+                        max_context_length=max_context_length,
+                        enable_prefix_caching=enable_prefix_caching)
         engine = cls.__new__(cls)
         if eos_token_ids is None:
             eos_token_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -473,6 +475,30 @@ class LLMEngine(EngineDriver):
         finally:
             self._lock.release()
 
+
+
+def _check_settings(*, max_batch_size: Any, max_num_batched_tokens: Any,
+                    stream_buffer_limit: Any, max_context_length: Any = None,
+                    block_size: Any = None, num_blocks: Any = None,
+                    kv_cache_memory_fraction: Any = 0.5,
+                    enable_prefix_caching: Any = True) -> None:
+    """The engine's settings by the package's rules (:mod:`langchain_ascend.validation`):
+    counts are integers >= 1, never ``True`` (None = the default where the setting has one),
+    the memory fraction a finite number in (0, 1], prefix caching a flag.
+
+    Raises:
+        InvalidArgumentTypeError: A value of the wrong type (``max_batch_size=True``).
+        InvalidRequestError: A value out of range (``num_blocks=0``).
+    """
+    for name, value in (("max_batch_size", max_batch_size),
+                        ("max_num_batched_tokens", max_num_batched_tokens),
+                        ("stream_buffer_limit", stream_buffer_limit)):
+        check_count(name, value)
+    for name, value in (("max_context_length", max_context_length),
+                        ("block_size", block_size), ("num_blocks", num_blocks)):
+        check_count(name, value, allow_none=True)
+    check_probability("kv_cache_memory_fraction", kv_cache_memory_fraction, open_min=True)
+    check_flag("enable_prefix_caching", enable_prefix_caching)
 
 
 def _default_num_blocks(path: str, *, device: Any, dtype: Any, block_size: int | None,

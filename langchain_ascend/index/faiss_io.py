@@ -152,9 +152,9 @@ class FaissIndex:
         ivf = import_faiss().try_extract_index_ivf(self.index)
         if ivf is None:
             raise VectorStoreInputError("nprobe applies to IVF faiss indexes only")
-        from langchain_ascend.index.checks import check_store_number
+        from langchain_ascend.validation import STORE, check_count
 
-        check_store_number("nprobe", value, minimum=1)
+        check_count("nprobe", value, errors=STORE)
         ivf.nprobe = int(value)
 
     def _enable_reconstruct(self) -> None:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from langchain_ascend.index.checks import check_store_number
 from langchain_ascend.index.device_index import (
     FlatIndex,
     SearchResult,
@@ -30,6 +29,7 @@ from langchain_ascend.index.device_index import (
     select_and_rescore,
     take_rows,
 )
+from langchain_ascend.validation import STORE, check_count
 
 if TYPE_CHECKING:
     import torch
@@ -145,8 +145,8 @@ class IVFIndex(FlatIndex):
                  min_train_size: int | None = None, kmeans_iters: int = 12,
                  seed: int = 0) -> None:
         super().__init__(dim, metric, device=device, dtype=dtype)
-        check_store_number("nlist", nlist, minimum=1, allow_none=True)
-        check_store_number("nprobe", nprobe, minimum=1, allow_none=True)
+        check_count("nlist", nlist, allow_none=True, errors=STORE)
+        check_count("nprobe", nprobe, allow_none=True, errors=STORE)
         self.nlist_setting = nlist
         self.nprobe_setting = nprobe
         self.min_train_size = min_train_size
@@ -181,7 +181,7 @@ class IVFIndex(FlatIndex):
 
     @nprobe.setter
     def nprobe(self, value: int) -> None:
-        check_store_number("nprobe", value, minimum=1)
+        check_count("nprobe", value, errors=STORE)
         self.nprobe_setting = int(value)
 
     def _train_threshold(self) -> int:

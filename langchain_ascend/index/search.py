@@ -13,9 +13,9 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from langchain_ascend.index.checks import check_store_number
 from langchain_ascend.index.filters import FilterSpec, parse_filter
 from langchain_ascend.index.store_state import StoreState
+from langchain_ascend.validation import STORE, check_count, check_int, check_probability
 
 ScoredDocs = list[tuple[Document, float]]
 
@@ -36,7 +36,7 @@ def search_rows(state: StoreState, queries: Any, k: int, filter: FilterSpec | No
     from langchain_ascend.index.device_index import l2_normalize, to_matrix
 
     node = None if filter is None else parse_filter(filter)
-    check_store_number("k", k, minimum=0)
+    check_int("k", k, minimum=0, errors=STORE)
     matrix = to_matrix(queries, device=state.device, dim=state.dim)
     if state.index is None or state.index.ntotal == 0 or k == 0:
         return [[] for _ in range(matrix.shape[0])]
@@ -87,9 +87,9 @@ def mmr_by_vectors(state: StoreState, embeddings: Any, k: int, fetch_k: int, lam
     from langchain_ascend.index.device_index import to_matrix
     from langchain_ascend.index.mmr import mmr_select
 
-    check_store_number("k", k, minimum=0)
-    check_store_number("fetch_k", fetch_k, minimum=1)
-    check_store_number("lambda_mult", lambda_mult, minimum=0.0, maximum=1.0, integer=False)
+    check_int("k", k, minimum=0, errors=STORE)
+    check_count("fetch_k", fetch_k, errors=STORE)
+    check_probability("lambda_mult", lambda_mult, errors=STORE)
     with state.lock:
         queries = to_matrix(embeddings, device=state.device, dim=state.dim)
         hits = search_rows(state, queries, fetch_k, filter, normalize=normalize)

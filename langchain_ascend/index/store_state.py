@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.documents import Document
 
 from langchain_ascend.errors import VectorStoreArgumentTypeError, VectorStoreInputError
-from langchain_ascend.index.checks import as_items
 from langchain_ascend.index.filters import MetadataColumns, Node
+from langchain_ascend.validation import as_items
 
 if TYPE_CHECKING:
     import torch

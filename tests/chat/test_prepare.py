@@ -53,7 +53,7 @@ def test_max_tokens_is_capped_by_the_room_the_prompt_leaves():
     with pytest.raises(PromptTooLongError, match="100 tokens"):
         max_tokens_for(4, 100, 100)
     for bad in (0, -1, 2.5, "8"):
-        with pytest.raises(InvalidRequestError, match="positive integer"):
+        with pytest.raises(InvalidRequestError, match="max_tokens must be an integer >= 1"):
             max_tokens_for(bad, 1, 100)
 
 

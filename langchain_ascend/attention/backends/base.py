@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_ascend.engine.core.util import cdiv
+from langchain_ascend.validation import check_count
 
 if TYPE_CHECKING:
     import torch
@@ -120,8 +121,7 @@ class AttentionBackend(ABC):
     @classmethod
     def check_block_size(cls, block_size: int) -> None:
         """Raise ``ValueError`` when ``block_size`` cannot be used with this backend."""
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {block_size}")
+        check_count("block_size", block_size)
 
     def kv_cache_shape(self, num_blocks: int, block_size: int) -> tuple[int, ...]:
         """Shape of one layer's cache tensor."""

@@ -29,6 +29,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
+from langchain_ascend.validation import check_count
+
 logger = logging.getLogger(__name__)
 
 BlockHash = bytes
@@ -94,8 +96,7 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, relocate: RelocateFn | None = None) -> None:
-        if num_blocks <= 0:
-            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        check_count("num_blocks", num_blocks)
         self.num_blocks = num_blocks
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         # block_id -> block, first-freed first (a never-written pool: in id order).

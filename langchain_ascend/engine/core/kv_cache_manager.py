@@ -24,6 +24,7 @@ from langchain_ascend.engine.core.block_pool import (
 )
 from langchain_ascend.engine.core.request import Request
 from langchain_ascend.engine.core.util import cdiv
+from langchain_ascend.validation import check_count
 
 
 class KVCacheManager:
@@ -53,8 +54,7 @@ class KVCacheManager:
         hash_fn: HashFn = hash_block_tokens,
         relocate: RelocateFn | None = None,
     ) -> None:
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {block_size}")
+        check_count("block_size", block_size)
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.pool = BlockPool(num_blocks, relocate=relocate)

@@ -36,6 +36,7 @@ from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.sampling_params import forced_tokens
+from langchain_ascend.validation import check_count
 
 
 @dataclass
@@ -80,10 +81,9 @@ class Scheduler:
         max_model_len: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_num_batched_tokens <= 0:
-            raise ValueError(f"max_num_batched_tokens must be positive, got {max_num_batched_tokens}")
-        if max_batch_size <= 0:
-            raise ValueError(f"max_batch_size must be positive, got {max_batch_size}")
+        check_count("max_num_batched_tokens", max_num_batched_tokens)
+        check_count("max_batch_size", max_batch_size)
+        check_count("max_model_len", max_model_len)
         if not 0 < max_model_len <= kv_cache_manager.capacity_tokens:
             raise ValueError(f"max_model_len {max_model_len} must be in 1..pool capacity "
                              f"{kv_cache_manager.capacity_tokens}")

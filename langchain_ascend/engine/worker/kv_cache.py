@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from langchain_ascend import platform
+from langchain_ascend.validation import check_count, check_int, check_probability
 
 if TYPE_CHECKING:
     import torch
@@ -70,11 +71,8 @@ def plan_num_blocks(*, device: torch.device, bytes_per_block: int,
             little memory.
     """
     if num_blocks is not None:
-        if not isinstance(num_blocks, int) or num_blocks < MIN_NUM_BLOCKS:
-            raise ValueError(f"num_blocks must be an integer >= {MIN_NUM_BLOCKS}, got {num_blocks!r}")
-        return num_blocks
-    if not 0 < memory_fraction <= 1:
-        raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {memory_fraction!r}")
+        return check_int("num_blocks", num_blocks, minimum=MIN_NUM_BLOCKS)
+    check_probability("kv_cache_memory_fraction", memory_fraction, open_min=True)
     budget = int(platform.memory_info(device).free * memory_fraction)
     if platform.device_type(device) == "cpu":
         budget = min(budget, cpu_cap_bytes)
@@ -84,9 +82,7 @@ def plan_num_blocks(*, device: torch.device, bytes_per_block: int,
             f"not enough free memory on {device} for a KV cache: {budget} bytes allowed by "
             f"kv_cache_memory_fraction={memory_fraction}, one block needs {bytes_per_block}")
     if block_size is not None:
-        if max_num_tokens is not None and (not isinstance(max_num_tokens, int)
-                                           or max_num_tokens <= 0):
-            raise ValueError(f"max_num_tokens must be a positive integer, got {max_num_tokens!r}")
+        check_count("max_num_tokens", max_num_tokens, allow_none=True)
         tokens = min(DEFAULT_MAX_KV_TOKENS, max_num_tokens or DEFAULT_MAX_KV_TOKENS)
         planned = min(planned, max(MIN_NUM_BLOCKS, -(-tokens // block_size)))
     return planned

@@ -36,6 +36,7 @@ from langchain_ascend import platform
 from langchain_ascend.attention import registry
 from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
 from langchain_ascend.attention.backends.reference import DecodeMetadata, ReferenceDecode
+from langchain_ascend.validation import check_count
 
 if TYPE_CHECKING:
     import torch
@@ -53,8 +54,7 @@ def capture_sizes(max_batch_size: int) -> list[int]:
     Raises:
         ValueError: ``max_batch_size < 1``.
     """
-    if max_batch_size < 1:
-        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+    check_count("max_batch_size", max_batch_size)
     sizes = [1]
     while sizes[-1] < max_batch_size:
         sizes.append(sizes[-1] * 2 if sizes[-1] < 8 else sizes[-1] + 8)

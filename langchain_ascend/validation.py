@@ -1,0 +1,270 @@
+"""One rule per kind of argument value, for every component (no torch, no components).
+
+The chat model, the engine, the vector store, the embeddings and the tool executor check
+their arguments with these functions, so a kind of value means the same everywhere:
+
+* an integer (:func:`check_int`, :func:`check_count`): a real integer (``int``, numpy
+  integers), never a ``bool`` — Python counts ``True`` as 1, but ``max_batch_size=True``,
+  ``k=True`` or ``num_blocks=True`` is a mistake, not a one;
+* a number (:func:`check_number`, :func:`check_probability`): an int or float (not a
+  ``bool``), finite (no NaN, no infinity), within the bounds;
+* a flag (:func:`check_flag`): exactly ``True`` or ``False`` (not ``1``, not ``"yes"``);
+* a choice (:func:`check_choice`): one of a fixed set of values;
+* a list (:func:`as_items`): any iterable but a mapping; a bare ``str`` is never iterated
+  character by character — it is one item where that reading is unambiguous
+  (``stop="###"``, ``delete("doc-1")``) and an error where a string is surely a mistake
+  (``embed_documents("text")``, ``add_texts("text")``);
+* text (:func:`check_text`): encodable as UTF-8 (no lone surrogate).
+
+Each rule raises the caller's errors (:class:`Errors`): its ``type`` error for a wrong type
+and its ``value`` error for a value out of range. :data:`REQUEST` (the chat model, the
+engine, the tool executor, the agent) raises
+:class:`~langchain_ascend.errors.InvalidArgumentTypeError` /
+:class:`~langchain_ascend.errors.InvalidRequestError`; :data:`STORE` (the vector store and
+the embeddings) :class:`~langchain_ascend.errors.VectorStoreArgumentTypeError` /
+:class:`~langchain_ascend.errors.VectorStoreInputError`. Every one of them is a
+``ValueError``; the type errors are ``TypeError`` s too.
+
+Messages name the argument, what is allowed and the value:
+``"max_batch_size must be an integer >= 1, got bool True"`` (wrong type),
+``"top_p must be a finite number in (0, 1], got 0"`` (out of range).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_ascend.errors import (
+    InvalidArgumentTypeError,
+    InvalidRequestError,
+    VectorStoreArgumentTypeError,
+    VectorStoreInputError,
+)
+
+__all__ = [
+    "REQUEST",
+    "STORE",
+    "Errors",
+    "as_items",
+    "check_choice",
+    "check_count",
+    "check_flag",
+    "check_int",
+    "check_number",
+    "check_probability",
+    "check_text",
+    "int_bounds",
+    "is_int",
+    "is_number",
+    "number_bounds",
+]
+
+
+@dataclass(frozen=True)
+class Errors:
+    """The error classes a component raises for bad arguments.
+
+    Attributes:
+        type: Raised for a value of the wrong type (``k="3"``, ``max_tokens=True``).
+        value: Raised for a value of the right type out of range (``k=-1``, ``top_p=0``).
+    """
+
+    type: type[Exception]
+    value: type[Exception]
+
+
+REQUEST = Errors(InvalidArgumentTypeError, InvalidRequestError)
+"""The chat model's, the engine's, the tool executor's and the agent's errors."""
+
+STORE = Errors(VectorStoreArgumentTypeError, VectorStoreInputError)
+"""The vector store's and the embeddings' errors."""
+
+
+def is_int(value: Any) -> bool:
+    """True for a real integer (``int``, numpy integers), False for a ``bool``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """True for an int or float (any ``numbers.Real``), False for a ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    """``type value`` for a message, the repr cut at 60 characters."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def int_bounds(minimum: int | None, maximum: int | None) -> str:
+    """``"an integer >= 1"``, ``"an integer in [0, 16]"``, ``"an integer <= 8"``."""
+    if minimum is not None and maximum is not None:
+        return f"an integer in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f"an integer >= {minimum}"
+    if maximum is not None:
+        return f"an integer <= {maximum}"
+    return "an integer"
+
+
+def number_bounds(minimum: float | None, maximum: float | None, *, open_min: bool = False,
+                  open_max: bool = False) -> str:
+    """``"a finite number >= 0"``, ``"a finite number in (0, 1]"``, ``"a finite number > 0"``."""
+    if minimum is not None and maximum is not None:
+        return (f"a finite number in {'(' if open_min else '['}{minimum}, "
+                f"{maximum}{')' if open_max else ']'}")
+    if minimum is not None:
+        return f"a finite number {'>' if open_min else '>='} {minimum}"
+    if maximum is not None:
+        return f"a finite number {'<' if open_max else '<='} {maximum}"
+    return "a finite number"
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None,
+              maximum: int | None = None, allow_none: bool = False, errors: Errors = REQUEST,
+              what: str | None = None) -> Any:
+    """An integer (never a ``bool``) in ``[minimum, maximum]``, or None with ``allow_none``.
+
+    Args:
+        name: The argument's name, for the message.
+        value: The value to check.
+        minimum: Smallest allowed value (None: no bound).
+        maximum: Largest allowed value (None: no bound).
+        allow_none: None passes (it means "the default").
+        errors: The component's error classes.
+        what: What is allowed, in words, instead of the bounds (``"0 (off) or a positive
+            integer"``).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        errors.type: Not an integer (a bool, a float, a string...).
+        errors.value: Out of range.
+    """
+    if value is None and allow_none:
+        return value
+    allowed = what or int_bounds(minimum, maximum)
+    if allow_none and what is None:
+        allowed += " or None"
+    if not is_int(value):
+        raise errors.type(f"{name} must be {allowed}, got {_shown(value)}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise errors.value(f"{name} must be {allowed}, got {value!r}")
+    return value
+
+
+def check_count(name: str, value: Any, *, allow_none: bool = False,
+                errors: Errors = REQUEST) -> Any:
+    """A count: an integer ``>= 1`` (``True`` is refused), or None with ``allow_none``.
+
+    Returns ``value``; raises as :func:`check_int`.
+    """
+    return check_int(name, value, minimum=1, allow_none=allow_none, errors=errors)
+
+
+def check_number(name: str, value: Any, *, minimum: float | None = None,
+                 maximum: float | None = None, open_min: bool = False, open_max: bool = False,
+                 allow_none: bool = False, errors: Errors = REQUEST,
+                 what: str | None = None) -> Any:
+    """A finite int or float (never a ``bool``) within the bounds, or None with
+    ``allow_none``; ``open_min`` / ``open_max`` exclude the bound itself.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        errors.type: Not a number (a bool, a string...).
+        errors.value: NaN, infinite, or out of the bounds.
+    """
+    if value is None and allow_none:
+        return value
+    allowed = what or number_bounds(minimum, maximum, open_min=open_min, open_max=open_max)
+    if allow_none and what is None:
+        allowed += " or None"
+    if not is_number(value):
+        raise errors.type(f"{name} must be {allowed}, got {_shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = math.inf
+    below = minimum is not None and (number <= minimum if open_min else number < minimum)
+    above = maximum is not None and (number >= maximum if open_max else number > maximum)
+    if not math.isfinite(number) or below or above:
+        raise errors.value(f"{name} must be {allowed}, got {value!r}")
+    return value
+
+
+def check_probability(name: str, value: Any, *, open_min: bool = False,
+                      allow_none: bool = False, errors: Errors = REQUEST) -> Any:
+    """A share or probability: a finite number in ``[0, 1]`` (``(0, 1]`` with ``open_min``).
+
+    Returns ``value``; raises as :func:`check_number`.
+    """
+    return check_number(name, value, minimum=0, maximum=1, open_min=open_min,
+                        allow_none=allow_none, errors=errors)
+
+
+def check_flag(name: str, value: Any, *, allow_none: bool = False,
+               errors: Errors = REQUEST) -> Any:
+    """Exactly ``True`` or ``False`` (or None with ``allow_none``); ``1`` and ``"yes"`` are
+    refused with ``errors.type``. Returns ``value``."""
+    if isinstance(value, bool) or (value is None and allow_none):
+        return value
+    raise errors.type(f"{name} must be True or False{' or None' if allow_none else ''}, got "
+                      f"{_shown(value)}")
+
+
+def check_choice(name: str, value: Any, choices: Collection[Any], *,
+                 errors: Errors = REQUEST) -> Any:
+    """One of ``choices`` (compared with ``==``; a ``bool`` never stands for ``1``/``0``);
+    anything else raises ``errors.value`` listing them. Returns ``value``."""
+    if isinstance(value, bool) and not any(isinstance(c, bool) for c in choices):
+        found = False
+    else:
+        try:
+            found = value in choices
+        except TypeError:  # an unhashable value against a set
+            found = False
+    if not found:
+        raise errors.value(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def as_items(name: str, value: Any, *, str_is_item: bool, error: type[Exception],
+             allow_none: bool = False, what: str = "a list") -> list[Any] | None:
+    """``value`` as a list: a bare ``str`` (or ``bytes``) is ``[value]`` with ``str_is_item``,
+    else ``error``; a mapping, a non-iterable or None (unless ``allow_none``) is ``error``.
+
+    The message reads ``"texts must be a list of strings, got the str 'abc'; wrap..."``.
+    """
+    if value is None:
+        if allow_none:
+            return None
+        raise error(f"{name} must be {what}, got None")
+    if isinstance(value, (str, bytes)):
+        if str_is_item:
+            return [value]
+        raise error(f"{name} must be {what}, got the {_shown(value)}; wrap one item in a "
+                    "list ([...])")
+    if isinstance(value, Mapping) or not isinstance(value, Iterable):
+        raise error(f"{name} must be {what}, got {_shown(value)}")
+    return list(value)
+
+
+def check_text(name: str, text: str, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``name`` and the position when ``text`` cannot be encoded as
+    UTF-8 (a lone surrogate); a tokenizer would otherwise fail with a bare ``TypeError``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(f"{name} holds a character that is not valid Unicode text "
+                    f"({text[exc.start]!r}, a lone surrogate) at position {exc.start}; "
+                    "only encodable text is allowed (decode bytes with errors='replace')"
+                    ) from None
