@@ -9,10 +9,12 @@ KV cache and the batch. Importing this module imports no torch.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import fields
 from operator import itemgetter
+from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -37,12 +39,14 @@ from langchain_ascend.chat.messages import to_template_tools, tool_names_of
 from langchain_ascend.chat.prepare import (
     ChatSettings,
     PreparedRequest,
+    chat_tokenizer,
     normalize_tool_choice,
     prepare_request,
     prompt_token_ids,
     tool_support_for,
 )
 from langchain_ascend.chat.results import chat_result, chunk_text, generation_chunk
+from langchain_ascend.chat.template import load_chat_template
 from langchain_ascend.chat.tool_support import ToolCallFormatSetting
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
@@ -82,6 +86,15 @@ class AscendChatModel(BaseChatModel):
     Key init args (engine):
         device, dtype, max_context_length, block_size, num_kv_blocks,
         kv_cache_memory_fraction, enable_prefix_caching, max_batch_size.
+
+    Models without a chat template:
+        A base model, or a GGUF file without ``tokenizer.chat_template``, needs one:
+        ``chat_template=`` takes the Jinja text or the path of a file holding it
+        (``AscendChatModel(model="base.gguf", chat_template="chatml.jinja")``; in
+        ``agent_config.yaml``: ``model.chat_template``). It replaces the tokenizer's own
+        template for this chat model only; the reply also ends at the end-of-turn token the
+        template writes (``<|im_end|>``, ``<|eot_id|>``...). Without any template a call raises
+        ``ChatTemplateError`` naming ``chat_template=``.
 
     Instantiate:
         .. code-block:: python
@@ -247,6 +260,15 @@ class AscendChatModel(BaseChatModel):
     benchmarks that need a fixed reply length). Grammar-constrained replies still end with
     their grammar."""
 
+    chat_template: str | Path | None = None
+    """The chat template to render prompts with instead of the tokenizer's: the Jinja text
+    (a string holding ``{%`` or ``{{``) or the path of a file holding it (``~`` expanded).
+    For models without one (base models, GGUF files without ``tokenizer.chat_template``) or to
+    replace it. Read and checked when the chat model is built (``ChatTemplateError`` naming
+    ``chat_template=`` for a missing file or a broken template); applies to ``model`` (a
+    per-call ``model=`` keeps that model's own template). The engine's tokenizer is not
+    changed: chat models sharing an engine keep their own templates."""
+
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Extra variables for the chat template, e.g. ``{"enable_thinking": False}`` (Qwen3)."""
 
@@ -266,6 +288,7 @@ class AscendChatModel(BaseChatModel):
 
     _engines: dict[str, Any] = PrivateAttr(default_factory=dict)
     _engines_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _chat_template_text: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -290,6 +313,9 @@ class AscendChatModel(BaseChatModel):
         for name in _FLAGS:
             check_flag(name, raw.get(name), allow_none=True)
         check_device_dtype(raw.get("device", "auto"), raw.get("dtype", "auto"))
+        template = raw.get("chat_template")
+        if template is not None and not isinstance(template, (str, os.PathLike)):
+            load_chat_template(template)  # raises the typed error naming chat_template=
         for key in ("stop", "stop_sequences"):
             if key in values:
                 values[key] = stop_list(values[key])
@@ -302,6 +328,7 @@ class AscendChatModel(BaseChatModel):
         from langchain_ascend.engine.model_source import check_model_source
 
         check_model_source(self.model, gguf_file=self.gguf_file)
+        self._chat_template_text = load_chat_template(self.chat_template)
 
     # ------------------------------------------------------------------ LangChain metadata
 
@@ -322,6 +349,7 @@ class AscendChatModel(BaseChatModel):
             "seed": self.seed,
             "stop": self.stop,
             "chat_template_kwargs": self.chat_template_kwargs,
+            "chat_template": self._chat_template_text,
         }
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
@@ -399,7 +427,8 @@ class AscendChatModel(BaseChatModel):
         for spec in self._warm_up_specs(engine, tools, schemas):
             backend.compile(spec)
         prompt = prompt_token_ids(
-            engine.tokenizer, [{"role": "user", "content": "Hi"}], None,
+            chat_tokenizer(engine, self._settings(), self.model),
+            [{"role": "user", "content": "Hi"}], None,
             self.chat_template_kwargs,
         )[0]
         engine.generate(prompt, SamplingParams(max_tokens=1))
@@ -421,7 +450,9 @@ class AscendChatModel(BaseChatModel):
         return grammar_backend(engine)
 
     def _settings(self) -> ChatSettings:
-        return ChatSettings(**{f.name: getattr(self, f.name) for f in fields(ChatSettings)})
+        values = {f.name: getattr(self, f.name) for f in fields(ChatSettings)
+                  if f.name != "chat_template"}
+        return ChatSettings(**values, chat_template=self._chat_template_text)
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]

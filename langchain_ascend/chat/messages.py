@@ -248,10 +248,12 @@ def render_prompt(
         ChatTemplateError: No chat template, or the template rejected the conversation.
     """
     if not has_chat_template(tokenizer):
+        from langchain_ascend.chat.template import HOW_TO_SET
+
         raise ChatTemplateError(
             f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'this model')!r} has no chat "
-            "template (tokenizer.chat_template is empty): use an instruct/chat model, or set "
-            "one with tokenizer.chat_template = '...' before creating the chat model"
+            f"template (a base model, or a GGUF file without tokenizer.chat_template): "
+            f"{HOW_TO_SET}, or use an instruct/chat model"
         )
     kwargs = dict(template_kwargs or {})
     attempts = [messages]

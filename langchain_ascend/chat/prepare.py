@@ -37,6 +37,7 @@ from langchain_ascend.chat.messages import (
 )
 from langchain_ascend.chat.reasoning import prompt_opens_reasoning
 from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids
+from langchain_ascend.chat.template import template_stop_token_ids, with_chat_template
 from langchain_ascend.chat.tool_support import (
     ToolCallFormatSetting,
     ToolSupport,
@@ -78,6 +79,9 @@ class ChatSettings:
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     tool_call_format: ToolCallFormatSetting = "auto"
     parse_reasoning: bool = True
+    chat_template: str | None = None
+    """The Jinja source the chat model was given (``chat_template=``, read from its file),
+    rendering ``model``'s prompts instead of its tokenizer's template; None: the tokenizer's."""
 
 
 @dataclass
@@ -246,10 +250,21 @@ def generation_defaults(model_path: Any) -> dict[str, Any]:
     return defaults
 
 
+def chat_tokenizer(engine: Any, settings: ChatSettings, model_name: str) -> Any:
+    """``engine``'s tokenizer as the chat model renders prompts with it: through the settings'
+    ``chat_template`` when ``model_name`` is the chat model's own model (a per-call ``model=``
+    keeps that model's template), else as it is. The engine's tokenizer is never modified
+    (see :mod:`~langchain_ascend.chat.template`)."""
+    template = settings.chat_template if model_name == settings.model else None
+    return with_chat_template(engine.tokenizer, template)
+
+
 def tool_support_for(engine: Any, settings: ChatSettings, model_name: str) -> ToolSupport:
-    """How ``engine``'s template carries tools under the settings (logged once)."""
+    """How the template ``engine``'s requests render with carries tools under the settings
+    (logged once)."""
     return resolve_tool_support(
-        engine.tokenizer, settings.tool_call_format, model_name=model_name
+        chat_tokenizer(engine, settings, model_name), settings.tool_call_format,
+        model_name=model_name,
     )
 
 
@@ -280,6 +295,7 @@ def prepare_request(
     check_conversation_text(template_messages)
     model_name = kwargs.get("model") or settings.model
     engine = engine_for(model_name)
+    tokenizer = chat_tokenizer(engine, settings, model_name)
 
     tools = to_template_tools(kwargs.get("tools") or [])
     tool_names = tool_names_of(tools)
@@ -305,14 +321,19 @@ def prepare_request(
         settings.chat_template_kwargs, kwargs.get("chat_template_kwargs"), spec
     )
     prompt_ids, prompt_text = prompt_token_ids(
-        engine.tokenizer, template_messages, None if support.fallback else tools or None,
+        tokenizer, template_messages, None if support.fallback else tools or None,
         template_kwargs,
     )
     max_tokens = max_tokens_for(
         kwargs.get("max_tokens", settings.max_tokens), len(prompt_ids), engine.max_context_length
     )
+    # A given template's end-of-turn token ends the reply where the model's EOS would not.
+    stop_token_ids = ([] if kwargs.get("ignore_eos", settings.ignore_eos) or tokenizer is
+                      engine.tokenizer else
+                      template_stop_token_ids(engine.tokenizer, tokenizer.chat_template))
     params = SamplingParams(
         max_tokens=max_tokens,
+        stop_token_ids=stop_token_ids,
         **sampling_values(settings, kwargs, stop, spec, generation_defaults(engine.model_path)),
     )
     params.validate()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.chat.template import is_jinja
 from langchain_ascend.config.schema import (
     AgentConfig,
     EmbeddingsConfig,
@@ -215,13 +216,15 @@ def build_executor(section: ToolsConfig, npu: NpuConfig, device: str,
 
 
 def _resolve_paths(config: AgentConfig, base: Path) -> AgentConfig:
-    """Relative file paths resolved against the config file's folder. ``model.path`` and
-    ``embeddings.model`` only when that file exists (they may be hub ids)."""
+    """Relative file paths resolved against the config file's folder. ``model.path``,
+    ``model.chat_template`` and ``embeddings.model`` only when that file exists (they may be
+    hub ids, or the template text itself)."""
     updates: dict[str, Any] = {}
-    if config.model is not None and config.model.path is not None:
-        found = _existing(base, config.model.path)
-        if found is not None:
-            updates["model"] = config.model.model_copy(update={"path": found})
+    if config.model is not None:
+        moved = {k: found for k in ("path", "chat_template")
+                 if (found := _existing_file_key(base, config.model, k)) is not None}
+        if moved:
+            updates["model"] = config.model.model_copy(update=moved)
     if config.embeddings is not None and config.embeddings.model is not None:
         found = _existing(base, config.embeddings.model)
         if found is not None:
@@ -233,6 +236,15 @@ def _resolve_paths(config: AgentConfig, base: Path) -> AgentConfig:
         if moved:
             updates["vectorstore"] = store.model_copy(update=moved)
     return config.model_copy(update=updates) if updates else config
+
+
+def _existing_file_key(base: Path, section: Any, key: str) -> str | None:
+    """``section.key`` resolved against ``base`` when it names an existing relative file; a
+    chat template given as Jinja text is left as it is."""
+    value = getattr(section, key)
+    if value is None or (key == "chat_template" and is_jinja(value)):
+        return None
+    return _existing(base, value)
 
 
 def _existing(base: Path, value: str) -> str | None:

@@ -165,6 +165,10 @@ class ModelConfig(Section):
     local HF cache; default ``$LANGCHAIN_ASCEND_CHAT_MODEL``."""
 
     gguf_file: str | None = None
+    chat_template: PathText | None = None
+    """``AscendChatModel.chat_template``: the Jinja chat template (a string holding ``{%`` or
+    ``{{``) or the path of a file holding one (relative to the config file's folder), for a
+    model without one (a base model, a GGUF file without ``tokenizer.chat_template``)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
     kv_cache_policy: str = "paged"
     max_context_length: int | None = Field(default=None, ge=1)

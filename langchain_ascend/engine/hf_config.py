@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+#: End-of-turn markers of common chat templates (ChatML, Llama-3, Phi-3, Gemma): where a
+#: template writes one and the tokenizer has it as a token, a reply ends there even if the
+#: model's EOS is another token.
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
+
 
 def text_config(config: Any) -> Any:
     """The decoder's config: ``config.get_text_config()`` where it exists, else ``config``."""
@@ -66,6 +71,19 @@ def default_eos_token_ids(model_path: str, config: Any, tokenizer: Any) -> list[
         ids += _as_id_list(getattr(text_config(config), "eos_token_id", None))
     ids += _as_id_list(getattr(tokenizer, "eos_token_id", None))
     return list(dict.fromkeys(ids))
+
+
+def end_of_turn_token_ids(template: str, tokenizer: Any) -> list[int]:
+    """Ids of the :data:`END_OF_TURN_TOKENS` that ``template`` writes and ``tokenizer`` holds as
+    one token (looked up both ways, so an unknown marker mapped to ``<unk>`` is left out)."""
+    ids: list[int] = []
+    for marker in END_OF_TURN_TOKENS:
+        if marker not in template:
+            continue
+        token_id = tokenizer.convert_tokens_to_ids(marker)
+        if isinstance(token_id, int) and tokenizer.convert_ids_to_tokens(token_id) == marker:
+            ids.append(token_id)
+    return ids
 
 
 def generation_defaults(model_path: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import HumanMessage
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
@@ -52,9 +53,11 @@ TINY_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>
 
 
 def write_tiny_llama(path: Path, *, drop: str | None = None, eos_token: str = "<|im_end|>",
-                     hidden: int = 8, ffn: int = 16, heads: int = 2, kv_heads: int = 1) -> Path:
+                     hidden: int = 8, ffn: int = 16, heads: int = 2, kv_heads: int = 1,
+                     chat_template: str | None = TINY_TEMPLATE) -> Path:
     """A complete 1-layer llama GGUF (float32 tensors, gpt2-style vocabulary, ChatML-ish
-    template) that transformers converts in a second; ``drop`` leaves one tensor out."""
+    template) that transformers converts in a second; ``drop`` leaves one tensor out,
+    ``chat_template=None`` writes no ``tokenizer.chat_template`` (a base model's file)."""
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny llama")
     writer.add_context_length(64)
@@ -73,7 +76,8 @@ def write_tiny_llama(path: Path, *, drop: str | None = None, eos_token: str = "<
     writer.add_token_merges(["a b"])
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(TINY_VOCAB.index(eos_token))
-    writer.add_chat_template(TINY_TEMPLATE)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     head_dim = hidden // heads
     shapes = {"token_embd.weight": (len(TINY_VOCAB), hidden), "output_norm.weight": (hidden,),
               "blk.0.attn_norm.weight": (hidden,), "blk.0.attn_q.weight": (hidden, hidden),
@@ -285,6 +289,35 @@ def test_real_conversion_of_a_tiny_llama_gguf(tmp_path, cache):
     eos = GenerationConfig.from_pretrained(folder).eos_token_id
     assert eos == [tokenizer.convert_tokens_to_ids("b"), im_end]
     assert json.loads((folder / "source.json").read_text())["architecture"] == "llama"
+
+
+def test_a_gguf_without_a_chat_template_answers_with_chat_template_arg(tmp_path, cache):
+    """A base model's GGUF (no ``tokenizer.chat_template``): the chat model's error names
+    ``chat_template=``; given one, it answers and stops at the template's end-of-turn token
+    although the file's EOS is another token."""
+    pytest.importorskip("torch")
+    pytest.importorskip("accelerate")
+    from langchain_ascend.chat_models import AscendChatModel
+    from langchain_ascend.errors import ChatTemplateError
+
+    path = write_tiny_llama(tmp_path / "base.gguf", eos_token="b", chat_template=None)
+    assert not inspect_gguf(path).has_chat_template
+    settings = {"model": str(path), "device": "cpu", "temperature": 0, "max_tokens": 4}
+    with pytest.raises(ChatTemplateError, match="pass chat_template= "):
+        AscendChatModel(**settings).invoke("ab")
+    template = TINY_TEMPLATE + "{% if add_generation_prompt %}<|im_start|>{% endif %}"
+    template_file = tmp_path / "tiny.jinja"
+    template_file.write_text(template, encoding="utf-8")
+    for given in (template, str(template_file)):
+        llm = AscendChatModel(**settings, chat_template=given)
+        prepared = llm._prepare([HumanMessage("ab")], None, {})
+        im_start, im_end = TINY_VOCAB.index("<|im_start|>"), TINY_VOCAB.index("<|im_end|>")
+        assert prepared.prompt_token_ids[0] == im_start
+        assert prepared.prompt_token_ids[-1] == im_start
+        assert prepared.params.stop_token_ids == [im_end]
+        assert im_end not in prepared.engine.eos_token_ids  # the file's EOS is "b"
+        reply = llm.invoke("ab")
+        assert reply.usage_metadata["output_tokens"] >= 1
 
 
 def test_several_ggufs_without_a_pick_lists_them(tmp_path):

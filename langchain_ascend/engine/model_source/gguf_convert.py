@@ -9,15 +9,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.engine.hf_config import end_of_turn_token_ids
 from langchain_ascend.engine.model_source.gguf_header import GGUFInfo
 from langchain_ascend.engine.model_source.support import package_version, progress_bar
 from langchain_ascend.errors import ModelSourceError
 
 # transformers' GGUF table also lists encoder-decoder models; AutoModelForCausalLM loads none.
 _NOT_CAUSAL_LM = frozenset({"t5", "t5encoder", "umt5"})
-# End-of-turn markers of common chat templates: when the template uses one and the tokenizer
-# knows it as a token, generation must stop there even if the GGUF's EOS is another token.
-_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 
 
 def supported_gguf_architectures() -> frozenset[str]:
@@ -205,8 +203,5 @@ def _eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     if isinstance(tokenizer.eos_token_id, int):
         ids.append(tokenizer.eos_token_id)
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
-    vocab = tokenizer.get_vocab()
-    for marker in _END_OF_TURN_TOKENS:
-        if marker in template and marker in vocab:
-            ids.append(int(vocab[marker]))
+    ids += end_of_turn_token_ids(template, tokenizer)
     return list(dict.fromkeys(ids))
