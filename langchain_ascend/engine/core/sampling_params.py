@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError
+from langchain_ascend.validation import (
+    as_items,
+    check_choice,
+    check_count,
+    check_flag,
+    check_int,
+    check_number,
+    check_probability,
+    is_int,
+)
 
 MAX_SEED = 2**63 - 1
 """Largest ``seed``: the sampler seeds a 64-bit ``torch.Generator`` with it."""
@@ -94,15 +103,13 @@ class SamplingParams:
                 or ``inf``, ``top_p=0``, ``top_k=-1``, ``seed=-1`` or ``>= 2**63``,
                 ``stop=[""]``).
         """
-        _check_int("max_tokens", self.max_tokens, minimum=1)
-        _check_float("temperature", self.temperature, "a finite number >= 0",
-                     lambda v: v >= 0)
-        _check_float("top_p", self.top_p, "a finite number in (0, 1]", lambda v: 0 < v <= 1)
-        _check_int("top_k", self.top_k, minimum=0, what="0 (off) or a positive integer")
-        if self.seed is not None:
-            _check_int("seed", self.seed, minimum=0, maximum=MAX_SEED,
-                       what=f"None or an integer in [0, {MAX_SEED}]")
-        self.stop = _as_list("stop", self.stop, str)
+        check_count("max_tokens", self.max_tokens)
+        check_number("temperature", self.temperature, minimum=0)
+        check_probability("top_p", self.top_p, open_min=True)
+        check_int("top_k", self.top_k, minimum=0, what="0 (off) or a positive integer")
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED, allow_none=True)
+        self.stop = as_items("stop", self.stop, str_is_item=True, error=InvalidArgumentTypeError,
+                             what="a string or a list of non-empty strings")
         for item in self.stop:
             if not isinstance(item, str):
                 raise InvalidArgumentTypeError(
@@ -111,25 +118,17 @@ class SamplingParams:
             if not item:
                 raise InvalidRequestError(
                     f"stop strings must be non-empty, got {self.stop!r}")
-        self.stop_token_ids = _as_list("stop_token_ids", self.stop_token_ids, int)
-        for token_id in self.stop_token_ids:
-            if isinstance(token_id, bool) or not isinstance(token_id, int):
-                raise InvalidArgumentTypeError(
-                    f"stop_token_ids must be a list of token ids (ints), got the item "
-                    f"{type(token_id).__name__} {token_id!r} in {self.stop_token_ids!r}")
-            if token_id < 0:
-                raise InvalidRequestError(
-                    f"stop_token_ids must be token ids >= 0, got {token_id!r}")
-        if not isinstance(self.ignore_eos, bool):
-            raise InvalidArgumentTypeError(
-                f"ignore_eos must be True or False, got {type(self.ignore_eos).__name__} "
-                f"{self.ignore_eos!r}")
-        if not isinstance(self.speculation, str) or self.speculation not in SPECULATION_MODES:
-            raise InvalidRequestError(
-                f"speculation must be one of {list(SPECULATION_MODES)}, got "
-                f"{self.speculation!r}")
-        _check_int("num_speculative_tokens", self.num_speculative_tokens, minimum=0,
-                   maximum=MAX_NUM_SPECULATIVE_TOKENS)
+        ids = self.stop_token_ids
+        self.stop_token_ids = [ids] if is_int(ids) else as_items(
+            "stop_token_ids", ids, str_is_item=False, error=InvalidArgumentTypeError,
+            what="a token id or a list of token ids")
+        for i, token_id in enumerate(self.stop_token_ids):
+            check_int(f"stop_token_ids[{i}]", token_id, minimum=0, what="a token id (an "
+                      "integer >= 0)")
+        check_flag("ignore_eos", self.ignore_eos)
+        check_choice("speculation", self.speculation, SPECULATION_MODES)
+        check_int("num_speculative_tokens", self.num_speculative_tokens, minimum=0,
+                  maximum=MAX_NUM_SPECULATIVE_TOKENS)
         if self.constraint is not None and not isinstance(self.constraint, TokenConstraint):
             raise InvalidArgumentTypeError(
                 f"constraint must be None or a TokenConstraint (mask_logits, accept_token, "
@@ -139,34 +138,3 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-
-def _check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None,
-               what: str | None = None) -> None:
-    """``value`` is an int (not a bool) in ``[minimum, maximum]``."""
-    allowed = what or (f"an integer >= {minimum}" if maximum is None
-                       else f"an integer in [{minimum}, {maximum}]")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentTypeError(
-            f"{name} must be {allowed}, got {type(value).__name__} {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise InvalidRequestError(f"{name} must be {allowed}, got {value!r}")
-
-
-def _check_float(name: str, value: Any, allowed: str, in_range: Any) -> None:
-    """``value`` is a finite int or float (not a bool) for which ``in_range`` holds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgumentTypeError(
-            f"{name} must be {allowed}, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or not in_range(value):
-        raise InvalidRequestError(f"{name} must be {allowed}, got {value!r}")
-
-
-def _as_list(name: str, value: Any, item_type: type) -> list[Any]:
-    """A list field as a list: one bare ``item_type`` value is one item, tuples become lists."""
-    if isinstance(value, item_type) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    raise InvalidArgumentTypeError(
-        f"{name} must be a list (or one {item_type.__name__}), got {type(value).__name__} "
-        f"{value!r}")
