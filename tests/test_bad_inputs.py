@@ -178,6 +178,16 @@ CONSTRUCT: list[tuple[str, dict[str, Any], str]] = [
     ("seed=2**64", {"seed": 2**64}, "seed"),
     ("seed=True", {"seed": True}, "seed"),
     ("max_batch_size=True", {"max_batch_size": True}, "max_batch_size"),
+    ("num_kv_blocks=True", {"num_kv_blocks": True}, "num_kv_blocks"),
+    ("block_size=True", {"block_size": True}, "block_size"),
+    ("max_context_length=True", {"max_context_length": True}, "max_context_length"),
+    ("max_num_batched_tokens=True", {"max_num_batched_tokens": True}, "max_num_batched_tokens"),
+    ("num_speculative_tokens=True", {"num_speculative_tokens": True}, "num_speculative_tokens"),
+    ("top_k=True", {"top_k": True}, "top_k"),
+    ("kv_cache_memory_fraction=True", {"kv_cache_memory_fraction": True},
+     "kv_cache_memory_fraction"),
+    ("enable_prefix_caching='yes'", {"enable_prefix_caching": "yes"}, "enable_prefix_caching"),
+    ("chat_template=3", {"chat_template": 3}, "chat_template"),
     ("num_kv_blocks=0", {"num_kv_blocks": 0}, "num_kv_blocks"),
     ("kv_cache_memory_fraction=nan", {"kv_cache_memory_fraction": _NAN},
      "kv_cache_memory_fraction"),
@@ -323,7 +333,93 @@ EXECUTOR: list[Case] = [
      (ToolCallError, ValueError), ("'messages'", "msgs")),
 ]
 
-ALL = CHAT + EMBEDDINGS + STORE + EXECUTOR
+# ---- True is never a count: one case per count each component takes -----------------------
+_TYPE = (InvalidArgumentTypeError, TypeError, ValueError)
+_STORE_TYPE = (VectorStoreArgumentTypeError, TypeError, ValueError)
+
+
+def _engine(c: Ctx, **settings: Any) -> Any:
+    from langchain_ascend.engine.registry import get_engine
+
+    return get_engine(c.chat_path, device="cpu", **settings)
+
+
+def _generate(c: Ctx, **params: Any) -> Any:
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+
+    engine = c.chat._engine_for()
+    return engine.generate(engine.tokenizer.encode("hi"), SamplingParams(**params))
+
+
+def _ivf(**options: Any) -> AscendFAISS:
+    return AscendFAISS(embedding=DeterministicFakeEmbedding(size=4), index_type="ivf",
+                       device="cpu", **options)
+
+
+TRUE_COUNTS: list[Case] = [
+    ("chat", "num_speculative_tokens=True",
+     lambda c: c.chat.invoke("hi", num_speculative_tokens=True), _TYPE,
+     ("num_speculative_tokens", "True")),
+    ("chat", "top_k=True", lambda c: c.chat.invoke("hi", top_k=True), _TYPE, ("top_k", "True")),
+    ("chat", "bind max_tokens=True", lambda c: c.chat.bind(max_tokens=True).invoke("hi"), _TYPE,
+     ("max_tokens", "True")),
+    *[("chat", f"engine {name}=True", lambda c, name=name: _engine(c, **{name: True}), _TYPE,
+       (name, "True"))
+      for name in ("max_batch_size", "max_num_batched_tokens", "num_blocks", "block_size",
+                   "max_context_length", "stream_buffer_limit")],
+    ("chat", "engine kv_cache_memory_fraction=True",
+     lambda c: _engine(c, kv_cache_memory_fraction=True), _TYPE,
+     ("kv_cache_memory_fraction", "True")),
+    ("chat", "engine enable_prefix_caching=1", lambda c: _engine(c, enable_prefix_caching=1),
+     _TYPE, ("enable_prefix_caching", "1")),
+    *[("chat", f"SamplingParams {name}=True",
+       lambda c, name=name: _generate(c, **{name: True}), _TYPE, (name, "True"))
+      for name in ("max_tokens", "top_k", "num_speculative_tokens", "seed")],
+    ("chat", "SamplingParams stop_token_ids=[True]", lambda c: _generate(c, stop_token_ids=[True]),
+     _TYPE, ("stop_token_ids[0]", "True")),
+    ("chat", "agent max_hops=True", lambda c: _agent(c, max_hops=True), _TYPE,
+     ("max_hops", "True")),
+    ("store", "mmr k=True", lambda c: c.store.max_marginal_relevance_search("x", k=True),
+     _STORE_TYPE, ("k", "True")),
+    ("store", "mmr fetch_k=True",
+     lambda c: c.store.max_marginal_relevance_search("x", fetch_k=True), _STORE_TYPE,
+     ("fetch_k", "True")),
+    ("store", "retriever k=True",
+     lambda c: c.store.as_retriever(search_kwargs={"k": True}).invoke("x"), _STORE_TYPE,
+     ("k", "True")),
+    ("store", "similarity_search_with_score k=True",
+     lambda c: c.store.similarity_search_with_score("x", k=True), _STORE_TYPE, ("k", "True")),
+    *[("store", f"ivf {name}=True", lambda c, name=name: _ivf(**{name: True}), _STORE_TYPE,
+       (name, "True"))
+      for name in ("nlist", "nprobe", "ivf_min_train_size")],
+    ("embeddings", "plan_batches batch_size=True", lambda c: _plan_batches(batch_size=True),
+     _STORE_TYPE, ("batch_size", "True")),
+    ("embeddings", "plan_batches max_batch_tokens=True",
+     lambda c: _plan_batches(max_batch_tokens=True), _STORE_TYPE, ("max_batch_tokens", "True")),
+    *[("executor", f"{name}=True",
+       lambda c, name=name: NPUStreamToolExecutor([add], **{name: True}), _TYPE,
+       (name, "True"))
+      for name in ("max_concurrency", "max_abandoned_threads", "timeout_ms",
+                   "retry_backoff_ms")],
+    ("executor", "config max_concurrency=True",
+     lambda c: c.executor.invoke([_call()], config={"max_concurrency": True}), _TYPE,
+     ("max_concurrency", "True")),
+]
+
+
+def _agent(c: Ctx, **options: Any) -> Any:
+    from langchain_ascend.agent import create_ascend_agent
+
+    return create_ascend_agent(c.chat, [add], executor=c.executor, **options)
+
+
+def _plan_batches(**counts: Any) -> Any:
+    from langchain_ascend.embeddings import plan_batches
+
+    return plan_batches([3, 1], **{"batch_size": 8, "max_batch_tokens": 64, **counts})
+
+
+ALL = CHAT + EMBEDDINGS + STORE + EXECUTOR + TRUE_COUNTS
 
 
 @pytest.mark.parametrize(("component", "case", "action", "types", "needles"), ALL,
@@ -352,9 +448,12 @@ def test_bad_chat_construction(ctx: Ctx, case: str, kwargs: dict[str, Any],
     _normal("chat", ctx)
 
 
-def test_bool_batch_size_is_refused_by_embeddings() -> None:
-    with pytest.raises(ValidationError, match="batch_size"):
-        AscendEmbeddings(model=str(minilm_path()), device="cpu", batch_size=True)
+@pytest.mark.parametrize("field", ["batch_size", "max_batch_tokens", "max_seq_length"])
+def test_bool_counts_are_refused_by_embeddings(field: str) -> None:
+    with pytest.raises(ValidationError, match=field) as info:
+        AscendEmbeddings(model=str(minilm_path()), device="cpu", **{field: True})
+    causes = [e.get("ctx", {}).get("error") for e in info.value.errors()]
+    assert any(isinstance(cause, VectorStoreArgumentTypeError) for cause in causes), causes
 
 
 # ---- the sequence rule: a str is one item where that is unambiguous ---------------------
