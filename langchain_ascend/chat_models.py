@@ -48,8 +48,9 @@ from langchain_ascend.chat.prepare import (
 from langchain_ascend.chat.results import chat_result, chunk_text, generation_chunk
 from langchain_ascend.chat.template import load_chat_template
 from langchain_ascend.chat.tool_support import ToolCallFormatSetting
+from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError
-from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
+from langchain_ascend.structured.grammars import GrammarSpec
 from langchain_ascend.structured.selection import grammar_backend, warm_up_specs
 from langchain_ascend.validation import check_count, check_flag, check_probability
 

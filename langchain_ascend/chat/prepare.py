@@ -36,7 +36,7 @@ from langchain_ascend.chat.messages import (
     tool_names_of,
 )
 from langchain_ascend.chat.reasoning import prompt_opens_reasoning
-from langchain_ascend.chat.reply import ReplyAssembler, special_marker_ids
+from langchain_ascend.chat.reply import ReplyAssembler, reply_marker_ids
 from langchain_ascend.chat.template import template_stop_token_ids, with_chat_template
 from langchain_ascend.chat.tool_support import (
     ToolCallFormatSetting,
@@ -45,8 +45,9 @@ from langchain_ascend.chat.tool_support import (
     check_tools_usable,
     resolve_tool_support,
 )
+from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError, InvalidTextError, PromptTooLongError
-from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
+from langchain_ascend.structured.grammars import GrammarSpec
 from langchain_ascend.structured.selection import grammar_backend, grammar_spec
 from langchain_ascend.validation import check_count, check_text
 
@@ -335,11 +336,13 @@ def prepare_request(
         max_tokens=max_tokens,
         stop_token_ids=stop_token_ids,
         **sampling_values(settings, kwargs, stop, spec, generation_defaults(engine.model_path)),
+        keep_special_token_ids=reply_marker_ids(
+            special, tool_format=support.fmt, parse_tools=parse_tools,
+            parse_reasoning=settings.parse_reasoning),
     )
     params.validate()
     if spec is not None:
         params.constraint = grammar_backend(engine).new_constraint(spec, max_tokens=max_tokens)
-    marker_ids = special_marker_ids(special) if parse_tools else {}
     forced_tool = tool_choice not in ("auto", "none")
     forced = (f"tool call (tool_choice={tool_choice!r})" if forced_tool
               else "structured output" if spec is not None and not spec.free_text else None)
@@ -354,8 +357,6 @@ def prepare_request(
             "tool_names": tool_names,
             "parse_reasoning": settings.parse_reasoning,
             "start_in_reasoning": settings.parse_reasoning and prompt_opens_reasoning(prompt_text),
-            "marker_ids": marker_ids,
-            "decode": engine.tokenizer.decode,
             "id_factory": reply_call_ids(prompt_ids),
         },
         forced=forced,

@@ -4,13 +4,13 @@
 at once — and hands back :class:`ReplyPiece` s: answer text, reasoning text and finished tool
 calls. The pipeline is:
 
-1. special marker tokens the decoder dropped (``skip_special_tokens``), such as Mistral's
-   ``[TOOL_CALLS]`` or Llama's ``<|python_tag|>``, are put back from the token ids
-   (:func:`restore_markers`, the same for a streamed delta and a whole reply);
-2. :class:`~langchain_ascend.chat.reasoning.ReasoningSplitter` routes ``<think>...</think>`` to
+1. :class:`~langchain_ascend.chat.reasoning.ReasoningSplitter` routes ``<think>...</think>`` to
    reasoning;
-3. :class:`~langchain_ascend.chat.tool_parsers.ToolCallStreamParser` splits the answer into content
+2. :class:`~langchain_ascend.chat.tool_parsers.ToolCallStreamParser` splits the answer into content
    and tool calls (only when tools are bound).
+
+Markers that are special tokens (``<tool_call>``, ``[TOOL_CALLS]``, ``<|python_tag|>``...) are
+already text: the engine keeps the ids :func:`reply_marker_ids` names.
 
 The streamed and the one-shot path run the same code, so ``invoke`` and the aggregated
 ``stream`` agree. :func:`reply_message` and :func:`delta_chunk` turn the assembled parts and
@@ -20,7 +20,7 @@ finish reason, timings).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,63 +28,28 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.messages.ai import UsageMetadata
 
 from langchain_ascend.chat.call_ids import new_tool_call_id
-from langchain_ascend.chat.reasoning import ReasoningSplitter
+from langchain_ascend.chat.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter
 from langchain_ascend.chat.tool_parsers import (
-    MISTRAL_ARGS,
-    MISTRAL_CALL_ID,
-    MISTRAL_MARKER,
-    PYTHON_TAG,
     ExtractedCall,
     ToolCallFormat,
     ToolCallStreamParser,
+    markers_of,
 )
 
-# Marker texts worth restoring when the tokenizer makes them special tokens.
-TOOL_MARKERS: tuple[str, ...] = (MISTRAL_MARKER, MISTRAL_ARGS, MISTRAL_CALL_ID, PYTHON_TAG)
 
-
-def special_marker_ids(special_tokens: Mapping[str, int]) -> dict[int, str]:
-    """Map the ids of special tokens that are tool-call markers to their text."""
-    return {idx: text for text, idx in special_tokens.items() if text in TOOL_MARKERS}
-
-
-def restore_markers(
-    text: str,
-    token_ids: Sequence[int],
-    marker_ids: Mapping[int, str],
-    decode: Callable[..., str] | None = None,
-) -> str:
-    """``text`` (decoded from ``token_ids`` without special tokens) with the skipped marker
-    tokens put back where they were.
-
-    Markers that lead the ids (a streamed marker token, a reply that opens with
-    ``[TOOL_CALLS]``) are prepended to ``text`` as it is. Markers after other tokens need the
-    text around them, so the ids are re-decoded in segments with ``decode`` (the tokenizer's,
-    called with ``skip_special_tokens=True``); without ``decode`` they are prepended too.
-
-    Returns:
-        ``text`` unchanged when no marker token occurs or the decoder kept the markers.
-    """
-    if not marker_ids or not any(t in marker_ids for t in token_ids):
-        return text
-    num_leading = 0
-    while num_leading < len(token_ids) and token_ids[num_leading] in marker_ids:
-        num_leading += 1
-    later = any(t in marker_ids for t in token_ids[num_leading:])
-    if not later or decode is None:
-        markers = "".join(marker_ids[t] for t in token_ids if t in marker_ids)
-        return text if text.startswith(markers) else markers + text
-    parts: list[str] = []
-    segment: list[int] = []
-    for token in token_ids:
-        if token in marker_ids:
-            parts.append(decode(segment, skip_special_tokens=True))
-            parts.append(marker_ids[token])
-            segment = []
-        else:
-            segment.append(token)
-    parts.append(decode(segment, skip_special_tokens=True))
-    return "".join(parts)
+def reply_marker_ids(
+    special_tokens: Mapping[str, int], *, tool_format: ToolCallFormat, parse_tools: bool,
+    parse_reasoning: bool,
+) -> frozenset[int]:
+    """Ids of the special tokens the reply's text must keep for this assembler to read it:
+    the tool-call markers of ``tool_format`` (when tools are parsed) and ``<think>`` /
+    ``</think>`` (when reasoning is split off). The engine decodes them as text
+    (``SamplingParams.keep_special_token_ids``), so sampled, drafted and grammar-forced
+    markers reach the parser alike."""
+    texts = set(markers_of(tool_format)) if parse_tools else set()
+    if parse_reasoning:
+        texts |= {THINK_OPEN, THINK_CLOSE}
+    return frozenset(idx for text, idx in special_tokens.items() if text in texts)
 
 
 @dataclass
@@ -109,10 +74,6 @@ class ReplyAssembler:
         tool_names: Names of the bound tools.
         parse_reasoning: Whether to split ``<think>`` sections off as reasoning.
         start_in_reasoning: The prompt already opened ``<think>``.
-        marker_ids: Special-token ids of tool-call markers to restore (see
-            :func:`special_marker_ids`).
-        decode: The tokenizer's ``decode``, to place markers inside a multi-token piece (see
-            :func:`restore_markers`).
         id_factory: Makes the ids of parsed calls (default: random ``call_…`` ids; the chat
             model passes ``call_ids.reply_call_ids`` of the prompt, so ids repeat with it).
     """
@@ -125,8 +86,6 @@ class ReplyAssembler:
         tool_names: Collection[str] | None = None,
         parse_reasoning: bool = True,
         start_in_reasoning: bool = False,
-        marker_ids: Mapping[int, str] | None = None,
-        decode: Callable[..., str] | None = None,
         id_factory: Callable[[], str] | None = None,
     ) -> None:
         self._reasoning = ReasoningSplitter(
@@ -137,15 +96,12 @@ class ReplyAssembler:
                                  id_factory=id_factory or new_tool_call_id)
             if parse_tools else None
         )
-        self._marker_ids = dict(marker_ids or {})
-        self._decode = decode
         self.content = ""
         self.reasoning = ""
         self.calls: list[ExtractedCall] = []
 
-    def feed(self, text: str, token_ids: Sequence[int] = ()) -> ReplyPiece:
-        """Consume one streamed delta or a whole reply (its text and token ids)."""
-        text = restore_markers(text, token_ids, self._marker_ids, self._decode)
+    def feed(self, text: str) -> ReplyPiece:
+        """Consume one streamed delta or a whole reply."""
         split = self._reasoning.feed(text)
         return self._route(split.reasoning, split.content)
 
@@ -228,7 +184,7 @@ def reply_message(
     count_tokens: Callable[[str], int],
 ) -> AIMessage:
     """Feed a whole engine output through ``assembler`` and build the ``AIMessage``."""
-    assembler.feed(output.text, output.token_ids)
+    assembler.feed(output.text)
     assembler.finish()
     usage, metadata = usage_and_metadata(
         output, assembler, model_name=model_name, count_tokens=count_tokens
@@ -266,7 +222,7 @@ def delta_chunk(
     The last delta flushes the assembler and carries usage, metadata and
     ``chunk_position="last"``.
     """
-    piece = assembler.feed(delta.text, delta.token_ids)
+    piece = assembler.feed(delta.text)
     if delta.finished:
         tail = assembler.finish()
         piece = ReplyPiece(

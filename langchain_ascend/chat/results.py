@@ -5,7 +5,9 @@ grammar token by token, but ``max_tokens`` can end it before the grammar does. S
 keeps ``finish_reason="length"`` and gets ``response_metadata["output_error"]`` saying it was
 cut at ``max_tokens=N``; for a forced tool call the error also stands in every
 ``invalid_tool_calls`` entry (one is added when no call could be parsed at all), so a caller
-never mistakes a cut call for a model that chose not to call.
+never mistakes a cut call for a model that chose not to call. A forced tool call that ends any
+other way without a valid parsed call raises :class:`~langchain_ascend.errors.ForcedOutputError`
+(never ``finish_reason="stop"`` with empty ``tool_calls``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
 from langchain_ascend.chat.prepare import PreparedRequest
-from langchain_ascend.chat.reply import delta_chunk, reply_message
+from langchain_ascend.chat.reply import ReplyAssembler, delta_chunk, reply_message
+from langchain_ascend.errors import ForcedOutputError
 
 
 def cut_message(prepared: PreparedRequest) -> str:
@@ -48,24 +51,50 @@ def mark_cut(prepared: PreparedRequest, message: AIMessage) -> AIMessage:
     return message
 
 
+def check_forced_call(prepared: PreparedRequest, assembler: ReplyAssembler,
+                      finish_reason: str | None, raw_text: str) -> None:
+    """Raise when a forced tool call ended (not cut at ``max_tokens``) without a valid call.
+
+    Raises:
+        ForcedOutputError: The message names ``tool_choice`` and carries the raw reply.
+    """
+    if (not prepared.forced_tool or finish_reason == "length"
+            or any(call.valid for call in assembler.calls)):
+        return
+    raise ForcedOutputError(
+        f"the {prepared.forced} ended (finish_reason={finish_reason!r}) without a valid "
+        f"tool call; raw reply: {raw_text[:500]!r}")
+
+
 def chat_result(prepared: PreparedRequest, output: Any) -> ChatResult:
-    """The ``ChatResult`` of a whole engine output."""
+    """The ``ChatResult`` of a whole engine output.
+
+    Raises:
+        ForcedOutputError: See :func:`check_forced_call`.
+    """
+    assembler = prepared.new_assembler()
     message = reply_message(
-        output, prepared.new_assembler(), model_name=prepared.model_name,
-        count_tokens=prepared.count_tokens,
+        output, assembler, model_name=prepared.model_name, count_tokens=prepared.count_tokens,
     )
+    check_forced_call(prepared, assembler, output.finish_reason, output.text)
     return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message))])
 
 
 def generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
                      ) -> ChatGenerationChunk | None:
     """The chunk of one engine delta (None when it adds nothing); the last chunk of a cut
-    forced output carries ``response_metadata["output_error"]``."""
+    forced output carries ``response_metadata["output_error"]``.
+
+    Raises:
+        ForcedOutputError: At the last delta, see :func:`check_forced_call`.
+    """
     chunk: AIMessageChunk | None = delta_chunk(
         delta, assembler, model_name=prepared.model_name, count_tokens=prepared.count_tokens
     )
     if chunk is None:
         return None
+    if delta.finished:
+        check_forced_call(prepared, assembler, delta.output.finish_reason, delta.output.text)
     if _was_cut(prepared, chunk):
         chunk.response_metadata["output_error"] = cut_message(prepared)
     return ChatGenerationChunk(message=chunk)

@@ -45,9 +45,11 @@ TOOL_RESPONSE_OPEN = "<tool_response>"
 TOOL_RESPONSE_CLOSE = "</tool_response>"
 
 # One call: the markers around a JSON object with "name" then "arguments" (in that order).
-_CALL_HEAD = TOOL_CALL_OPEN + '\n{"name": '
+_BODY_HEAD = '\n{"name": '
+_CALL_HEAD = TOOL_CALL_OPEN + _BODY_HEAD
 _CALL_ARGUMENTS = ', "arguments": '
-CALL_SUFFIX = "}\n" + TOOL_CALL_CLOSE
+BODY_SUFFIX = "}\n"
+CALL_SUFFIX = BODY_SUFFIX + TOOL_CALL_CLOSE
 CALL_SEPARATOR = "\n"
 
 _INTRO = (
@@ -69,9 +71,14 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def body_prefix(name: str) -> str:
+    """The text between the opening marker and the arguments of a call of ``name``."""
+    return _BODY_HEAD + _dumps(name) + _CALL_ARGUMENTS
+
+
 def call_prefix(name: str) -> str:
     """The text of a call of ``name`` up to its arguments (the grammar's tag opener)."""
-    return _CALL_HEAD + _dumps(name) + _CALL_ARGUMENTS
+    return TOOL_CALL_OPEN + body_prefix(name)
 
 
 def render_call(name: str, arguments: Mapping[str, Any]) -> str:

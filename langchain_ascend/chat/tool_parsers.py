@@ -46,6 +46,26 @@ MISTRAL_ARGS = "[ARGS]"
 MISTRAL_CALL_ID = "[CALL_ID]"
 PYTHON_TAG = "<|python_tag|>"
 
+TOOL_CALL_MARKERS: dict[str, tuple[str, ...]] = {
+    "hermes": (HERMES_OPEN, HERMES_CLOSE),
+    "llama3_json": (PYTHON_TAG,),
+    "mistral": (MISTRAL_MARKER, MISTRAL_ARGS, MISTRAL_CALL_ID),
+}
+"""Each format's marker texts, the call opener first (the one home of this table)."""
+
+
+def markers_of(fmt: ToolCallFormat) -> tuple[str, ...]:
+    """The marker texts of ``fmt`` (``"auto"``: of every format)."""
+    if fmt in TOOL_CALL_MARKERS:
+        return TOOL_CALL_MARKERS[fmt]
+    return tuple(m for markers in TOOL_CALL_MARKERS.values() for m in markers)
+
+
+def call_openers(fmt: ToolCallFormat) -> list[str]:
+    """The texts that open a call in ``fmt`` (``"auto"``: in any format)."""
+    formats = [fmt] if fmt in TOOL_CALL_MARKERS else list(TOOL_CALL_MARKERS)
+    return [TOOL_CALL_MARKERS[f][0] for f in formats]
+
 _DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
 
 

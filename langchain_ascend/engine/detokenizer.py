@@ -9,11 +9,15 @@ in an incomplete character (U+FFFD) nothing is emitted.
 Stop strings are searched in the decoded text, so one that spans several tokens is caught. The
 text from the stop string on is dropped. Text that could still turn into a stop string (a
 suffix that is a prefix of one) is held back from streamed deltas until it is resolved.
+
+Special tokens are dropped from the text, except the ones a request keeps (tool-call and
+reasoning markers its reply parser reads, :class:`TextDecoder`): a marker is text whether it
+was sampled, drafted or forced by a grammar, and whether the reply streams or not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 _REPLACEMENT = "\ufffd"
@@ -22,23 +26,54 @@ _REPLACEMENT = "\ufffd"
 _MAX_PENDING_TOKENS = 4
 
 
+def special_tokens_of(tokenizer: Any) -> dict[str, int]:
+    """Every special token of ``tokenizer``, text -> id: the named ones (``all_special_tokens``)
+    and the added tokens marked special, which ``decode(skip_special_tokens=True)`` drops too
+    even when no named attribute lists them (a tool-tuned vocabulary's ``<tool_call>``)."""
+    found = {str(token): int(idx) for token, idx in
+             zip(tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=False)}
+    added: Mapping[int, Any] = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    for idx, token in added.items():
+        if getattr(token, "special", False):
+            found.setdefault(str(token.content), int(idx))
+    return found
+
+
+class TextDecoder:
+    """Token ids to text: special tokens dropped, except the ids in ``keep``.
+
+    Args:
+        tokenizer: A Hugging Face tokenizer (only ``decode`` is used).
+        keep: Special-token ids decoded as their text (markers a reply parser reads).
+        special_ids: Every special id of the tokenizer (:func:`special_tokens_of`'s values);
+            needed only with ``keep``.
+    """
+
+    def __init__(self, tokenizer: Any, keep: Collection[int] = (),
+                 special_ids: Collection[int] = ()) -> None:
+        self._tokenizer = tokenizer
+        self._drop = frozenset(special_ids) - frozenset(keep) if keep else None
+
+    def __call__(self, ids: Sequence[int]) -> str:
+        if self._drop is None:
+            return self._tokenizer.decode(ids, skip_special_tokens=True)
+        kept = [t for t in ids if t not in self._drop]
+        return self._tokenizer.decode(kept, skip_special_tokens=False)
+
+
 class IncrementalDetokenizer:
     """Text of one request's generated tokens, built incrementally.
 
     Args:
-        tokenizer: A Hugging Face tokenizer (only ``decode`` is used).
+        decode: Token ids to text (a :class:`TextDecoder`).
         stop: Stop strings.
-        skip_special_tokens: Passed to ``decode``.
 
     Attributes:
         stop_string: The stop string found, once one is.
     """
 
-    def __init__(
-        self, tokenizer: Any, stop: Sequence[str] = (), *, skip_special_tokens: bool = True
-    ) -> None:
-        self._tokenizer = tokenizer
-        self._skip_special = skip_special_tokens
+    def __init__(self, decode: TextDecoder, stop: Sequence[str] = ()) -> None:
+        self._decode = decode
         self._stops = tuple(stop)
         self._max_stop_len = max((len(s) for s in self._stops), default=0)
         self._ids: list[int] = []
@@ -77,9 +112,6 @@ class IncrementalDetokenizer:
         delta = self._text[self._num_emitted:end]
         self._num_emitted = max(self._num_emitted, end)
         return delta
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special)
 
     def _read_new_text(self, *, final: bool) -> str:
         prefix_text = self._decode(self._ids[self._prefix_offset:self._read_offset])

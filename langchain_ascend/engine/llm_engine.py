@@ -26,7 +26,11 @@ from langchain_ascend.engine.core.outputs import EngineStats, RequestOutput, Tok
 from langchain_ascend.engine.core.request import Request
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.scheduler import Scheduler
-from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
+from langchain_ascend.engine.detokenizer import (
+    IncrementalDetokenizer,
+    TextDecoder,
+    special_tokens_of,
+)
 from langchain_ascend.engine.driver import EngineDriver, GuardedConstraint
 from langchain_ascend.engine.streams import (
     AsyncSink,
@@ -188,6 +192,7 @@ class LLMEngine(EngineDriver):
                 f"max_position_embeddings={model_max}")
         self.model_path = model_path
         self.tokenizer = tokenizer
+        self.special_token_ids = frozenset(special_tokens_of(tokenizer).values())
         self.device = runner.device
         self.dtype = runner.dtype
         self.max_context_length = max_context_length
@@ -410,14 +415,16 @@ class LLMEngine(EngineDriver):
         request = Request(rid, prompt, params, eos_token_ids=self.eos_token_ids,
                           arrival_time=time.monotonic())
         incremental = stream or bool(params.stop)
-        detok = IncrementalDetokenizer(self.tokenizer, params.stop) if incremental else None
+        decode = TextDecoder(self.tokenizer, params.keep_special_token_ids,
+                             self.special_token_ids)
+        detok = IncrementalDetokenizer(decode, params.stop) if incremental else None
         with self._lock:
             if self._closed:
                 raise EngineClosedError(self._closed_message())
             if rid in self._tracked:
                 raise InvalidRequestError(f"request_id {rid!r} is already in flight")
             self._scheduler.add_request(request)
-            self._tracked[rid] = Tracked(request, sink, detok or LazyText(self.tokenizer),
+            self._tracked[rid] = Tracked(request, sink, detok or LazyText(decode),
                                           stream)
             if not caller_drives:  # else the caller drives, or the current driver serves it
                 self._ensure_loop_locked()

@@ -22,11 +22,11 @@ import asyncio
 import queue
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from langchain_ascend.engine.core.outputs import TokenDelta
 from langchain_ascend.engine.core.request import Request
-from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
+from langchain_ascend.engine.detokenizer import IncrementalDetokenizer, TextDecoder
 
 if TYPE_CHECKING:
     from langchain_ascend.engine.llm_engine import LLMEngine
@@ -84,8 +84,8 @@ class LazyText:
 
     stop_string = None
 
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = tokenizer
+    def __init__(self, decode: TextDecoder) -> None:
+        self._decode = decode
         self._ids: list[int] = []
         self.text = ""
         self._taken = False
@@ -94,7 +94,7 @@ class LazyText:
         self._ids.append(token_id)
 
     def finish(self) -> None:
-        self.text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        self.text = self._decode(self._ids)
 
     def take_delta(self, *, final: bool = False) -> str:
         if not final or self._taken:

@@ -6,13 +6,13 @@ tool calls; ``selection`` picks a request's spec from ``response_format`` / ``to
 provides the engine's ``TokenConstraint``.
 """
 
+from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.structured.grammars import (
     GrammarSpec,
     json_object_grammar,
     json_schema_grammar,
     no_tool_call_grammar,
     select_tools,
-    special_tokens_of,
     tool_call_grammar,
 )
 

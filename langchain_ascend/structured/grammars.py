@@ -20,13 +20,19 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_ascend.chat.tool_format import CALL_SEPARATOR, CALL_SUFFIX, call_prefix
+from langchain_ascend.chat.tool_format import (
+    BODY_SUFFIX,
+    CALL_SEPARATOR,
+    CALL_SUFFIX,
+    body_prefix,
+    call_prefix,
+)
 from langchain_ascend.chat.tool_parsers import (
     HERMES_CLOSE,
     HERMES_OPEN,
     MISTRAL_MARKER,
-    PYTHON_TAG,
     ToolCallFormat,
+    call_openers,
 )
 from langchain_ascend.errors import InvalidRequestError
 
@@ -61,14 +67,6 @@ class GrammarSpec:
         return (self.kind, self.source)
 
 
-def special_tokens_of(tokenizer: Any) -> dict[str, int]:
-    """The tokenizer's special tokens, text -> id (what grammars and marker restoring use)."""
-    return {
-        str(token): int(idx)
-        for token, idx in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=False)
-    }
-
-
 def no_tool_call_grammar(fmt: ToolCallFormat, special_tokens: Collection[str] = ()) -> GrammarSpec:
     """Grammar for ``tool_choice="none"``: any text that never starts a tool call.
 
@@ -76,11 +74,7 @@ def no_tool_call_grammar(fmt: ToolCallFormat, special_tokens: Collection[str] = 
     hops that may call tools); this grammar keeps the reply free of call markers. Markers that
     are special tokens need nothing: special tokens are masked out anyway.
     """
-    markers = {
-        "hermes": [HERMES_OPEN],
-        "mistral": [MISTRAL_MARKER],
-        "llama3_json": [PYTHON_TAG],
-    }.get(fmt, [HERMES_OPEN, MISTRAL_MARKER, PYTHON_TAG])
+    markers = call_openers(fmt)
     excludes = [m for m in markers if m not in special_tokens]
     tag = {"type": "structural_tag", "format": {"type": "any_text", "excludes": excludes}}
     return GrammarSpec("structural_tag", _canonical(tag), free_text=True)
@@ -126,6 +120,21 @@ def _marker(text: str, special_tokens: Collection[str]) -> dict[str, Any]:
     if text in special_tokens:
         return {"type": "token", "token": text}
     return {"type": "const_string", "value": text}
+
+
+def _hermes_call(tool: Mapping[str, Any], special_tokens: Collection[str]) -> dict[str, Any]:
+    """One Hermes call as a structural tag; markers that are special tokens are written as
+    their single token (what a tool-tuned model was trained to emit)."""
+    name = tool["function"]["name"]
+    args = _args_format(_parameters_of(tool), [HERMES_OPEN, HERMES_CLOSE])
+    if HERMES_OPEN not in special_tokens and HERMES_CLOSE not in special_tokens:
+        return {"type": "tag", "begin": call_prefix(name), "content": args, "end": CALL_SUFFIX}
+    body = {"type": "sequence", "elements": [
+        {"type": "const_string", "value": body_prefix(name)}, args,
+        {"type": "const_string", "value": BODY_SUFFIX}]}
+    opener, closer = (_marker(m, special_tokens) for m in (HERMES_OPEN, HERMES_CLOSE))
+    return {"type": "tag", "begin": opener if opener["type"] == "token" else HERMES_OPEN,
+            "content": body, "end": closer if closer["type"] == "token" else HERMES_CLOSE}
 
 
 def select_tools(
@@ -223,16 +232,8 @@ def tool_call_grammar(
             "stop_after_first": not parallel,
         }
     else:
-        excludes = [HERMES_OPEN, HERMES_CLOSE]
-        calls = [
-            {
-                "type": "tag",
-                "begin": call_prefix(t["function"]["name"]),
-                "content": _args_format(_parameters_of(t), excludes),
-                "end": CALL_SUFFIX,
-            }
-            for t in chosen
-        ]
+        calls = [_hermes_call(t, special_tokens) for t in chosen]
+        required += [m for m in (HERMES_OPEN, HERMES_CLOSE) if m in special_tokens]
         root = {
             "type": "tags_with_separator",
             "tags": calls,

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
+from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError
-from langchain_ascend.structured.grammars import GrammarSpec, special_tokens_of
+from langchain_ascend.structured.grammars import GrammarSpec
 
 _CLOSING_BYTES = (b'"', b"}", b"]")
 _QUOTE_THEN_CLOSERS = re.compile(rb'^"[\]}\s]*$')
@@ -119,7 +120,7 @@ class GrammarBackend:
 
     def _special_mask(self, tokenizer: Any) -> np.ndarray:
         mask = np.zeros(self.vocab_size, dtype=bool)  # (V,)
-        mask[[i for i in tokenizer.all_special_ids if 0 <= i < self.vocab_size]] = True
+        mask[[i for i in self.special_tokens.values() if 0 <= i < self.vocab_size]] = True
         # Rows past the tokenizer's vocabulary (lm_head padding) are never real tokens.
         mask[len(tokenizer) :] = True
         mask[self.stop_token_ids] = False

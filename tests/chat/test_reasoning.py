@@ -9,7 +9,7 @@ from langchain_ascend.chat.reasoning import (
     prompt_opens_reasoning,
     split_reasoning,
 )
-from langchain_ascend.chat.reply import ReplyAssembler, restore_markers, special_marker_ids
+from langchain_ascend.chat.reply import ReplyAssembler, reply_marker_ids
 
 QWEN3 = "<think>\nThe user greets me.\nI should greet back.\n</think>\n\nHello! How can I help?"
 
@@ -68,25 +68,14 @@ def test_tool_calls_inside_reasoning_are_not_calls():
     assert assembler.content == "Done."
 
 
-class _FakeTokenizer:
-    """Decodes ids 0..9 to digits, dropping the special id 99 (like skip_special_tokens)."""
-
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join(str(i) for i in ids if i != 99)
-
-
-def test_special_marker_tokens_dropped_by_the_decoder_are_restored():
-    markers = special_marker_ids({"[TOOL_CALLS]": 99, "<|im_end|>": 2})
-    assert markers == {99: "[TOOL_CALLS]"}
-    decode = _FakeTokenizer().decode
-    assert restore_markers("123", [1, 99, 2, 3], markers, decode) == "1[TOOL_CALLS]23"
-    assert restore_markers("12", [1, 2], markers, decode) == "12"
-    # Leading markers (a streamed marker token, a reply opening with one) are prepended,
-    # once: a decoder that kept them is left alone.
-    assert restore_markers("23", [99, 2, 3], markers) == "[TOOL_CALLS]23"
-    assert restore_markers("[TOOL_CALLS]23", [99, 2, 3], markers) == "[TOOL_CALLS]23"
-    assembler = ReplyAssembler(parse_tools=True, tool_format="mistral", marker_ids=markers)
-    assembler.feed("", [99])
-    assembler.feed('[{"name": "f", "arguments": {"a": 1}}]', [5])
-    assembler.finish()
-    assert [(c.name, c.args) for c in assembler.calls] == [("f", {"a": 1})]
+def test_reply_keeps_the_markers_of_its_format_and_of_reasoning():
+    special = {"[TOOL_CALLS]": 99, "<|im_end|>": 2, "<tool_call>": 7, "</tool_call>": 8,
+               "<think>": 5, "</think>": 6}
+    hermes = reply_marker_ids(special, tool_format="hermes", parse_tools=True,
+                              parse_reasoning=False)
+    assert hermes == {7, 8}
+    every = reply_marker_ids(special, tool_format="auto", parse_tools=True,
+                             parse_reasoning=True)
+    assert every == {99, 7, 8, 5, 6}  # never the end-of-turn token
+    assert reply_marker_ids(special, tool_format="mistral", parse_tools=False,
+                            parse_reasoning=False) == frozenset()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -100,3 +101,54 @@ def test_forced_call_grammar_writes_exactly_the_rendered_call_layout():
     rendered = tool_format.render_call("get_weather", {"city": "x", "days": 1})
     assert rendered == only["begin"] + '{"city": "x", "days": 1}' + only["end"]
     assert tag["separator"] == tool_format.CALL_SEPARATOR
+
+
+def test_marker_rewrites_for_each_kind():
+    from langchain_ascend.testing.marker_tokens import rewrite_markers
+
+    table = [{"id": 10, "content": "<tool_call>", "special": False},
+             {"id": 11, "content": "<|box_start|>", "special": True}]
+    special = rewrite_markers(table, ["<tool_call>", "[TOOL_CALLS]"], "special")
+    assert [(e["id"], e["content"], e["special"]) for e in special] == [
+        (10, "<tool_call>", True), (11, "[TOOL_CALLS]", True)]
+    added = rewrite_markers(table, ["<tool_call>"], "added")
+    assert added[0]["special"] is False and added[1] == table[1]
+    plain = rewrite_markers(table, ["<tool_call>"], "plain")
+    assert "<tool_call>" not in [e["content"] for e in plain]
+    assert table[0]["content"] == "<tool_call>"  # the input is not modified
+    with pytest.raises(ValueError, match="kind"):
+        rewrite_markers(table, ["<tool_call>"], "odd")
+
+
+def test_hermes_grammar_writes_special_markers_as_their_tokens():
+    tools = [convert_to_openai_tool(get_weather)]
+    spec = tool_call_grammar(tools, fmt="hermes",
+                             special_tokens={"<tool_call>", "</tool_call>", "<|im_end|>"})
+    assert set(spec.required_special_tokens) == {"<tool_call>", "</tool_call>"}
+    call = json.loads(spec.source)["format"]["tags"][0]
+    assert call["begin"] == {"type": "token", "token": "<tool_call>"}
+    assert call["end"] == {"type": "token", "token": "</tool_call>"}
+    plain = tool_call_grammar(tools, fmt="hermes", special_tokens={"<|im_end|>"})
+    assert plain.required_special_tokens == ()
+    assert json.loads(plain.source)["format"]["tags"][0]["begin"].startswith("<tool_call>")
+
+
+def test_forced_call_without_a_parsed_call_is_an_error():
+    from types import SimpleNamespace
+
+    from langchain_ascend.chat.reply import ReplyAssembler
+    from langchain_ascend.chat.results import check_forced_call
+    from langchain_ascend.errors import ForcedOutputError
+
+    prepared = SimpleNamespace(forced_tool=True, forced="tool call (tool_choice='any')")
+    empty = ReplyAssembler(parse_tools=True, tool_format="hermes")
+    empty.feed('\n{"name": "w", "arguments": {}}\n')
+    empty.finish()
+    with pytest.raises(ForcedOutputError, match="without a valid tool call"):
+        check_forced_call(prepared, empty, "stop", '\n{"name": "w"}')
+    check_forced_call(prepared, empty, "length", "")  # cut short: reported another way
+    check_forced_call(SimpleNamespace(forced_tool=False, forced=None), empty, "stop", "")
+    called = ReplyAssembler(parse_tools=True, tool_format="hermes")
+    called.feed('<tool_call>\n{"name": "w", "arguments": {}}\n</tool_call>')
+    called.finish()
+    check_forced_call(prepared, called, "stop", "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_ascend.engine.detokenizer import IncrementalDetokenizer
+from langchain_ascend.engine.detokenizer import IncrementalDetokenizer, TextDecoder
 from langchain_ascend.testing import build_tokenizer, load_tokenizer
 
 TEXT = "héllo 你好世界 🙂 stop here, done"
@@ -30,7 +30,7 @@ def feed(detok: IncrementalDetokenizer, ids: list[int]) -> list[str]:
 def test_multibyte_characters_never_stream_replacement_chars(tokenizer):
     ids = tokenizer.encode(TEXT)
     assert len(ids) > len(TEXT.split())  # characters really are split over tokens
-    deltas = feed(IncrementalDetokenizer(tokenizer), ids)
+    deltas = feed(IncrementalDetokenizer(TextDecoder(tokenizer)), ids)
     assert "".join(deltas) == TEXT
     assert all("\ufffd" not in d for d in deltas)
     assert "" in deltas  # some tokens produced no text: an unfinished character
@@ -38,14 +38,14 @@ def test_multibyte_characters_never_stream_replacement_chars(tokenizer):
 
 def test_matches_full_decode_of_special_and_plain_tokens(tokenizer):
     ids = tokenizer.encode("a b") + [tokenizer.eos_token_id] + tokenizer.encode(" c")
-    detok = IncrementalDetokenizer(tokenizer)
+    detok = IncrementalDetokenizer(TextDecoder(tokenizer))
     text = "".join(feed(detok, ids))
     assert text == tokenizer.decode(ids, skip_special_tokens=True) == "a b c"
 
 
 def test_stop_string_spanning_tokens_is_caught_and_removed(tokenizer):
     ids = tokenizer.encode(TEXT)
-    detok = IncrementalDetokenizer(tokenizer, stop=["stop here"])
+    detok = IncrementalDetokenizer(TextDecoder(tokenizer), stop=["stop here"])
     deltas = feed(detok, ids)
     assert detok.stop_string == "stop here"
     assert "".join(deltas) == "héllo 你好世界 🙂 "
@@ -55,7 +55,7 @@ def test_stop_string_spanning_tokens_is_caught_and_removed(tokenizer):
 
 
 def test_text_that_may_start_a_stop_string_is_held_back(tokenizer):
-    detok = IncrementalDetokenizer(tokenizer, stop=["END!"])
+    detok = IncrementalDetokenizer(TextDecoder(tokenizer), stop=["END!"])
     out = []
     for piece in ["ab", "E", "N", "x"]:
         for tok in tokenizer.encode(piece):
@@ -66,7 +66,7 @@ def test_text_that_may_start_a_stop_string_is_held_back(tokenizer):
 
 
 def test_earliest_of_several_stop_strings_wins(tokenizer):
-    detok = IncrementalDetokenizer(tokenizer, stop=["lo", "hé"])
+    detok = IncrementalDetokenizer(TextDecoder(tokenizer), stop=["lo", "hé"])
     feed(detok, tokenizer.encode("xhéllo"))
     assert detok.stop_string == "hé"
     assert detok.text == "x"
@@ -74,7 +74,7 @@ def test_earliest_of_several_stop_strings_wins(tokenizer):
 
 def test_invalid_bytes_are_flushed_at_the_end(tokenizer):
     ids = tokenizer.encode("你")[:1]  # first byte of a 3-byte character only
-    detok = IncrementalDetokenizer(tokenizer)
+    detok = IncrementalDetokenizer(TextDecoder(tokenizer))
     detok.add_token(ids[0])
     assert detok.take_delta() == ""
     detok.finish()
@@ -83,7 +83,42 @@ def test_invalid_bytes_are_flushed_at_the_end(tokenizer):
 
 def test_long_run_of_invalid_bytes_is_not_held_forever(tokenizer):
     lone = tokenizer.encode("你")[0]
-    detok = IncrementalDetokenizer(tokenizer)
+    detok = IncrementalDetokenizer(TextDecoder(tokenizer))
     for _ in range(6):
         detok.add_token(lone)
     assert "\ufffd" in detok.take_delta()
+
+
+class _MarkerTokenizer:
+    """ids 0..9 decode to digits; 7 is the special ``<tool_call>``, 2 the special EOS."""
+
+    all_special_tokens = ["<eos>"]
+    all_special_ids = [2]
+
+    def __init__(self):
+        from tokenizers import AddedToken
+
+        self.added_tokens_decoder = {7: AddedToken("<tool_call>", special=True),
+                                     8: AddedToken("<x>", special=False)}
+
+    def decode(self, ids, skip_special_tokens=True):
+        names = {7: "<tool_call>", 2: "<eos>"}
+        return "".join(names.get(i, str(i)) for i in ids
+                       if not (skip_special_tokens and i in names))
+
+
+def test_special_tokens_include_added_tokens_marked_special():
+    from langchain_ascend.engine.detokenizer import special_tokens_of
+
+    assert special_tokens_of(_MarkerTokenizer()) == {"<eos>": 2, "<tool_call>": 7}
+
+
+def test_kept_special_tokens_are_text_and_other_specials_are_dropped():
+    tokenizer = _MarkerTokenizer()
+    plain = TextDecoder(tokenizer)
+    keeping = TextDecoder(tokenizer, keep={7}, special_ids={2, 7})
+    ids = [7, 1, 3, 2]
+    assert plain(ids) == "13"
+    assert keeping(ids) == "<tool_call>13"
+    detok = IncrementalDetokenizer(keeping)
+    assert "".join(feed(detok, ids)) == "<tool_call>13"

@@ -73,6 +73,9 @@ class SamplingParams:
             failing); only greedy rows without a constraint draft (``engine.core.speculation``).
         num_speculative_tokens: Most drafted tokens checked per pass (0 turns drafting off);
             the draft length adapts up to it.
+        keep_special_token_ids: Special tokens the reply's text keeps (the tool-call and
+            reasoning markers its parser reads), however they were produced: sampled,
+            drafted or forced. Every other special token is left out of the text.
     """
 
     max_tokens: int = 256
@@ -86,6 +89,7 @@ class SamplingParams:
     constraint: TokenConstraint | None = None
     speculation: str = "off"
     num_speculative_tokens: int = 8
+    keep_special_token_ids: frozenset[int] = frozenset()
 
     def validate(self) -> None:
         """Check every field before the request runs, so no value fails inside a model step.
@@ -129,6 +133,13 @@ class SamplingParams:
         check_choice("speculation", self.speculation, SPECULATION_MODES)
         check_int("num_speculative_tokens", self.num_speculative_tokens, minimum=0,
                   maximum=MAX_NUM_SPECULATIVE_TOKENS)
+        if not isinstance(self.keep_special_token_ids, (set, frozenset, list, tuple)):
+            raise InvalidArgumentTypeError(
+                f"keep_special_token_ids must be a set of token ids, got "
+                f"{type(self.keep_special_token_ids).__name__} {self.keep_special_token_ids!r}")
+        for token_id in self.keep_special_token_ids:
+            check_int("keep_special_token_ids items", token_id, minimum=0)
+        self.keep_special_token_ids = frozenset(self.keep_special_token_ids)
         if self.constraint is not None and not isinstance(self.constraint, TokenConstraint):
             raise InvalidArgumentTypeError(
                 f"constraint must be None or a TokenConstraint (mask_logits, accept_token, "
