@@ -34,7 +34,7 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ascend.chat.checks import check_device_dtype, check_sampling, stop_list
+from langchain_ascend.chat.checks import check_sampling, stop_list
 from langchain_ascend.chat.messages import to_template_tools, tool_names_of
 from langchain_ascend.chat.prepare import (
     ChatSettings,
@@ -52,7 +52,13 @@ from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured.grammars import GrammarSpec
 from langchain_ascend.structured.selection import grammar_backend, warm_up_specs
-from langchain_ascend.validation import check_count, check_flag, check_probability
+from langchain_ascend.validation import (
+    check_count,
+    check_device,
+    check_dtype,
+    check_flag,
+    check_probability,
+)
 
 # Constructor arguments other chat models take that mean nothing for a local model; accepted
 # (and ignored) so ``ChatOpenAI(...)``-style code keeps working.
@@ -313,7 +319,8 @@ class AscendChatModel(BaseChatModel):
                           open_min=True, allow_none=True)
         for name in _FLAGS:
             check_flag(name, raw.get(name), allow_none=True)
-        check_device_dtype(raw.get("device", "auto"), raw.get("dtype", "auto"))
+        check_device(raw.get("device", "auto"))
+        check_dtype(raw.get("dtype", "auto"))
         template = raw.get("chat_template")
         if template is not None and not isinstance(template, (str, os.PathLike)):
             load_chat_template(template)  # raises the typed error naming chat_template=

@@ -35,7 +35,15 @@ from langchain_ascend.errors import (
     InvalidTextError,
     VectorStoreArgumentTypeError,
 )
-from langchain_ascend.validation import STORE, as_items, check_count, check_flag, check_text
+from langchain_ascend.validation import (
+    STORE,
+    as_items,
+    check_count,
+    check_device,
+    check_dtype,
+    check_flag,
+    check_text,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -148,9 +156,8 @@ class AscendEmbeddings(BaseModel, Embeddings):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        from langchain_ascend.chat.checks import check_device_dtype
-
-        check_device_dtype(self.device, self.dtype)
+        check_device(self.device)
+        check_dtype(self.dtype)
         self._client = self._load()
 
     # ---- model ----------------------------------------------------------------------------

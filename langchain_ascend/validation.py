@@ -14,7 +14,10 @@ their arguments with these functions, so a kind of value means the same everywhe
   character by character — it is one item where that reading is unambiguous
   (``stop="###"``, ``delete("doc-1")``) and an error where a string is surely a mistake
   (``embed_documents("text")``, ``add_texts("text")``);
-* text (:func:`check_text`): encodable as UTF-8 (no lone surrogate).
+* text (:func:`check_text`): encodable as UTF-8 (no lone surrogate);
+* a device (:func:`check_device`): spelled ``auto``/``cpu``/``npu[:N]``/``cuda[:N]``; a dtype
+  (:func:`check_dtype`): a known name. Whether the device exists is known only when something
+  loads on it (``DeviceUnavailableError``).
 
 Each rule raises the caller's errors (:class:`Errors`): its ``type`` error for a wrong type
 and its ``value`` error for a value out of range. :data:`REQUEST` (the chat model, the
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +56,8 @@ __all__ = [
     "as_items",
     "check_choice",
     "check_count",
+    "check_device",
+    "check_dtype",
     "check_flag",
     "check_int",
     "check_number",
@@ -76,6 +82,11 @@ class Errors:
     type: type[Exception]
     value: type[Exception]
 
+
+DTYPE_NAMES = frozenset(
+    {"auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half"})
+"""The dtype names every component takes (``torch.`` prefixes and case aside)."""
+_DEVICE_RE = re.compile(r"^(auto|cpu|(npu|cuda)(:\d+)?)$")
 
 REQUEST = Errors(InvalidArgumentTypeError, InvalidRequestError)
 """The chat model's, the engine's, the tool executor's and the agent's errors."""
@@ -268,3 +279,22 @@ def check_text(name: str, text: str, error: type[Exception]) -> None:
                     f"({text[exc.start]!r}, a lone surrogate) at position {exc.start}; "
                     "only encodable text is allowed (decode bytes with errors='replace')"
                     ) from None
+
+
+def check_device(device: Any, *, errors: Errors = REQUEST) -> Any:
+    """``device`` is spelled ``auto``/``cpu``/``npu[:N]``/``cuda[:N]`` (``"cpu:1"`` is not: the
+    CPU has no index); anything else raises ``errors.value``. Returns ``device``."""
+    if not isinstance(device, str) or not _DEVICE_RE.match(device.strip().lower()):
+        raise errors.value(
+            f"device={device!r} is not a device: use 'auto', 'cpu', 'npu', 'npu:N', 'cuda' "
+            "or 'cuda:N' (the CPU has no index)")
+    return device
+
+
+def check_dtype(dtype: Any, *, errors: Errors = REQUEST) -> Any:
+    """``dtype`` is one of :data:`DTYPE_NAMES` (a string; ``"torch.float16"`` too); anything
+    else raises ``errors.value``. Returns ``dtype``."""
+    if not isinstance(dtype, str) or dtype.lower().removeprefix("torch.") not in DTYPE_NAMES:
+        raise errors.value(
+            f"dtype={dtype!r} is not supported: use 'auto', 'float32', 'bfloat16' or 'float16'")
+    return dtype

@@ -25,7 +25,6 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 
-from langchain_ascend.chat.checks import check_device_spelling
 from langchain_ascend.errors import (
     IndexFormatError,
     VectorStoreArgumentTypeError,
@@ -45,7 +44,7 @@ from langchain_ascend.index.store_state import (
     text_items,
     validated_rows,
 )
-from langchain_ascend.validation import STORE, as_items, check_count
+from langchain_ascend.validation import STORE, as_items, check_count, check_device
 
 if TYPE_CHECKING:
     import torch
@@ -139,7 +138,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
             warnings.warn(f"Normalizing L2 is not applicable for metric type: "
                           f"{self.distance_strategy}", stacklevel=2)
         if isinstance(device, str):  # the spelling ("cpu:1" is no device); existence below
-            check_device_spelling(device, error=VectorStoreInputError)
+            check_device(device, errors=STORE)
         self._device = resolve_device(device)
         try:
             self._dtype = resolve_dtype(dtype, self._device)

@@ -174,3 +174,18 @@ def test_the_module_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_device_and_dtype_spellings():
+    for device in ("auto", "cpu", "npu", "npu:1", "CUDA:0", " cuda "):
+        assert v.check_device(device) == device
+    for bad in ("cpu:1", "tpu", "npu:", None, 0):
+        with pytest.raises(InvalidRequestError, match=r"device=.* is not a device"):
+            v.check_device(bad)
+    with pytest.raises(VectorStoreInputError, match="'cpu:1'"):
+        v.check_device("cpu:1", errors=v.STORE)
+    for dtype in ("auto", "float32", "BF16", "torch.float16", "half"):
+        assert v.check_dtype(dtype) == dtype
+    for bad in ("float8", None, 32):
+        with pytest.raises(InvalidRequestError, match="is not supported"):
+            v.check_dtype(bad)

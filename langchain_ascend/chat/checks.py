@@ -10,7 +10,6 @@ No torch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,10 +28,6 @@ from langchain_ascend.validation import (
     check_probability,
     check_text,
 )
-
-DTYPE_NAMES = frozenset(
-    {"auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half"})
-_DEVICE_RE = re.compile(r"^(auto|cpu|(npu|cuda)(:\d+)?)$")
 
 
 def check_sampling(values: Mapping[str, Any]) -> None:
@@ -61,26 +56,6 @@ def check_sampling(values: Mapping[str, Any]) -> None:
         check_choice("speculative_decoding", values["speculative_decoding"],
                      SPECULATION_MODES)
     check_flag("ignore_eos", values.get("ignore_eos"), allow_none=True)
-
-
-def check_device_spelling(device: Any, error: type[Exception] = InvalidRequestError) -> None:
-    """``device`` is spelled ``auto``/``cpu``/``npu[:N]``/``cuda[:N]`` (``"cpu:1"`` is not)."""
-    if not isinstance(device, str) or not _DEVICE_RE.match(device.strip().lower()):
-        raise error(
-            f"device={device!r} is not a device: use 'auto', 'cpu', 'npu', 'npu:N', 'cuda' "
-            "or 'cuda:N' (the CPU has no index)")
-
-
-def check_device_dtype(device: Any, dtype: Any) -> None:
-    """``device`` is ``auto``/``cpu``/``npu[:N]``/``cuda[:N]`` and ``dtype`` a known name.
-
-    Only the spelling is checked here; whether the device exists is known when the engine
-    loads (``DeviceUnavailableError``)."""
-    check_device_spelling(device)
-    key = str(dtype).lower().removeprefix("torch.")
-    if not isinstance(dtype, str) or key not in DTYPE_NAMES:
-        raise InvalidRequestError(
-            f"dtype={dtype!r} is not supported: use 'auto', 'float32', 'bfloat16' or 'float16'")
 
 
 def stop_list(stop: Any, name: str = "stop") -> list[str] | None:
