@@ -27,13 +27,14 @@ from langchain_core.output_parsers.openai_tools import (
     PydanticToolsParser,
 )
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils import from_env
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from langchain_ascend.chat.batching import batch_configs
 from langchain_ascend.chat.checks import check_sampling, stop_list
 from langchain_ascend.chat.messages import to_template_tools, tool_names_of
 from langchain_ascend.chat.prepare import (
@@ -469,6 +470,21 @@ class AscendChatModel(BaseChatModel):
         return prepare_request(messages, stop, kwargs, self._settings(), self._engine_for)
 
     # ------------------------------------------------------------------ generation
+
+    def batch(
+        self,
+        inputs: list[LanguageModelInput],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[BaseMessage]:
+        """Run every input at once, so the engine batches them all (``chat/batching``); a
+        ``max_concurrency`` given in ``config`` is honoured."""
+        if not inputs:
+            return []
+        return super().batch(inputs, batch_configs(config, len(inputs)),
+                             return_exceptions=return_exceptions, **kwargs)
 
     def _generate(
         self,
