@@ -22,12 +22,16 @@
  *   h  += (silu(g) * u) @ Wdown^T [+ b]
  *
  * Every tensor is float32 (dtype 0) or bfloat16 (dtype 1, each op rounding to bf16 once, as
- * torch does). Weights are (N/8, K, 8) tiles. h is updated in place.
+ * torch does). Each product's weight is either (N/8, K, 8) tiles of the dtype (code 0) or
+ * GGUF blocks (code 1 q4_0, 2 q4_1, 3 q8_0) multiplied by qmatmul.c as they are, with a
+ * float32 bias; a bf16 model rounds that product's float32 output to bf16 once -- what the
+ * per-op path's QuantizedLinear computes. h is updated in place.
  */
 #include "matvec.c"
 #include "rms_norm.c"
 #include "rope_kv.c"
 #include "paged_attention.c"
+#include "qmatmul.c"
 
 typedef struct {
     const void *norm1, *norm2;            /* (D,) */
@@ -39,6 +43,11 @@ typedef struct {
     void *kv_cache;                       /* (2, KVH, NB, BS, Dh) */
     double eps1, eps2, head_eps, scale;
     int64_t window;                       /* 0: none */
+    /* Per product: 0 tiles (above) of the dtype; 1 + a qmatmul format (1 q4_0, 2 q4_1,
+       3 q8_0), the pointer then holding the (N, K/32 * block bytes) blocks and the bias
+       pointer a float32 bias. */
+    int32_t qkv_fmt, o_fmt, gu_fmt, down_fmt;
+    int32_t q_variant;                    /* qmatmul's instruction-set variant */
 } DecodeLayer;
 
 static inline float silu_mul_f32(float g, float u) { return g / (1.f + expf(-g)) * u; }
@@ -98,10 +107,26 @@ static int norm(int dtype, const void *x, const void *w, void *out, int64_t N, i
                       : rms_norm_bf16(x, w, out, N, H, H, (float)eps);
 }
 
-static int product(int dtype, const void *tiles, const void *x, const void *bias, void *y,
-                   int64_t N, int64_t K, int64_t M, int threads) {
-    return dtype == 0 ? matvec_tiles_rows_f32(tiles, x, bias, y, N, K, M, threads)
-                      : matvec_tiles_rows_bf16(tiles, x, bias, y, N, K, M, threads);
+/* y (M, N) = x (M, K) @ W^T [+ bias] from tiles (code 0) or GGUF blocks (code 1 + format).
+   Returns 0, 1 (out of memory) or 2 (bad shapes or arguments). */
+static int product(int dtype, int code, int variant, const void *weight, const void *x,
+                   const void *bias, void *y, int64_t N, int64_t K, int64_t M, int threads) {
+    if (code <= 0)
+        return dtype == 0 ? matvec_tiles_rows_f32(weight, x, bias, y, N, K, M, threads)
+                          : matvec_tiles_rows_bf16(weight, x, bias, y, N, K, M, threads);
+    float *out = dtype == 0 ? y : malloc((size_t)(M * N) * sizeof(float));
+    if (!out) return 1;
+    int st = qmatmul(code - 1, variant, weight, N, K, x, dtype, K, M, bias, out, threads);
+    if (dtype == 1) {
+        if (!st) {
+            uint16_t *yb = y;
+            int64_t i = 0;
+            for (; i + 8 <= M * N; i += 8) store_bf16x8(yb + i, _mm256_loadu_ps(out + i));
+            for (; i < M * N; i++) yb[i] = f32_to_bf16(out[i]);
+        }
+        free(out);
+    }
+    return st == 0 ? 0 : st == 3 ? 1 : 2;
 }
 
 /* Returns 0, 2 on bad shapes, or for a failing kernel status + 10 * op + 100 * (layer + 1),
@@ -130,7 +155,8 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
         int st, op = 0;
 #define RUN(CALL) do { op++; st = (CALL); if (st) return st + 100 * (l + 1) + 10 * op; } while (0)
         RUN(norm(dtype, h, p->norm1, x, M, D, p->eps1));
-        RUN(product(dtype, p->qkv_tiles, x, p->qkv_bias, qkv, n_qkv, D, M, threads));
+        RUN(product(dtype, p->qkv_fmt, p->q_variant, p->qkv_tiles, x, p->qkv_bias, qkv, n_qkv, D,
+                    M, threads));
         if (p->q_norm) {
             for (int64_t t = 0; t < M; t++) {
                 char *row = qkv + el * t * n_qkv;
@@ -156,14 +182,17 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
             RUN(paged_decode_bf16(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
                                   KVH, Dh, NB, BS, p->window, (float)p->scale, num_splits,
                                   threads));
-        RUN(product(dtype, p->o_tiles, att, p->o_bias, o, D, q_size, M, threads));
+        RUN(product(dtype, p->o_fmt, p->q_variant, p->o_tiles, att, p->o_bias, o, D, q_size, M,
+                    threads));
         add_into(dtype, h, o, M * D);
         RUN(norm(dtype, h, p->norm2, x, M, D, p->eps2));
-        RUN(product(dtype, p->gu_tiles, x, p->gu_bias, gu, 2 * I, D, M, threads));
+        RUN(product(dtype, p->gu_fmt, p->q_variant, p->gu_tiles, x, p->gu_bias, gu, 2 * I, D, M,
+                    threads));
         for (int64_t t = 0; t < M; t++)
             silu_mul(dtype, gu + el * t * 2 * I, gu + el * (t * 2 * I + I),
                      (char *)act + el * t * I, I);
-        RUN(product(dtype, p->down_tiles, act, p->down_bias, o, D, I, M, threads));
+        RUN(product(dtype, p->down_fmt, p->q_variant, p->down_tiles, act, p->down_bias, o, D, I,
+                    M, threads));
         add_into(dtype, h, o, M * D);
 #undef RUN
     }

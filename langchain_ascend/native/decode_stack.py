@@ -22,17 +22,27 @@ DTYPE_CODES = {"float32": 0, "bfloat16": 1}
 """The kernel's dtype argument by ``str(torch dtype)`` without the ``torch.`` prefix."""
 
 
+PRODUCT_CODES = {"tiles": 0, "q4_0": 1, "q4_1": 2, "q8_0": 3}
+"""A product's weight kind in :class:`DecodeLayer` (``*_fmt``): tiles of the model's dtype, or
+GGUF blocks of a ``quant.formats`` format (``native.qmatmul``)."""
+
+
 class DecodeLayer(ctypes.Structure):
     """One decoder layer as ``decode_stack.c`` reads it: data pointers (0: none) of the norms
-    ``(D,)``, the tiles ``(N/8, K, 8)`` and biases of the q/k/v, output, gate/up and down
-    products, Qwen3's per-head norms ``(Dh,)``, the layer's ``(2, KVH, NB, BS, Dh)`` cache, the
-    norms' epsilons, the attention scale and the sliding window (0: none)."""
+    ``(D,)``, the weights and biases of the q/k/v, output, gate/up and down products, Qwen3's
+    per-head norms ``(Dh,)``, the layer's ``(2, KVH, NB, BS, Dh)`` cache, the norms' epsilons,
+    the attention scale, the sliding window (0: none), each product's kind
+    (:data:`PRODUCT_CODES`: ``*_tiles`` points at ``(N/8, K, 8)`` tiles of the model's dtype
+    and ``*_bias`` at a bias of that dtype; or at the ``(N, K/32 * block bytes)`` uint8
+    blocks and a float32 bias) and ``native.qmatmul``'s variant code."""
 
     _fields_ = [(name, ctypes.c_void_p) for name in (
         "norm1", "norm2", "qkv_tiles", "qkv_bias", "q_norm", "k_norm", "o_tiles", "o_bias",
         "gu_tiles", "gu_bias", "down_tiles", "down_bias", "kv_cache")] + [
         (name, ctypes.c_double) for name in ("eps1", "eps2", "head_eps", "scale")] + [
-        ("window", ctypes.c_int64)]
+        ("window", ctypes.c_int64)] + [
+        (name, ctypes.c_int32) for name in ("qkv_fmt", "o_fmt", "gu_fmt", "down_fmt",
+                                            "q_variant")]
 
 
 def _kernel() -> Any:

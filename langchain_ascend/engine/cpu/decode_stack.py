@@ -13,6 +13,14 @@ forward (the per-op lean path).
 The stack reads the same tiles, norms and caches as the per-op path and runs the same kernels,
 so its values are the per-op path's up to the SiLU's exponential and, for one float32 row, the
 order of the product's sums (``decode_stack.c``); tests compare the two.
+
+Products whose layers are ``quant.linear.QuantizedLinear`` (fused q/k/v and gate/up groups
+included, ``engine.cpu.fused_projections``) run in the stack from their GGUF blocks with the
+kernel the per-op path calls (``native.qmatmul``, float32 bias, a bf16 model rounding the
+product once), so such a product's values are the per-op path's bit for bit; a layer may mix
+quantized and float products. The LM head is not part of the stack: a quantized head
+(``QuantizedLinear``, q8_0 for a GGUF's tied table) runs ``native.qmatmul`` through its own
+forward.
 """
 
 from __future__ import annotations
@@ -22,14 +30,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_ascend.attention import registry
+from langchain_ascend.engine.cpu.fused_projections import is_quantized_linear
 from langchain_ascend.engine.cpu.lean_attention import sliding_window
 from langchain_ascend.engine.cpu.swap import swap_forward, swapped_by
-from langchain_ascend.native import decode_stack, paged_attention
+from langchain_ascend.native import decode_stack, paged_attention, qmatmul
 
 logger = logging.getLogger(__name__)
 
 STACK_MODELS = frozenset({"LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model"})
 """Decoder classes whose forward is: embed, rotary tables, the layers, the final norm."""
+QUANTIZED_MAX_ROWS = 256
+"""Row limit of a quantized product in the stack (``native.qmatmul`` takes any number of rows;
+this bounds the stack's scratch)."""
 
 
 def _tiles(linear: Any, dtype: Any) -> Any:
@@ -37,6 +49,26 @@ def _tiles(linear: Any, dtype: Any) -> Any:
     import torch
 
     return getattr(linear, "bf16_tiles" if dtype == torch.bfloat16 else "f32_tiles", None)
+
+
+def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int] | None:
+    """``(weight, bias, kind code, row limit)`` of one product as the stack reads it: a
+    quantized linear's blocks with a float32 copy of its bias (``decode_stack.PRODUCT_CODES``
+    of its format), or a float linear's tiles copy with its own bias (code 0); None where the
+    stack cannot take it."""
+    import torch
+
+    if is_quantized_linear(linear):
+        blocks = linear.qweight.blocks
+        if blocks.device.type != "cpu" or not blocks.is_contiguous():
+            return None
+        bias = None if linear.bias is None else linear.bias.detach().to(
+            torch.float32).contiguous()  # (N,)
+        return blocks, bias, decode_stack.PRODUCT_CODES[linear.fmt], QUANTIZED_MAX_ROWS
+    tiles = _tiles(linear, dtype)
+    if tiles is None:
+        return None
+    return tiles, linear.bias, 0, int(getattr(linear, "native_max_rows", 0))
 
 
 def _ptr(tensor: Any) -> int | None:
@@ -69,8 +101,8 @@ class NativeDecodeStack:
     @classmethod
     def for_model(cls, decoder: Any) -> NativeDecodeStack | None:
         """The stack of ``decoder`` (a prepared ``LlamaModel``-like module), or None where it
-        does not apply (another class, a layer that is not lean, a product without tiles,
-        the kernel not built here)."""
+        does not apply (another class, a layer that is not lean, a float product without
+        tiles, the kernel not built here)."""
         import torch
 
         layers = list(getattr(decoder, "layers", []))
@@ -85,32 +117,42 @@ class NativeDecodeStack:
         heads = first.config.num_attention_heads
         kv_heads = first.config.num_key_value_heads
         head_dim, intermediate = first.head_dim, layers[0].mlp.lean_gate_up.sizes[0]
-        records, keep, max_rows = [], [], None
+        variant = qmatmul.VARIANTS.index(qmatmul.kernel_variant())
+        records: list[Any] = []
+        keep: list[Any] = []
+        max_rows = None
         for layer in layers:
             attn, mlp = layer.self_attn, layer.mlp
             qkv, gate_up = attn.lean_qkv.linear, mlp.lean_gate_up.linear
-            products = (qkv, attn.o_proj, gate_up, mlp.down_proj)
-            tiles = [_tiles(linear, dtype) for linear in products]
-            if any(t is None for t in tiles) or mlp.lean_gate_up.sizes != [intermediate] * 2:
+            found = [_product(linear, dtype) for linear in (qkv, attn.o_proj, gate_up,
+                                                             mlp.down_proj)]
+            if (any(product is None for product in found)
+                    or mlp.lean_gate_up.sizes != [intermediate] * 2):
                 return None
-            limit = min(int(getattr(linear, "native_max_rows", 0)) for linear in products)
+            products = [product for product in found if product is not None]
+            limit = min(product[3] for product in products)
             max_rows = limit if max_rows is None else min(max_rows, limit)
+            (qkv_w, qkv_b, qkv_code, _), (o_w, o_b, o_code, _) = products[0], products[1]
+            (gu_w, gu_b, gu_code, _), (down_w, down_b, down_code, _) = products[2], products[3]
             norms = (attn.q_norm, attn.k_norm) if attn.lean_head_norms else (None, None)
             record = decode_stack.DecodeLayer(
                 norm1=_ptr(layer.input_layernorm.weight),
                 norm2=_ptr(layer.post_attention_layernorm.weight),
-                qkv_tiles=_ptr(tiles[0]), qkv_bias=_ptr(qkv.bias),
+                qkv_tiles=_ptr(qkv_w), qkv_bias=_ptr(qkv_b),
                 q_norm=_ptr(None if norms[0] is None else norms[0].weight),
                 k_norm=_ptr(None if norms[1] is None else norms[1].weight),
-                o_tiles=_ptr(tiles[1]), o_bias=_ptr(attn.o_proj.bias),
-                gu_tiles=_ptr(tiles[2]), gu_bias=_ptr(gate_up.bias),
-                down_tiles=_ptr(tiles[3]), down_bias=_ptr(mlp.down_proj.bias), kv_cache=None,
+                o_tiles=_ptr(o_w), o_bias=_ptr(o_b),
+                gu_tiles=_ptr(gu_w), gu_bias=_ptr(gu_b),
+                down_tiles=_ptr(down_w), down_bias=_ptr(down_b), kv_cache=None,
                 eps1=layer.input_layernorm.variance_epsilon,
                 eps2=layer.post_attention_layernorm.variance_epsilon,
                 head_eps=norms[0].variance_epsilon if norms[0] is not None else 0.0,
-                scale=attn.scaling, window=sliding_window(attn) or 0)
+                scale=attn.scaling, window=sliding_window(attn) or 0,
+                qkv_fmt=qkv_code, o_fmt=o_code, gu_fmt=gu_code, down_fmt=down_code,
+                q_variant=variant)
             records.append(record)
-            keep.extend(tiles)
+            keep.extend(tensor for product in products for tensor in product[:2]
+                        if tensor is not None)
         array = (decode_stack.DecodeLayer * len(records))(*records)
         return cls(dtype=dtype, layers=array, modules=layers, max_rows=max_rows or 0,
                    geometry=(heads, kv_heads, head_dim, intermediate), keep=keep)

@@ -13,6 +13,11 @@ twice); only the members' ``forward`` is swapped (``engine.cpu.swap``, marked wi
 group, so the weight layout leaves them alone); the fused linear gets the ``"dual"`` layout
 (for bf16 its row limit for the native kernel is set later, with the model's other linears,
 by ``weight_layout.tune_bf16_native_rows``, which finds it through the members' marker).
+
+Members that are ``quant.linear.QuantizedLinear`` layers of one block format fuse the same way
+into one ``QuantizedLinear`` over the concatenated blocks (exact: every output row is its own
+blocks), the members' blocks and biases becoming views of the fused ones; it needs no layout
+(``native.qmatmul`` reads the blocks as they are).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ class FusedProjections:
     """One linear over several members' concatenated weights, split back per member.
 
     Args:
-        linear: The fused ``nn.Linear`` (``out`` = the members' outputs, in order).
+        linear: The fused ``nn.Linear`` or ``QuantizedLinear`` (``out`` = the members'
+            outputs, in order).
         sizes: Output features of each member.
     """
 
@@ -57,16 +63,32 @@ class FusedProjections:
             if index == len(self.sizes) - 1:
                 self._input, self._parts = None, ()
             return out
-        import torch.nn.functional as F
+        return type(member).forward(member, x)  # its own product (F.linear or blocks)
 
-        return F.linear(x, member.weight, member.bias)
+
+def is_quantized_linear(module: Any) -> bool:
+    """Whether ``module`` is a ``quant.linear.QuantizedLinear`` (weight kept as blocks)."""
+    try:
+        from langchain_ascend.quant.linear import QuantizedLinear
+    except ImportError:  # pragma: no cover - the quant package ships with this one
+        return False
+    return isinstance(module, QuantizedLinear)
 
 
 def fusable(members: Sequence[Any]) -> bool:
     """Whether these modules can share one product: plain linears on the same input size,
-    device and dtype, all with or all without bias, not already fused or re-wired."""
+    device and dtype, or quantized linears on the same input size and block format; all with
+    or all without bias, not already fused or re-wired."""
     import torch
 
+    if members and all(is_quantized_linear(m) for m in members):
+        first = members[0]
+        return (all(m.in_features == first.in_features and m.fmt == first.fmt
+                    and m.blocks.device == first.blocks.device for m in members)
+                and all((m.bias is None) == (first.bias is None) for m in members)
+                and (first.bias is None
+                     or all(m.bias.dtype == first.bias.dtype for m in members))
+                and not any(is_swapped(m) for m in members))
     if not members or not all(isinstance(m, torch.nn.Linear) for m in members):
         return False
     first = members[0]
@@ -80,6 +102,42 @@ def fusable(members: Sequence[Any]) -> bool:
 def fuse_group(members: Sequence[Any]) -> FusedProjections:
     """Fuse ``members`` (checked with :func:`fusable`, in the order the model calls them)
     into one product."""
+    first = members[0]
+    linear = _fuse_quantized(members) if is_quantized_linear(first) else _fuse_float(members)
+    group = FusedProjections(linear, [m.out_features for m in members])
+    swap_forward(first, lambda self, x: group.first(x), group)
+    for index, m in enumerate(members[1:], start=1):
+        swap_forward(m, lambda self, x, index=index: group.part(index, self, x), group)
+    return group
+
+
+def _fuse_quantized(members: Sequence[Any]) -> Any:
+    """One ``QuantizedLinear`` over the members' concatenated blocks (and biases); the members
+    keep views of them."""
+    import torch
+
+    from langchain_ascend.quant.formats import concatenate
+    from langchain_ascend.quant.linear import QuantizedLinear
+
+    qweight = concatenate([m.qweight for m in members])  # blocks (sum(out), bytes per row)
+    with torch.no_grad():
+        bias = (None if members[0].bias is None
+                else torch.cat([m.bias.data for m in members]))  # (sum(out),)
+        linear = QuantizedLinear(qweight, bias)
+        fused_bias = linear.bias
+        start = 0
+        for m in members:
+            end = start + m.out_features
+            m.blocks = qweight.blocks[start:end]  # (out, bytes per row), a view
+            if fused_bias is not None:
+                m.bias.data = fused_bias.data[start:end]
+            start = end
+    return linear
+
+
+def _fuse_float(members: Sequence[Any]) -> Any:
+    """One ``nn.Linear`` over the members' concatenated weights (and biases), in the
+    ``"dual"`` layout; the members keep views of them."""
     import torch
 
     first = members[0]
@@ -99,11 +157,7 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
                 m.bias.data = bias[start:end]
             start = end
     make_dual(linear)
-    group = FusedProjections(linear, [m.out_features for m in members])
-    swap_forward(first, lambda self, x: group.first(x), group)
-    for index, m in enumerate(members[1:], start=1):
-        swap_forward(m, lambda self, x, index=index: group.part(index, self, x), group)
-    return group
+    return linear
 
 
 def group_of(members: Sequence[Any]) -> FusedProjections | None:

@@ -1,0 +1,153 @@
+"""Quantized linears (GGUF blocks, ``quant.linear.QuantizedLinear``) on the CPU decode path:
+fused q/k/v and gate/up groups over concatenated blocks, and the native decode stack running
+the blocks (``native.qmatmul``) against the per-op path with the same quantized linears."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _lean_steps import PROMPTS
+from transformers import AutoModelForCausalLM
+
+from langchain_ascend.engine.core.batch import ScheduledSegment
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.cpu import decode_stack as stack_module
+from langchain_ascend.engine.cpu import weight_layout
+from langchain_ascend.engine.cpu.fused_projections import fuse_projections, group_of
+from langchain_ascend.engine.cpu.swap import swapped_by
+from langchain_ascend.engine.worker.model_runner import ModelRunner
+from langchain_ascend.native import decode_stack as native_stack
+from langchain_ascend.quant import quantize
+from langchain_ascend.testing import needs_native_kernels
+from langchain_ascend.testing.runner_steps import greedy_decode
+
+pytestmark = needs_native_kernels()
+linear_module = pytest.importorskip("langchain_ascend.quant.linear")
+QuantizedLinear, replace_linears = linear_module.QuantizedLinear, linear_module.replace_linears
+
+GREEDY = SamplingParams(max_tokens=8)
+
+
+def _quantized_model(path, dtype, fmt, only=None):
+    """The model at ``path`` with its linears (those whose name contains ``only``, default
+    all, the LM head included) quantized to ``fmt``."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    replace_linears(model, lambda name, linear: quantize(linear.weight.data, fmt)
+                    if only is None or only in name else None)
+    return model
+
+
+def _runner(path, dtype, fmt, *, stack, only=None):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
+        if not stack:
+            patch.setattr(stack_module, "native_decode_stack", lambda model: 0)
+        model = _quantized_model(path, dtype, fmt, only)
+        return ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
+
+
+@pytest.fixture
+def stack_calls(monkeypatch):
+    """Every call of the native stack kernel wrapper, as ``rows``."""
+    calls = []
+    run = native_stack.run_stack
+
+    def spy(layers, hidden, *args, **kwargs):
+        calls.append(hidden.shape[0])
+        return run(layers, hidden, *args, **kwargs)
+
+    monkeypatch.setattr(native_stack, "run_stack", spy)
+    return calls
+
+
+def _decode_logits(runner, prompts, tables, first=0):
+    """Prefill ``prompts`` on ``tables``, then the logits of one pure-decode step."""
+    runner.forward_batch([ScheduledSegment(f"r{first + i}", p, 0, tables[i], True, GREEDY)
+                          for i, p in enumerate(prompts)])
+    return runner.forward_batch([ScheduledSegment(f"r{first + i}", [7 + first + i], len(p),
+                                                  tables[i], True, GREEDY)
+                                 for i, p in enumerate(prompts)])[1]
+
+
+def test_quantized_groups_fuse_into_one_product_over_views(tiny_model_paths):
+    model = _quantized_model(tiny_model_paths["qwen2"], torch.float32, "q4_1")
+    attention = model.model.layers[0].self_attn
+    members = [attention.q_proj, attention.k_proj, attention.v_proj]
+    x = torch.randn(3, model.config.hidden_size)
+    want = [m(x) for m in members]
+    assert fuse_projections(model) == 2 * model.config.num_hidden_layers
+    group = group_of(members)
+    assert isinstance(group.linear, QuantizedLinear) and group.linear.fmt == "q4_1"
+    assert group.linear.out_features == sum(m.out_features for m in members)
+    fused = group.linear.qweight.blocks
+    for m in members:  # the members' blocks and biases are views of the fused ones
+        assert m.qweight.blocks.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+        assert m.bias.untyped_storage().data_ptr() == group.linear.bias.untyped_storage().data_ptr()
+    got = [m(x) for m in members]  # the first computes the group, the others take slices
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    other = torch.randn(2, model.config.hidden_size)  # a member on another input: its own
+    assert torch.equal(attention.v_proj(other), type(attention.v_proj).forward(attention.v_proj,
+                                                                               other))
+
+
+def test_mixed_formats_do_not_fuse(tiny_model_paths):
+    model = _quantized_model(tiny_model_paths["llama"], torch.float32, "q8_0")
+    mlp = model.model.layers[0].mlp
+    mlp.up_proj = QuantizedLinear(quantize(torch.randn(mlp.up_proj.out_features,
+                                                       mlp.up_proj.in_features), "q4_0"))
+    fuse_projections(model)
+    assert group_of([mlp.gate_proj, mlp.up_proj]) is None
+    assert group_of([model.model.layers[1].mlp.gate_proj,
+                     model.model.layers[1].mlp.up_proj]) is not None
+
+
+@pytest.mark.parametrize(("arch", "dtype", "fmt"), [
+    ("qwen2", torch.float32, "q4_1"), ("llama", torch.float32, "q4_0"),
+    ("qwen3", torch.float32, "q8_0"), ("qwen2", torch.bfloat16, "q8_0"),
+    ("llama", torch.bfloat16, "q4_1"), ("qwen3", torch.bfloat16, "q4_0")])
+def test_quantized_stack_equals_the_per_op_path(tiny_model_paths, arch, dtype, fmt,
+                                                stack_calls):
+    stacked = _runner(tiny_model_paths[arch], dtype, fmt, stack=True)
+    plain = _runner(tiny_model_paths[arch], dtype, fmt, stack=False)
+    layers = stacked.model.config.num_hidden_layers
+    assert stacked.hooks.changes["decode_stack"] == layers
+    assert stacked.hooks.changes["lean_layers"] == layers
+    assert plain.hooks.changes["decode_stack"] == 0
+    assert isinstance(stacked.model.get_output_embeddings(), QuantizedLinear)  # the head too
+    tokens = {}
+    for name, runner in (("stack", stacked), ("plain", plain)):
+        before = len(stack_calls)
+        tokens[name] = greedy_decode(runner, PROMPTS, 6, blocks_per_request=6)
+        assert stack_calls[before:] == ([3] * 6 if name == "stack" else [])
+    assert tokens["stack"] == tokens["plain"]
+    tables = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
+    got = _decode_logits(stacked, PROMPTS, tables)  # (3, V)
+    want = _decode_logits(plain, PROMPTS, tables)
+    tol = 2e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantized_stack_rows_do_not_depend_on_the_batch(tiny_model_paths, dtype):
+    runner = _runner(tiny_model_paths["llama"], dtype, "q4_1", stack=True)
+    tables = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
+    batched = _decode_logits(runner, PROMPTS, tables)  # (3, V)
+    for i, prompt in enumerate(PROMPTS):
+        solo = _decode_logits(runner, [prompt], [[10 + 4 * i + j for j in range(4)]], first=i)
+        assert torch.equal(solo[0], batched[i]), i
+
+
+def test_stack_mixes_quantized_and_float_products(tiny_model_paths, stack_calls):
+    path = tiny_model_paths["qwen2"]
+    stacked = _runner(path, torch.float32, "q4_0", stack=True, only="mlp")
+    plain = _runner(path, torch.float32, "q4_0", stack=False, only="mlp")
+    layer = stacked.model.model.layers[0]
+    assert isinstance(layer.mlp.down_proj, QuantizedLinear)
+    assert isinstance(layer.self_attn.o_proj, torch.nn.Linear)
+    assert stacked.hooks.changes["decode_stack"] == stacked.model.config.num_hidden_layers
+    assert swapped_by(stacked.model.get_decoder()).max_rows == 64  # the float products' limit
+    assert (greedy_decode(stacked, PROMPTS, 5, blocks_per_request=6)
+            == greedy_decode(plain, PROMPTS, 5, blocks_per_request=6))
+    assert stack_calls == [3] * 5
