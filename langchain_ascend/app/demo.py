@@ -42,7 +42,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
-from langchain_ascend.chat.tool_format import TOOL_RESPONSE_OPEN
+from langchain_ascend.tool_formats.hermes import TOOL_RESPONSE_OPEN
 
 #: Of the prompts tried (about ten, three questions x several runs each), SmolLM2-135M copied
 #: the <tool_response> block back least often and answered in English most often with this one.

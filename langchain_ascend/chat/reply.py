@@ -29,12 +29,8 @@ from langchain_core.messages.ai import UsageMetadata
 
 from langchain_ascend.chat.call_ids import new_tool_call_id
 from langchain_ascend.chat.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter
-from langchain_ascend.chat.tool_parsers import (
-    ExtractedCall,
-    ToolCallFormat,
-    ToolCallStreamParser,
-    markers_of,
-)
+from langchain_ascend.chat.tool_parsers import ExtractedCall, ToolCallStreamParser
+from langchain_ascend.tool_formats import ToolCallFormat, markers_of
 
 
 def reply_marker_ids(

@@ -1,13 +1,12 @@
-"""Turn a model's raw text into LangChain tool calls, for the common open-model formats.
+"""Split a model's raw text into content and LangChain tool calls, as it streams. Pure.
 
-Pure Python (no torch). Formats understood:
+The formats themselves (markers, per-format parsing, grammars) are the objects of
+:mod:`langchain_ascend.tool_formats`; this module walks the reply, finds their markers and
+hands each call's text to its format:
 
-* ``hermes`` (Hermes / Qwen2.5 / Qwen3): ``<tool_call>{"name", "arguments"}</tool_call>`` blocks.
-* ``llama3_json`` (Llama-3.1/3.2/3.3): the whole reply is ``{"name": ..., "parameters": {...}}``
-  (optionally after ``<|python_tag|>``, several objects separated by ``;``), or the
-  built-in-tool form ``<|python_tag|>tool.call(arg="...")``.
-* ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`` (v3-v7) and
-  ``[TOOL_CALLS]name[ARGS]{...}`` (v11+, optionally ``name[CALL_ID]id[ARGS]{...}``).
+* ``hermes``: ``<tool_call>{"name", "arguments"}</tool_call>`` blocks;
+* ``llama3_json``: ``{"name": ..., "parameters": {...}}`` (bare, or after ``<|python_tag|>``);
+* ``mistral``: ``[TOOL_CALLS]`` then a JSON list, or v11's ``name[ARGS]{...}``;
 * ``auto``: all of these by their markers; bare JSON is a call only with ``name`` and
   ``arguments``/``parameters`` (naming a bound tool, when the names are known).
 
@@ -19,7 +18,6 @@ but becomes an ``InvalidToolCall`` with the raw text and the error.
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -35,59 +33,49 @@ from langchain_core.messages.tool import (
 )
 
 from langchain_ascend.chat.call_ids import new_tool_call_id
-from langchain_ascend.chat.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from langchain_ascend.tool_formats import (
+    LLAMA3_JSON,
+    TOOL_CALL_FORMATS,
+    TOOL_CALL_MARKERS,
+    RawCall,
+    ToolCallFormat,
+    ToolFormat,
+    call_openers,
+    detect_tool_call_format,
+    formats_for,
+    markers_of,
+)
+from langchain_ascend.tool_formats.hermes import TOOL_CALL_CLOSE as HERMES_CLOSE
+from langchain_ascend.tool_formats.hermes import TOOL_CALL_OPEN as HERMES_OPEN
+from langchain_ascend.tool_formats.hermes import parse_block as parse_hermes_block
+from langchain_ascend.tool_formats.llama3 import PYTHON_TAG
+from langchain_ascend.tool_formats.llama3 import parse_payload as parse_llama_payload
+from langchain_ascend.tool_formats.mistral import MISTRAL_ARGS, MISTRAL_CALL_ID, MISTRAL_MARKER
+from langchain_ascend.tool_formats.mistral import parse_payload as parse_mistral_payload
 
-ToolCallFormat = Literal["auto", "hermes", "llama3_json", "mistral"]
-TOOL_CALL_FORMATS: tuple[str, ...] = ("auto", "hermes", "llama3_json", "mistral")
-
-HERMES_OPEN, HERMES_CLOSE = TOOL_CALL_OPEN, TOOL_CALL_CLOSE  # the fallback format's markers
-MISTRAL_MARKER = "[TOOL_CALLS]"
-MISTRAL_ARGS = "[ARGS]"
-MISTRAL_CALL_ID = "[CALL_ID]"
-PYTHON_TAG = "<|python_tag|>"
-
-TOOL_CALL_MARKERS: dict[str, tuple[str, ...]] = {
-    "hermes": (HERMES_OPEN, HERMES_CLOSE),
-    "llama3_json": (PYTHON_TAG,),
-    "mistral": (MISTRAL_MARKER, MISTRAL_ARGS, MISTRAL_CALL_ID),
-}
-"""Each format's marker texts, the call opener first (the one home of this table)."""
-
-
-def markers_of(fmt: ToolCallFormat) -> tuple[str, ...]:
-    """The marker texts of ``fmt`` (``"auto"``: of every format)."""
-    if fmt in TOOL_CALL_MARKERS:
-        return TOOL_CALL_MARKERS[fmt]
-    return tuple(m for markers in TOOL_CALL_MARKERS.values() for m in markers)
-
-
-def call_openers(fmt: ToolCallFormat) -> list[str]:
-    """The texts that open a call in ``fmt`` (``"auto"``: in any format)."""
-    formats = [fmt] if fmt in TOOL_CALL_MARKERS else list(TOOL_CALL_MARKERS)
-    return [TOOL_CALL_MARKERS[f][0] for f in formats]
-
-_DECODER = json.JSONDecoder(strict=False)  # models write raw newlines inside strings
-
-
-def detect_tool_call_format(chat_template: str | None) -> ToolCallFormat:
-    """Guess the tool-call format a chat template teaches its model.
-
-    Args:
-        chat_template: The tokenizer's Jinja chat template source (``None`` when absent).
-
-    Returns:
-        ``"hermes"``, ``"mistral"``, ``"llama3_json"``, or ``"auto"`` when the template gives
-        no recognisable hint.
-    """
-    if not chat_template:
-        return "auto"
-    if HERMES_OPEN in chat_template:
-        return "hermes"
-    if MISTRAL_MARKER in chat_template:
-        return "mistral"
-    if PYTHON_TAG in chat_template or '"parameters"' in chat_template:
-        return "llama3_json"
-    return "auto"
+__all__ = [
+    "HERMES_CLOSE",
+    "HERMES_OPEN",
+    "MISTRAL_ARGS",
+    "MISTRAL_CALL_ID",
+    "MISTRAL_MARKER",
+    "PYTHON_TAG",
+    "TOOL_CALL_FORMATS",
+    "TOOL_CALL_MARKERS",
+    "ExtractedCall",
+    "ParsedToolCalls",
+    "ParserDelta",
+    "ToolCallFormat",
+    "ToolCallStreamParser",
+    "call_openers",
+    "detect_tool_call_format",
+    "markers_of",
+    "new_tool_call_id",
+    "parse_hermes_block",
+    "parse_llama_payload",
+    "parse_mistral_payload",
+    "parse_tool_calls",
+]
 
 
 @dataclass(frozen=True)
@@ -147,251 +135,6 @@ class ParserDelta:
     calls: list[ExtractedCall] = field(default_factory=list)
 
 
-@dataclass
-class _RawCall:
-    """A call before it gets its index: name/args or an error."""
-
-    name: str | None
-    args: dict[str, Any] | None
-    raw: str
-    id: str | None = None
-    error: str | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure per-format parsers
-# ---------------------------------------------------------------------------------------------
-
-
-def _decode_objects(text: str, *, separators: str = "") -> list[Any]:
-    """Decode consecutive JSON values in ``text`` separated by whitespace or ``separators``.
-
-    Raises:
-        ValueError: On malformed JSON or stray text, with a message saying where.
-    """
-    values: list[Any] = []
-    pos = 0
-    skip = " \t\r\n" + separators
-    while True:
-        while pos < len(text) and text[pos] in skip:
-            pos += 1
-        if pos >= len(text):
-            return values
-        try:
-            value, pos = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"invalid JSON: {exc}") from None
-        values.append(value)
-
-
-def _arguments_of(obj: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """Read a call's arguments under the first present key; a JSON string is decoded."""
-    for key in keys:
-        if key in obj:
-            value = obj[key]
-            break
-    else:
-        return {}
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = _DECODER.decode(value) if value.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"arguments string is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _call_from_object(obj: Any, raw: str, keys: tuple[str, ...]) -> _RawCall:
-    if not isinstance(obj, dict):
-        return _RawCall(None, None, raw, error=f"expected a JSON object, got {type(obj).__name__}")
-    name = obj.get("name")
-    if isinstance(obj.get("function"), dict):  # OpenAI-shaped {"function": {"name", ...}}
-        fn = obj["function"]
-        name = fn.get("name")
-        obj = {**fn, "id": obj.get("id")}
-    call_id = obj.get("id") if isinstance(obj.get("id"), str) and obj.get("id") else None
-    if not isinstance(name, str) or not name:
-        return _RawCall(None, None, raw, call_id, error="tool call has no string 'name'")
-    try:
-        args = _arguments_of(obj, keys)
-    except ValueError as exc:
-        return _RawCall(name, None, raw, call_id, error=str(exc))
-    return _RawCall(name, args, raw, call_id)
-
-
-def parse_hermes_block(body: str, *, terminated: bool = True) -> list[_RawCall]:
-    """Parse the inside of one ``<tool_call>...</tool_call>`` block.
-
-    Args:
-        body: Text between the markers.
-        terminated: False when the closing ``</tool_call>`` never came; the block still counts
-            if its JSON is complete.
-
-    Returns:
-        One call per JSON object in the block (usually one), or one invalid call.
-    """
-    raw = HERMES_OPEN + body + (HERMES_CLOSE if terminated else "")
-    try:
-        objects = _decode_objects(body)
-    except ValueError as exc:
-        reason = str(exc) if terminated else f"unterminated {HERMES_OPEN} block, {exc}"
-        return [_RawCall(_guess_name(body), None, raw, error=reason)]
-    if not objects:
-        return [_RawCall(None, None, raw, error=f"empty {HERMES_OPEN} block")]
-    if len(objects) == 1:
-        return [_call_from_object(objects[0], raw, ("arguments", "parameters"))]
-    return [_call_from_object(obj, raw, ("arguments", "parameters")) for obj in objects]
-
-
-def _parse_python_call(text: str) -> _RawCall | None:
-    """Parse Llama's built-in-tool form ``tool.call(key=literal, ...)``; None if not that."""
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        return None
-    if not (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "call"
-        and isinstance(node.func.value, ast.Name)
-        and not node.args
-    ):
-        return None
-    args: dict[str, Any] = {}
-    raw = PYTHON_TAG + text
-    for keyword in node.keywords:
-        if keyword.arg is None:
-            return _RawCall(node.func.value.id, None, raw, error="**kwargs are not supported")
-        try:
-            args[keyword.arg] = ast.literal_eval(keyword.value)
-        except ValueError:
-            return _RawCall(
-                node.func.value.id, None, raw, error=f"argument {keyword.arg!r} is not a literal"
-            )
-    return _RawCall(node.func.value.id, args, raw)
-
-
-def parse_llama_payload(text: str, *, tagged: bool) -> list[_RawCall] | None:
-    """Parse Llama-3 JSON tool calls.
-
-    Args:
-        text: The reply after ``<|python_tag|>`` (``tagged``) or the whole reply (bare).
-        tagged: Whether the reply started with ``<|python_tag|>``. A bare reply that is not
-            shaped like calls is plain content and gives ``None``.
-
-    Returns:
-        The calls, or ``None`` when a bare reply is not a tool call.
-    """
-    raw = (PYTHON_TAG if tagged else "") + text
-    try:
-        objects = _decode_objects(text, separators=";")
-    except ValueError as exc:
-        if tagged:
-            python_call = _parse_python_call(text)
-            if python_call is not None:
-                return [python_call]
-            return [_RawCall(_guess_name(text), None, raw, error=str(exc))]
-        if text.lstrip().startswith('{"name"'):
-            return [_RawCall(_guess_name(text), None, raw, error=str(exc))]
-        return None
-    if not objects:
-        return [] if tagged else None
-    if not tagged and not all(_looks_like_call(obj) for obj in objects):
-        return None
-    keys = ("parameters", "arguments")
-    if len(objects) == 1:
-        return [_call_from_object(objects[0], raw, keys)]
-    return [_call_from_object(obj, json.dumps(obj, ensure_ascii=False), keys) for obj in objects]
-
-
-def parse_mistral_payload(text: str) -> tuple[list[_RawCall], str]:
-    """Parse what follows the first ``[TOOL_CALLS]`` marker.
-
-    Returns:
-        ``(calls, trailing_content)``: text after a JSON array is content.
-    """
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        raw = MISTRAL_MARKER + text
-        try:
-            value, end = _DECODER.raw_decode(stripped)
-        except json.JSONDecodeError as exc:
-            return [_RawCall(_guess_name(text), None, raw, error=f"invalid JSON: {exc}")], ""
-        items = value if isinstance(value, list) else [value]
-        if len(items) == 1:
-            calls = [_call_from_object(items[0], raw, ("arguments", "parameters"))]
-        else:
-            calls = [
-                _call_from_object(item, json.dumps(item, ensure_ascii=False), ("arguments",))
-                for item in items
-            ]
-        return calls, stripped[end:].strip()
-    calls = []
-    for piece in text.split(MISTRAL_MARKER):
-        if piece.strip():
-            calls.append(_parse_mistral_v11_call(piece))
-    return calls, ""
-
-
-def _parse_mistral_v11_call(piece: str) -> _RawCall:
-    """Parse ``name[ARGS]{json}`` or ``name[CALL_ID]id[ARGS]{json}``."""
-    raw = MISTRAL_MARKER + piece
-    head, sep, args_text = piece.partition(MISTRAL_ARGS)
-    if not sep:
-        return _RawCall(piece.strip() or None, None, raw, error=f"missing {MISTRAL_ARGS} marker")
-    raw_name, _, raw_id = head.partition(MISTRAL_CALL_ID)
-    name = raw_name.strip()
-    call_id = raw_id.strip() or None
-    try:
-        objects = _decode_objects(args_text)
-    except ValueError as exc:
-        return _RawCall(name or None, None, raw, call_id, error=str(exc))
-    if len(objects) != 1 or not isinstance(objects[0], dict):
-        return _RawCall(name or None, None, raw, call_id, error="arguments must be one JSON object")
-    if not name:
-        return _RawCall(None, None, raw, call_id, error="tool call has no name")
-    return _RawCall(name, objects[0], raw, call_id)
-
-
-def _looks_like_call(obj: Any) -> bool:
-    return (
-        isinstance(obj, dict)
-        and isinstance(obj.get("name"), str)
-        and ("parameters" in obj or "arguments" in obj)
-    )
-
-
-def _guess_name(text: str) -> str | None:
-    """Best-effort tool name from broken JSON (for the InvalidToolCall)."""
-    marker = '"name"'
-    start = text.find(marker)
-    if start < 0:
-        return None
-    rest = text[start + len(marker) :].lstrip()
-    if not rest.startswith(":"):
-        return None
-    rest = rest[1:].lstrip()
-    if not rest.startswith('"'):
-        return None
-    end = rest.find('"', 1)
-    return rest[1:end] if end > 1 else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Streaming splitter
-# ---------------------------------------------------------------------------------------------
-
-
-_MARKERS_BY_FORMAT: dict[str, tuple[str, ...]] = {
-    "auto": (HERMES_OPEN, MISTRAL_MARKER, PYTHON_TAG),
-    "hermes": (HERMES_OPEN,),
-    "mistral": (MISTRAL_MARKER,),
-    "llama3_json": (PYTHON_TAG,),
-}
-
 
 class ToolCallStreamParser:
     """Split streamed model text into content and tool calls as it arrives.
@@ -417,15 +160,19 @@ class ToolCallStreamParser:
         allow_bare_json: bool | None = None,
         id_factory: Callable[[], str] = new_tool_call_id,
     ) -> None:
-        if fmt not in _MARKERS_BY_FORMAT:
+        if fmt not in TOOL_CALL_FORMATS:
             raise ValueError(f"unknown tool call format {fmt!r}; expected one of {TOOL_CALL_FORMATS}")
-        self._markers = _MARKERS_BY_FORMAT[fmt]
+        self._formats = formats_for(fmt)
+        self._markers = tuple(f.opener for f in self._formats)
         self._tool_names = set(tool_names) if tool_names is not None else None
-        self._allow_bare = fmt in ("auto", "llama3_json") if allow_bare_json is None else allow_bare_json
+        bare = any(f.bare_json for f in self._formats)
+        self._allow_bare = bare if allow_bare_json is None else allow_bare_json
         self._id_factory = id_factory
         self._buf = ""
-        self._mode: Literal["text", "hermes", "tail"] = "text"
-        self._tail_kind: Literal["bare", "python_tag", "mistral"] | None = None
+        # "block": inside a call that ends at its format's closer; "tail": a call that runs to
+        # the end of the reply (format None: a bare JSON reply, maybe content after all).
+        self._mode: Literal["text", "block", "tail"] = "text"
+        self._format: ToolFormat | None = None
         self._seen_content = False
         self._after_call = False
         self._held_ws = ""
@@ -452,8 +199,9 @@ class ToolCallStreamParser:
         if self._finished:
             return delta
         self._finished = True
-        if self._mode == "hermes":
-            self._release(delta, parse_hermes_block(self._buf, terminated=False))
+        if self._mode == "block":
+            assert self._format is not None
+            self._release(delta, self._format.parse(self._buf, terminated=False)[0])
         elif self._mode == "tail":
             self._finish_tail(delta)
         else:
@@ -468,13 +216,14 @@ class ToolCallStreamParser:
 
     def _advance(self, delta: ParserDelta) -> None:
         while True:
-            if self._mode == "hermes":
-                end = self._buf.find(HERMES_CLOSE)
+            if self._mode == "block":
+                assert self._format is not None and self._format.closer is not None
+                end = self._buf.find(self._format.closer)
                 if end < 0:
                     return
                 body = self._buf[:end]
-                self._buf = self._buf[end + len(HERMES_CLOSE) :]
-                self._release(delta, parse_hermes_block(body))
+                self._buf = self._buf[end + len(self._format.closer) :]
+                self._release(delta, self._format.parse(body)[0])
                 self._mode = "text"
                 continue
             if self._mode == "tail":
@@ -484,7 +233,7 @@ class ToolCallStreamParser:
                 if not stripped:
                     return  # only whitespace so far: wait
                 if stripped.startswith("{"):
-                    self._mode, self._tail_kind = "tail", "bare"
+                    self._mode, self._format = "tail", None
                     return
             start, marker = self._find_marker()
             if marker is None:
@@ -495,11 +244,8 @@ class ToolCallStreamParser:
             self._emit_content(delta, self._buf[:start])
             self._held_ws = ""
             self._buf = self._buf[start + len(marker) :]
-            if marker == HERMES_OPEN:
-                self._mode = "hermes"
-            else:
-                self._mode = "tail"
-                self._tail_kind = "mistral" if marker == MISTRAL_MARKER else "python_tag"
+            self._format = self._formats[self._markers.index(marker)]
+            self._mode = "tail" if self._format.closer is None else "block"
 
     def _bare_json_possible(self) -> bool:
         return self._allow_bare and not self._seen_content and self._num_calls == 0
@@ -537,7 +283,7 @@ class ToolCallStreamParser:
             delta.content += body
             self._seen_content = True
 
-    def _release(self, delta: ParserDelta, raw_calls: list[_RawCall]) -> None:
+    def _release(self, delta: ParserDelta, raw_calls: list[RawCall]) -> None:
         for raw in raw_calls:
             error = raw.error
             if error is None and (raw.args is None or not raw.name):
@@ -557,21 +303,21 @@ class ToolCallStreamParser:
 
     def _finish_tail(self, delta: ParserDelta) -> None:
         text = self._buf
-        if self._tail_kind == "mistral":
-            mistral_calls, trailing = parse_mistral_payload(text)
-            self._release(delta, mistral_calls)
+        if self._format is not None:
+            calls, trailing = self._format.parse(text)
+            self._release(delta, calls)
             self._emit_content(delta, trailing)
             return
-        tagged = self._tail_kind == "python_tag"
-        calls: list[_RawCall] | None = parse_llama_payload(text, tagged=tagged)
-        if calls is not None and not tagged and self._tool_names is not None:
-            if any(c.name is not None and c.name not in self._tool_names for c in calls):
-                calls = None
-        if calls is None:  # a bare JSON reply that is content after all
+        bare = next((f for f in self._formats if f.bare_json), LLAMA3_JSON)
+        found = bare.parse_bare(text)
+        if found is not None and self._tool_names is not None:
+            if any(c.name is not None and c.name not in self._tool_names for c in found):
+                found = None
+        if found is None:  # a bare JSON reply that is content after all
             self._held_ws = ""
             self._emit_content(delta, text)
             return
-        self._release(delta, calls)
+        self._release(delta, found)
 
 
 def parse_tool_calls(

@@ -3,7 +3,8 @@
 Pure (no torch). :func:`template_renders_tools` renders a probe tool through the template and
 looks for it in the text (cached per template source). :func:`resolve_tool_support` combines
 that with the ``tool_call_format`` setting into a :class:`ToolSupport`: the format to parse and
-force, and whether the fallback of :mod:`~langchain_ascend.chat.tool_format` is used. It logs
+force, and whether the fallback (the Hermes format's own prompt rendering,
+:mod:`~langchain_ascend.tool_formats.hermes`) is used. It logs
 the path once (INFO) per model and template. :func:`apply_fallback` rewrites template messages
 for the fallback: tool schemas into the system turn, earlier calls into the assistant's text,
 tool results into ``user`` turns of ``<tool_response>`` blocks.
@@ -29,17 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_ascend.chat.tool_format import (
-    render_calls,
-    render_tool_response,
-    render_tools_section,
-)
-from langchain_ascend.chat.tool_parsers import ToolCallFormat, detect_tool_call_format
 from langchain_ascend.errors import ChatTemplateError
+from langchain_ascend.tool_formats import ToolCallFormat, detect_tool_call_format
+from langchain_ascend.tool_formats.hermes import HERMES
 
 logger = logging.getLogger(__name__)
 
 ToolCallFormatSetting = Literal["auto", "fallback", "hermes", "llama3_json", "mistral"]
+FALLBACK = HERMES  # the format that can write tools into a prompt itself
 FALLBACK_FORMAT: ToolCallFormat = "hermes"
 
 PROBE_TOOL_NAME = "zq_probe_lookup_7319"
@@ -158,7 +156,8 @@ def check_tools_usable(support: ToolSupport, setting: str, *, model_name: str) -
     raise ChatTemplateError(
         f"the chat template of {name!r} does not render tools, and tool_call_format="
         f"{setting!r} cannot be used without it: use tool_call_format='auto' (or 'hermes' / "
-        "'fallback') to have the tools written into the system turn in the <tool_call> format"
+        f"'fallback') to have the tools written into the system turn in the {FALLBACK.opener} "
+        "format"
     )
 
 
@@ -172,8 +171,8 @@ def _log_once(model: str, source: str | None, setting: str, support: ToolSupport
     if support.fallback:
         logger.info(
             "%s: chat template %s does not render tools (tool_call_format=%r); tool schemas "
-            "and tool history are written into the prompt in the <tool_call> fallback format",
-            model, digest, setting,
+            "and tool history are written into the prompt in the %s fallback format",
+            model, digest, setting, FALLBACK.opener,
         )
     else:
         logger.info(
@@ -188,8 +187,8 @@ def apply_fallback(
 ) -> list[dict[str, Any]]:
     """Template messages rewritten for a template that knows nothing about tools.
 
-    * With ``tools``, their section (:func:`~langchain_ascend.chat.tool_format.
-      render_tools_section`) is prepended to the first message when it is a system message,
+    * With ``tools``, their section (:meth:`~langchain_ascend.tool_formats.hermes.
+      HermesFormat.render_tools_section`) is prepended to the first message when it is a system message,
       else a system message holding it is added in front.
     * An assistant message's ``tool_calls`` are appended to its content in the fallback format
       (and the key dropped).
@@ -202,10 +201,10 @@ def apply_fallback(
     for message in messages:
         entry = dict(message)
         if entry.get("role") == "assistant" and entry.get("tool_calls"):
-            calls = render_calls(entry.pop("tool_calls"))
+            calls = FALLBACK.render_calls(entry.pop("tool_calls"))
             entry["content"] = "\n".join(p for p in (entry.get("content") or "", calls) if p)
         elif entry.get("role") == "tool":
-            block = render_tool_response(
+            block = FALLBACK.render_tool_response(
                 entry.get("name"), entry.get("tool_call_id"), str(entry.get("content") or "")
             )
             previous = rewritten[-1] if rewritten else None
@@ -217,7 +216,7 @@ def apply_fallback(
     for entry in rewritten:
         entry.pop("_tool_results", None)
     if tools:
-        section = render_tools_section(tools)
+        section = FALLBACK.render_tools_section(tools)
         if rewritten and rewritten[0].get("role") == "system":
             first = rewritten[0]
             first["content"] = "\n\n".join(p for p in (section, first.get("content") or "") if p)

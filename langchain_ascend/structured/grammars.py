@@ -8,8 +8,8 @@ tokenizer (cached per spec) and drives the per-request matcher. Three kinds:
   wander off into endless whitespace;
 * ``json_object`` — any JSON object (``json_mode``);
 * ``structural_tag`` — xgrammar's structural-tag format, used for forced tool calls in the
-  model's own tool-call syntax (Hermes ``<tool_call>`` blocks, Llama JSON, Mistral
-  ``[TOOL_CALLS]``), each call's ``arguments`` matching that tool's parameter schema, and for
+  model's own tool-call syntax (each format object of :mod:`langchain_ascend.tool_formats`
+  writes its own), each call's ``arguments`` matching that tool's parameter schema, and for
   ``tool_choice="none"`` (free text without call markers).
 """
 
@@ -20,27 +20,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_ascend.chat.tool_format import (
-    BODY_SUFFIX,
-    CALL_SEPARATOR,
-    CALL_SUFFIX,
-    body_prefix,
-    call_prefix,
-)
-from langchain_ascend.chat.tool_parsers import (
-    HERMES_CLOSE,
-    HERMES_OPEN,
-    MISTRAL_MARKER,
-    ToolCallFormat,
-    call_openers,
-)
 from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.tool_formats import ToolCallFormat, call_openers, forcing_format
 
 GrammarKind = Literal["json_schema", "json_object", "structural_tag"]
-
-# Whitespace between JSON tokens inside forced tool arguments: at most one character, so the
-# output stays JSON a template re-renders almost identically and generation cannot stall.
-TOOL_ARGS_MAX_WHITESPACE = 1
 
 
 @dataclass(frozen=True)
@@ -101,42 +84,6 @@ def json_object_grammar() -> GrammarSpec:
     return GrammarSpec("json_object")
 
 
-def _parameters_of(tool: Mapping[str, Any]) -> dict[str, Any]:
-    params = tool["function"].get("parameters") or {"type": "object", "properties": {}}
-    return dict(params)
-
-
-def _args_format(params: Mapping[str, Any], excludes: Sequence[str]) -> dict[str, Any]:
-    return {
-        "type": "json_schema",
-        "json_schema": dict(params),
-        "max_whitespace_cnt": TOOL_ARGS_MAX_WHITESPACE,
-        "excludes": list(excludes),
-    }
-
-
-def _marker(text: str, special_tokens: Collection[str]) -> dict[str, Any]:
-    """A literal that is a single special token in this vocabulary must be written as one."""
-    if text in special_tokens:
-        return {"type": "token", "token": text}
-    return {"type": "const_string", "value": text}
-
-
-def _hermes_call(tool: Mapping[str, Any], special_tokens: Collection[str]) -> dict[str, Any]:
-    """One Hermes call as a structural tag; markers that are special tokens are written as
-    their single token (what a tool-tuned model was trained to emit)."""
-    name = tool["function"]["name"]
-    args = _args_format(_parameters_of(tool), [HERMES_OPEN, HERMES_CLOSE])
-    if HERMES_OPEN not in special_tokens and HERMES_CLOSE not in special_tokens:
-        return {"type": "tag", "begin": call_prefix(name), "content": args, "end": CALL_SUFFIX}
-    body = {"type": "sequence", "elements": [
-        {"type": "const_string", "value": body_prefix(name)}, args,
-        {"type": "const_string", "value": BODY_SUFFIX}]}
-    opener, closer = (_marker(m, special_tokens) for m in (HERMES_OPEN, HERMES_CLOSE))
-    return {"type": "tag", "begin": opener if opener["type"] == "token" else HERMES_OPEN,
-            "content": body, "end": closer if closer["type"] == "token" else HERMES_CLOSE}
-
-
 def select_tools(
     tools: Sequence[Mapping[str, Any]], tool_name: str | None
 ) -> list[Mapping[str, Any]]:
@@ -182,64 +129,7 @@ def tool_call_grammar(
     Raises:
         InvalidRequestError: No tools, or an unknown ``tool_name``.
     """
-    chosen = select_tools(tools, tool_name)
-    required: list[str] = []
-    if fmt == "mistral":
-        excludes = [MISTRAL_MARKER]
-        calls = [
-            {
-                "type": "tag",
-                "begin": '{"name": ' + json.dumps(t["function"]["name"]) + ', "arguments": ',
-                "content": _args_format(_parameters_of(t), excludes),
-                "end": "}",
-            }
-            for t in chosen
-        ]
-        body = {
-            "type": "tags_with_separator",
-            "tags": calls,
-            "separator": ", ",
-            "at_least_one": True,
-            "stop_after_first": not parallel,
-        }
-        marker = _marker(MISTRAL_MARKER, special_tokens)
-        if marker["type"] == "token":
-            required.append(MISTRAL_MARKER)
-        root: dict[str, Any] = {
-            "type": "sequence",
-            "elements": [
-                marker,
-                {"type": "const_string", "value": "["},
-                body,
-                {"type": "const_string", "value": "]"},
-            ],
-        }
-    elif fmt == "llama3_json":
-        calls = [
-            {
-                "type": "tag",
-                "begin": '{"name": ' + json.dumps(t["function"]["name"]) + ', "parameters": ',
-                "content": _args_format(_parameters_of(t), []),
-                "end": "}",
-            }
-            for t in chosen
-        ]
-        root = {
-            "type": "tags_with_separator",
-            "tags": calls,
-            "separator": "; ",
-            "at_least_one": True,
-            "stop_after_first": not parallel,
-        }
-    else:
-        calls = [_hermes_call(t, special_tokens) for t in chosen]
-        required += [m for m in (HERMES_OPEN, HERMES_CLOSE) if m in special_tokens]
-        root = {
-            "type": "tags_with_separator",
-            "tags": calls,
-            "separator": CALL_SEPARATOR,
-            "at_least_one": True,
-            "stop_after_first": not parallel,
-        }
+    root, required = forcing_format(fmt).grammar(
+        select_tools(tools, tool_name), parallel=parallel, special_tokens=special_tokens)
     tag = {"type": "structural_tag", "format": root}
-    return GrammarSpec("structural_tag", _canonical(tag), tuple(required))
+    return GrammarSpec("structural_tag", _canonical(tag), required)

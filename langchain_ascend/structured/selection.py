@@ -21,9 +21,8 @@ request                                        grammar
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from langchain_ascend.chat.tool_parsers import ToolCallFormat
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured.grammars import (
     GrammarSpec,
@@ -32,11 +31,12 @@ from langchain_ascend.structured.grammars import (
     no_tool_call_grammar,
     tool_call_grammar,
 )
+from langchain_ascend.tool_formats import ToolCallFormat, forcing_format
 
 
 def forced_format(fmt: ToolCallFormat) -> ToolCallFormat:
     """The syntax a forced call is written in: ``auto`` (no hint) forces Hermes ``<tool_call>``."""
-    return "hermes" if fmt == "auto" else fmt
+    return cast(ToolCallFormat, forcing_format(fmt).name)
 
 
 def response_format_grammar(response_format: Any) -> GrammarSpec:
