@@ -8,13 +8,12 @@ Swap the import and keep the code::
     store.similarity_search_with_score("foo", k=1)
     # [(Document(id='...', metadata={}, page_content='foo'), 0.0)]
 
-The LangChain surface lives here; the search work lives in :mod:`langchain_ascend.index`.
-torch is imported lazily (by the index modules and :mod:`langchain_ascend.platform`).
+The LangChain surface lives here; the work lives in :mod:`langchain_ascend.index` (state and
+writes, search, persistence, adoption of lc FAISS stores). torch is imported lazily.
 """
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,26 +24,22 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 
-from langchain_ascend.errors import (
-    IndexFormatError,
-    VectorStoreArgumentTypeError,
-    VectorStoreInputError,
-)
-from langchain_ascend.index import embedding_calls, search
-from langchain_ascend.index.async_search import AsyncSearchMixin
+from langchain_ascend.errors import VectorStoreInputError
+from langchain_ascend.index import embedding_calls, persist, search
+from langchain_ascend.index.adoption import adopt, checked_merge, foreign_rows
 from langchain_ascend.index.distance import DistanceStrategy, as_strategy, metric_of_strategy
 from langchain_ascend.index.docstore import DocumentStore, RowIdView
 from langchain_ascend.index.filters import FilterSpec
 from langchain_ascend.index.retriever import AscendFAISSRetriever
 from langchain_ascend.index.search import ScoredDocs
 from langchain_ascend.index.store_state import (
-    INDEX_TYPES,
     IndexOptions,
     StoreState,
+    require_texts,
+    split_pairs,
     text_items,
-    validated_rows,
+    texts_to_add,
 )
-from langchain_ascend.validation import STORE, as_items, check_count, check_device
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +49,10 @@ if TYPE_CHECKING:
 
 __all__ = ["AscendFAISS", "AscendFAISSRetriever", "DistanceStrategy"]
 
+Filter = FilterSpec | None
 
-class AscendFAISS(AsyncSearchMixin, VectorStore):
+
+class AscendFAISS(VectorStore):
     """Vector store with the ``langchain_community`` FAISS API, searched on the device.
 
     The vectors sit in one device tensor (float32 by default; ``dtype="float16"`` /
@@ -64,22 +61,16 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
     whenever ``k`` documents match. Ids are unique: adding an existing id replaces it (upsert);
     deleting an unknown id is a no-op. Saving writes safetensors + JSON, never pickle.
 
-    Scores match lc FAISS for the same data: EUCLIDEAN returns SQUARED L2 distance (lower is
-    better), MAX_INNER_PRODUCT the inner product (higher is better). COSINE is a real cosine:
-    the score is the cosine distance ``1 - cos`` (lower is better) and the relevance score is
-    ``cos`` (lc FAISS searches an L2 index for COSINE and reports ``1 - squared_L2``).
-
-    ``score_threshold`` has two meanings, as in lc FAISS: passed to ``similarity_search*`` it
-    bounds the raw score (distance ``<=`` threshold; inner product ``>=`` threshold); passed to
-    ``similarity_search_with_relevance_scores`` or a ``"similarity_score_threshold"`` retriever
-    it is a minimum relevance score.
+    Scores and ``score_threshold`` mean what they mean in lc FAISS (squared L2 for EUCLIDEAN,
+    the inner product for MAX_INNER_PRODUCT), except that COSINE is a real cosine: score
+    ``1 - cos``, relevance ``cos`` (docs/retrieval.md has the table). Every ``a*`` method awaits
+    the query embedding and searches in an executor, so the event loop never waits on the device.
 
     Args:
         embedding_function: The embedding model (positional, as in lc FAISS).
         index: None (built on first add), one of our indexes, or a faiss index to adopt: a
             flat faiss index is copied to the device; any other stays a faiss index.
-        docstore: With ``index``: where the documents of its rows are (anything with
-            ``search(id)``).
+        docstore: With ``index``: the documents of its rows (anything with ``search(id)``).
         index_to_docstore_id: With ``index``: row -> document id.
         relevance_score_fn: Overrides the relevance function of the distance strategy.
         normalize_L2: L2-normalise vectors and queries (as lc FAISS does).
@@ -121,38 +112,24 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         faiss_factory: str = "Flat",
         ivf_min_train_size: int | None = None,
     ) -> None:
-        from langchain_ascend.platform import resolve_device, resolve_dtype
-
         if embedding is not None and embedding_function is not None and (
                 embedding is not embedding_function):
             raise VectorStoreInputError("pass either embedding_function or embedding, not both")
-        if index_type not in INDEX_TYPES:
-            raise VectorStoreInputError(
-                f"unknown index_type {index_type!r}: use one of {', '.join(INDEX_TYPES)}")
+        IndexOptions.check_type(index_type)
         self._embedding = embedding if embedding is not None else embedding_function
         self.distance_strategy = as_strategy(distance_strategy)
         self._metric = metric_of_strategy(self.distance_strategy)
         self.override_relevance_score_fn = relevance_score_fn
         self._normalize_L2 = bool(normalize_L2)
+        self._normalize_queries = self._normalize_L2 or self._metric == "cosine"
         if self._normalize_L2 and self.distance_strategy != DistanceStrategy.EUCLIDEAN_DISTANCE:
             warnings.warn(f"Normalizing L2 is not applicable for metric type: "
                           f"{self.distance_strategy}", stacklevel=2)
-        if isinstance(device, str):  # the spelling ("cpu:1" is no device); existence below
-            check_device(device, errors=STORE)
-        self._device = resolve_device(device)
-        try:
-            self._dtype = resolve_dtype(dtype, self._device)
-        except ValueError as exc:
-            raise VectorStoreInputError(str(exc)) from None
-        for name, value in (("nlist", nlist), ("nprobe", nprobe),
-                            ("ivf_min_train_size", ivf_min_train_size)):
-            check_count(name, value, allow_none=True, errors=STORE)
-        self._options = IndexOptions(index_type, self._metric, self._device, self._dtype, nlist,
-                                     nprobe, faiss_factory, ivf_min_train_size)
-        self._state = StoreState(self._device)
+        self._options = IndexOptions.resolve(
+            index_type, self._metric, device=device, dtype=dtype, nlist=nlist, nprobe=nprobe,
+            faiss_factory=faiss_factory, ivf_min_train_size=ivf_min_train_size)
+        self._state = StoreState(self._options.device)
         if index is not None:
-            from langchain_ascend.index.store_io import adopt
-
             adopt(self._state, self._options, self.distance_strategy, index, docstore,
                   index_to_docstore_id)
 
@@ -185,7 +162,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
     @property
     def device(self) -> torch.device:
         """Where the vectors live."""
-        return self._device
+        return self._options.device
 
     @property
     def dim(self) -> int | None:
@@ -195,46 +172,25 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
     def __len__(self) -> int:
         return len(self._state.row_ids)
 
-    # ---- writes -------------------------------------------------------------------------------
+    # ---- writes (validated whole, then applied under the state's lock) ------------------------
     def _add(self, texts: Iterable[str], vectors: Any, metadatas: Any = None,
              ids: Any = None) -> list[str]:
-        """Validate everything, then write vectors, rows and documents (upsert by id)."""
-        from langchain_ascend.index.device_index import l2_normalize, to_matrix
-
-        texts = text_items(texts)
-        final_ids, metas = validated_rows(texts, metadatas, ids)
-        matrix = to_matrix(vectors, device=self._device, dim=self.dim)
-        if matrix.shape[0] != len(texts):
-            raise VectorStoreInputError(
-                f"got {matrix.shape[0]} embeddings for {len(texts)} texts")
-        if not texts:
-            return []
-        if self._normalize_L2:
-            matrix = l2_normalize(matrix)
-        docs = [Document(id=i, page_content=t, metadata=m)
-                for i, t, m in zip(final_ids, texts, metas, strict=True)]
-        self._state.upsert(final_ids, docs, matrix, self._options.new_index)
-        return final_ids
+        return self._state.add(texts, vectors, metadatas, ids, normalize=self._normalize_L2,
+                               new_index=self._options.new_index)
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None,
                   ids: list[str] | None = None, **kwargs: Any) -> list[str]:
-        """Embed and add texts; an id already in the store is replaced.
-
-        Returns:
-            The ids of the added texts.
-        """
-        texts = text_items(texts)
+        """Embed and add texts; an id already in the store is replaced. Returns the ids."""
+        texts = texts_to_add(texts, metadatas, ids)
         if not texts:
-            validated_rows(texts, metadatas, ids)
             return []
         return self._add(texts, embedding_calls.documents(self._embedding, texts), metadatas, ids)
 
     async def aadd_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None,
                          ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         """Async :meth:`add_texts` (embedding awaited, the index write in an executor)."""
-        texts = text_items(texts)
+        texts = texts_to_add(texts, metadatas, ids)
         if not texts:
-            validated_rows(texts, metadatas, ids)
             return []
         vectors = await embedding_calls.adocuments(self._embedding, texts)
         return await run_in_executor(None, self._add, texts, vectors, metadatas, ids)
@@ -243,17 +199,12 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
                        metadatas: list[dict] | None = None, ids: list[str] | None = None,
                        **kwargs: Any) -> list[str]:
         """Add ``(text, vector)`` pairs without embedding (vectors may also be numpy rows)."""
-        pairs = as_items("text_embeddings", text_embeddings, str_is_item=False,
-                         error=VectorStoreArgumentTypeError, what="a list of (text, vector)")
-        assert pairs is not None
-        return self._add([text for text, _ in pairs], [vec for _, vec in pairs], metadatas, ids)
+        texts, vectors = split_pairs(text_embeddings)
+        return self._add(texts, vectors, metadatas, ids)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete documents by id; unknown ids are ignored.
-
-        Raises:
-            VectorStoreInputError: ``ids`` is None (as lc FAISS, which raises ValueError).
-        """
+        """Delete documents by id; unknown ids are ignored; ``ids=None`` raises
+        ``VectorStoreInputError`` (lc FAISS raises ValueError)."""
         if ids is None:
             raise VectorStoreInputError("No ids provided to delete (ids=None); pass the ids, "
                                         "or one id as a string")
@@ -264,83 +215,69 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         """Documents for the ids that exist, in the order asked."""
         return self._state.get_by_ids(ids)
 
-    # ---- search core --------------------------------------------------------------------------
-    @property
-    def _normalize_queries(self) -> bool:
-        return self._normalize_L2 or self._metric == "cosine"
+    def merge_from(self, target: Any) -> None:
+        """Add all documents and vectors of another store (ours or an lc FAISS); ids in both
+        or another strategy raise ``VectorStoreInputError``, another dimension
+        ``EmbeddingDimensionError``."""
+        rows, strategy = ((target._state.export(), target.distance_strategy)
+                          if isinstance(target, AscendFAISS) else foreign_rows(target))
+        ids, docs, vectors = checked_merge(rows, strategy, self.distance_strategy, self.dim)
+        if not ids:
+            return
+        with self._state.lock:
+            self._state.check_new_ids(ids)
+            self._add([d.page_content for d in docs], vectors, [d.metadata for d in docs], ids)
 
-    def similarity_search_with_score_by_vectors(
-        self, embeddings: Any, k: int = 4, filter: FilterSpec | None = None,
-        fetch_k: int = 20, **kwargs: Any,
-    ) -> list[ScoredDocs]:
-        """Batch search: one matmul for all query vectors.
-
-        Args:
-            embeddings: (B, D) query vectors (lists, numpy or a tensor on any device).
-            k: Results per query.
-            filter: Metadata filter (dict or callable), applied before top-k.
-            fetch_k: Accepted for lc compatibility (filters never need over-fetching here).
-            **kwargs: ``score_threshold`` on the raw score.
-
-        Returns:
-            One ``[(Document, score), ...]`` list per query.
-        """
+    # ---- search (one matmul per batch of queries; raw scores as in the class docstring) -------
+    def similarity_search_with_score_by_vectors(self, embeddings: Any, k: int = 4,
+                                                filter: Filter = None, fetch_k: int = 20,
+                                                **kwargs: Any) -> list[ScoredDocs]:
+        """One ``[(Document, score), ...]`` per row of ``embeddings`` (B, D); the filter applies
+        before top-k (``fetch_k`` is for lc compatibility); ``score_threshold=``: raw score."""
         return search.search_by_vectors(
             self._state, embeddings, k, filter, normalize=self._normalize_queries,
             metric=self._metric, score_threshold=kwargs.get("score_threshold"))
 
-    def similarity_search_with_score_by_vector(
-        self, embedding: Any, k: int = 4, filter: FilterSpec | None = None,
-        fetch_k: int = 20, **kwargs: Any,
-    ) -> ScoredDocs:
-        """Documents most similar to a vector, with raw scores (see the class docstring)."""
-        return self.similarity_search_with_score_by_vectors(search.one_query(embedding), k,
-                                                            filter, fetch_k, **kwargs)[0]
+    def similarity_search_with_score_by_vector(self, embedding: Any, k: int = 4,
+                                               filter: Filter = None, fetch_k: int = 20,
+                                               **kwargs: Any) -> ScoredDocs:
+        """Documents most similar to a vector, with raw scores."""
+        return self.similarity_search_with_score_by_vectors(
+            search.one_query(embedding), k, filter, fetch_k, **kwargs)[0]
 
-    def similarity_search_with_score(
-        self, query: str, k: int = 4, filter: FilterSpec | None = None, fetch_k: int = 20,
-        **kwargs: Any,
-    ) -> ScoredDocs:
+    def similarity_search_with_score(self, query: str, k: int = 4, filter: Filter = None,
+                                     fetch_k: int = 20, **kwargs: Any) -> ScoredDocs:
         """Documents most similar to a query text, with raw scores."""
         return self.similarity_search_with_score_by_vectors(
             embedding_calls.queries(self._embedding, [query]), k, filter, fetch_k, **kwargs)[0]
 
-    def similarity_search_by_vector(
-        self, embedding: Any, k: int = 4, filter: FilterSpec | None = None,
-        fetch_k: int = 20, **kwargs: Any,
-    ) -> list[Document]:
+    def similarity_search_by_vector(self, embedding: Any, k: int = 4, filter: Filter = None,
+                                    fetch_k: int = 20, **kwargs: Any) -> list[Document]:
         """Documents most similar to a vector."""
-        return [d for d, _ in self.similarity_search_with_score_by_vector(
-            embedding, k, filter, fetch_k, **kwargs)]
+        return _docs(self.similarity_search_with_score_by_vector(
+            embedding, k, filter, fetch_k, **kwargs))
 
-    def similarity_search(
-        self, query: str, k: int = 4, filter: FilterSpec | None = None, fetch_k: int = 20,
-        **kwargs: Any,
-    ) -> list[Document]:
+    def similarity_search(self, query: str, k: int = 4, filter: Filter = None,
+                          fetch_k: int = 20, **kwargs: Any) -> list[Document]:
         """Documents most similar to a query text."""
-        return [d for d, _ in self.similarity_search_with_score(query, k, filter, fetch_k,
-                                                                **kwargs)]
+        return _docs(self.similarity_search_with_score(query, k, filter, fetch_k, **kwargs))
 
-    def similarity_search_with_score_batch(
-        self, queries: Sequence[str], k: int = 4, filter: FilterSpec | None = None,
-        fetch_k: int = 20, **kwargs: Any,
-    ) -> list[ScoredDocs]:
-        """Several query texts in one search call (one matmul); raw scores."""
+    def similarity_search_with_score_batch(self, queries: Sequence[str], k: int = 4,
+                                           filter: Filter = None, fetch_k: int = 20,
+                                           **kwargs: Any) -> list[ScoredDocs]:
+        """Several query texts in one search call; raw scores."""
         queries = text_items(queries, "queries")
         if not queries:
             return []
         return self.similarity_search_with_score_by_vectors(
             embedding_calls.queries(self._embedding, queries), k, filter, fetch_k, **kwargs)
 
-    def similarity_search_batch(
-        self, queries: Sequence[str], k: int = 4, filter: FilterSpec | None = None,
-        fetch_k: int = 20, **kwargs: Any,
-    ) -> list[list[Document]]:
-        """Several query texts in one search call (one matmul)."""
-        return [[d for d, _ in pairs] for pairs in self.similarity_search_with_score_batch(
+    def similarity_search_batch(self, queries: Sequence[str], k: int = 4, filter: Filter = None,
+                                fetch_k: int = 20, **kwargs: Any) -> list[list[Document]]:
+        """Several query texts in one search call."""
+        return [_docs(pairs) for pairs in self.similarity_search_with_score_batch(
             queries, k, filter, fetch_k, **kwargs)]
 
-    # ---- relevance scores ----------------------------------------------------------------------
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         """The relevance function lc FAISS uses for this distance strategy."""
         if self.override_relevance_score_fn is not None:
@@ -351,196 +288,175 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
             return self._cosine_relevance_score_fn
         return self._euclidean_relevance_score_fn
 
-    def _similarity_search_with_relevance_scores(
-        self, query: str, k: int = 4, filter: FilterSpec | None = None, fetch_k: int = 20,
-        **kwargs: Any,
-    ) -> ScoredDocs:
-        relevance = self._select_relevance_score_fn()
-        return [(d, relevance(s)) for d, s in self.similarity_search_with_score(
-            query, k, filter=filter, fetch_k=fetch_k, **kwargs)]
-
-    async def _asimilarity_search_with_relevance_scores(
-        self, query: str, k: int = 4, filter: FilterSpec | None = None, fetch_k: int = 20,
-        **kwargs: Any,
-    ) -> ScoredDocs:
-        relevance = self._select_relevance_score_fn()
-        return [(d, relevance(s)) for d, s in await self.asimilarity_search_with_score(
-            query, k, filter=filter, fetch_k=fetch_k, **kwargs)]
-
     def similarity_search_with_relevance_scores_batch(
-        self, queries: Sequence[str], k: int = 4, score_threshold: float | None = None,
-        **kwargs: Any,
-    ) -> list[ScoredDocs]:
-        """Batch version of ``similarity_search_with_relevance_scores`` (one matmul)."""
+            self, queries: Sequence[str], k: int = 4, score_threshold: float | None = None,
+            **kwargs: Any) -> list[ScoredDocs]:
+        """``similarity_search_with_relevance_scores`` for several queries in one search."""
         return search.with_relevance(self.similarity_search_with_score_batch(queries, k, **kwargs),
                                      self._select_relevance_score_fn(), score_threshold)
 
-    # ---- MMR -----------------------------------------------------------------------------------
     def _mmr_by_vectors(self, embeddings: Any, k: int, fetch_k: int, lambda_mult: float,
-                        filter: FilterSpec | None) -> list[ScoredDocs]:
+                        filter: Filter) -> list[ScoredDocs]:
         return search.mmr_by_vectors(self._state, embeddings, k, fetch_k, lambda_mult, filter,
                                      normalize=self._normalize_queries)
 
     def max_marginal_relevance_search_with_score_by_vector(
-        self, embedding: Any, *, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
-        filter: FilterSpec | None = None,
-    ) -> ScoredDocs:
+            self, embedding: Any, *, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None) -> ScoredDocs:
         """MMR over the ``fetch_k`` best matches (filter applied first), with their scores."""
         return self._mmr_by_vectors(search.one_query(embedding), k, fetch_k, lambda_mult,
                                     filter)[0]
 
     def max_marginal_relevance_search_by_vector(
-        self, embedding: Any, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
-        filter: FilterSpec | None = None, **kwargs: Any,
-    ) -> list[Document]:
+            self, embedding: Any, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None, **kwargs: Any) -> list[Document]:
         """Documents selected by maximal marginal relevance for a vector."""
-        return [d for d, _ in self.max_marginal_relevance_search_with_score_by_vector(
-            embedding, k=k, fetch_k=fetch_k, lambda_mult=lambda_mult, filter=filter)]
+        return _docs(self.max_marginal_relevance_search_with_score_by_vector(
+            embedding, k=k, fetch_k=fetch_k, lambda_mult=lambda_mult, filter=filter))
 
     def max_marginal_relevance_search(
-        self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
-        filter: FilterSpec | None = None, **kwargs: Any,
-    ) -> list[Document]:
+            self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None, **kwargs: Any) -> list[Document]:
         """Documents selected by maximal marginal relevance for a query text."""
-        return [d for d, _ in self._mmr_by_vectors(
-            embedding_calls.queries(self._embedding, [query]), k, fetch_k, lambda_mult, filter)[0]]
+        return _docs(self._mmr_by_vectors(embedding_calls.queries(self._embedding, [query]), k,
+                                          fetch_k, lambda_mult, filter)[0])
 
     def max_marginal_relevance_search_batch(
-        self, queries: Sequence[str], k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
-        filter: FilterSpec | None = None, **kwargs: Any,
-    ) -> list[list[Document]]:
+            self, queries: Sequence[str], k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None, **kwargs: Any) -> list[list[Document]]:
         """MMR for several query texts; the candidate search is one matmul."""
         queries = text_items(queries, "queries")
         if not queries:
             return []
-        return [[d for d, _ in pairs] for pairs in self._mmr_by_vectors(
+        return [_docs(pairs) for pairs in self._mmr_by_vectors(
             embedding_calls.queries(self._embedding, queries), k, fetch_k, lambda_mult, filter)]
 
-    # ---- merge ---------------------------------------------------------------------------------
-    def merge_from(self, target: Any) -> None:
-        """Add all documents and vectors of another store (ours or an lc FAISS).
+    # ---- async twins: the query embedding awaited, the search in an executor ------------------
+    async def asimilarity_search_with_score_by_vector(
+            self, embedding: Any, k: int = 4, filter: Filter = None, fetch_k: int = 20,
+            **kwargs: Any) -> ScoredDocs:
+        return await run_in_executor(None, self.similarity_search_with_score_by_vector,
+                                     embedding, k, filter, fetch_k, **kwargs)
 
-        Raises:
-            VectorStoreInputError: Ids present in both stores, or different strategies.
-            EmbeddingDimensionError: Different vector dimensions.
-        """
-        from langchain_ascend.index.store_io import merge_input
+    async def asimilarity_search_with_score(self, query: str, k: int = 4, filter: Filter = None,
+                                            fetch_k: int = 20, **kwargs: Any) -> ScoredDocs:
+        return (await self.asimilarity_search_with_score_batch(
+            [query], k, filter, fetch_k, **kwargs))[0]
 
-        ids, docs, vectors = merge_input(target, self.distance_strategy, self.dim)
-        if not ids:
-            return
-        with self._state.lock:
-            clash = sorted(set(ids) & set(self._state.id_to_row))
-            if clash:
-                raise VectorStoreInputError(f"ids present in both stores: {clash[:10]}")
-            self._add([d.page_content for d in docs], vectors, [d.metadata for d in docs], ids)
+    async def asimilarity_search_by_vector(self, embedding: Any, k: int = 4, filter: Filter = None,
+                                           fetch_k: int = 20, **kwargs: Any) -> list[Document]:
+        return _docs(await self.asimilarity_search_with_score_by_vector(
+            embedding, k, filter, fetch_k, **kwargs))
 
-    # ---- persistence ---------------------------------------------------------------------------
+    async def asimilarity_search(self, query: str, k: int = 4, filter: Filter = None,
+                                 fetch_k: int = 20, **kwargs: Any) -> list[Document]:
+        return _docs(await self.asimilarity_search_with_score(query, k, filter, fetch_k, **kwargs))
+
+    async def asimilarity_search_with_score_batch(
+            self, queries: Sequence[str], k: int = 4, filter: Filter = None, fetch_k: int = 20,
+            **kwargs: Any) -> list[ScoredDocs]:
+        if not queries:
+            return []
+        vectors = await embedding_calls.aqueries(self._embedding, list(queries))
+        return await run_in_executor(None, self.similarity_search_with_score_by_vectors,
+                                     vectors, k, filter, fetch_k, **kwargs)
+
+    async def asimilarity_search_batch(
+            self, queries: Sequence[str], k: int = 4, filter: Filter = None, fetch_k: int = 20,
+            **kwargs: Any) -> list[list[Document]]:
+        return [_docs(pairs) for pairs in await self.asimilarity_search_with_score_batch(
+            queries, k, filter, fetch_k, **kwargs)]
+
+    async def asimilarity_search_with_relevance_scores_batch(
+            self, queries: Sequence[str], k: int = 4, score_threshold: float | None = None,
+            **kwargs: Any) -> list[ScoredDocs]:
+        return search.with_relevance(await self.asimilarity_search_with_score_batch(
+            queries, k, **kwargs), self._select_relevance_score_fn(), score_threshold)
+
+    async def amax_marginal_relevance_search_with_score_by_vector(
+            self, embedding: Any, *, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None) -> ScoredDocs:
+        return await run_in_executor(
+            None, self.max_marginal_relevance_search_with_score_by_vector, embedding, k=k,
+            fetch_k=fetch_k, lambda_mult=lambda_mult, filter=filter)
+
+    async def amax_marginal_relevance_search_by_vector(
+            self, embedding: Any, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None, **kwargs: Any) -> list[Document]:
+        return _docs(await self.amax_marginal_relevance_search_with_score_by_vector(
+            embedding, k=k, fetch_k=fetch_k, lambda_mult=lambda_mult, filter=filter))
+
+    async def amax_marginal_relevance_search(
+            self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None, **kwargs: Any) -> list[Document]:
+        return (await self.amax_marginal_relevance_search_batch(
+            [query], k, fetch_k, lambda_mult, filter))[0]
+
+    async def amax_marginal_relevance_search_batch(
+            self, queries: Sequence[str], k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+            filter: Filter = None, **kwargs: Any) -> list[list[Document]]:
+        if not queries:
+            return []
+        vectors = await embedding_calls.aqueries(self._embedding, list(queries))
+        return [_docs(pairs) for pairs in await run_in_executor(
+            None, self._mmr_by_vectors, vectors, k, fetch_k, lambda_mult, filter)]
+
+    # ---- persistence: langchain_ascend.index.persist ------------------------------------------
     def save_local(self, folder_path: str | Path, index_name: str = "index") -> None:
-        """Save to ``folder_path`` atomically (safetensors + JSON with checksums; no pickle).
-
-        A crash during the save leaves the previous save loadable. See
-        :mod:`langchain_ascend.index.persistence` for the layout.
-
-        Raises:
-            VectorStoreInputError: A metadata value cannot be stored (nothing is written).
-        """
-        from langchain_ascend.index.persistence import save_folder
-        from langchain_ascend.index.store_io import snapshot
-
-        state = self._state
-        with state.lock:
-            saved = snapshot(state.index, state.documents(), self._options.saved_config(
-                state.index, distance_strategy=self.distance_strategy.value,
-                normalize_L2=self._normalize_L2, num_vectors=len(state.row_ids)))
-        save_folder(Path(folder_path), index_name, saved)
+        """Save atomically (safetensors + JSON with checksums, no pickle): a crash leaves the
+        previous save loadable; unstorable metadata raises before anything is written."""
+        persist.save(folder_path, index_name, self._state, self._options,
+                     distance_strategy=self.distance_strategy.value,
+                     normalize_L2=self._normalize_L2)
 
     @classmethod
     def load_local(cls, folder_path: str | Path, embeddings: Embeddings | None,
                    index_name: str = "index", *, allow_dangerous_deserialization: bool = False,
                    **kwargs: Any) -> AscendFAISS:
-        """Load a folder saved by :meth:`save_local`, or by ``langchain_community`` FAISS.
-
-        Our format needs no flag. An lc folder (``index.faiss`` + ``index.pkl``) needs
-        ``allow_dangerous_deserialization=True`` exactly as in lc; its distance strategy is
-        taken from the faiss index's metric unless ``distance_strategy`` is passed.
-
-        Args:
-            folder_path: The folder.
-            embeddings: Embedding model for text queries.
-            index_name: Name used at save time.
-            allow_dangerous_deserialization: Permit unpickling an lc folder.
-            **kwargs: Constructor options (``device``, ``dtype``, ``relevance_score_fn``...).
+        """Load a folder saved by :meth:`save_local`, or by ``langchain_community`` FAISS (a
+        pickle: only with ``allow_dangerous_deserialization=True``, as in lc; its distance
+        strategy from the faiss metric unless passed). ``**kwargs``: constructor options.
 
         Raises:
             IndexFormatError: Nothing saved under that name, or damaged files.
             ChecksumMismatchError: A file changed since it was saved.
             UnsafeDeserializationError: An lc folder without the flag.
         """
-        from langchain_ascend.index.persistence import has_saved_index, load_folder
-        from langchain_ascend.index.store_io import read_lc_folder
-
-        folder = Path(folder_path)
-        if has_saved_index(folder, index_name):
-            return cls._from_saved(load_folder(folder, index_name), embeddings, **kwargs)
-        lc_parts = read_lc_folder(folder, index_name, allow_dangerous_deserialization, kwargs)
-        if lc_parts is not None:
-            return cls(embeddings, *lc_parts, **kwargs)
-        raise IndexFormatError(f"no saved index named {index_name!r} in {folder}")
+        return cls._rebuild(persist.load(
+            folder_path, index_name, options=kwargs,
+            allow_dangerous_deserialization=allow_dangerous_deserialization), embeddings)
 
     @classmethod
-    def _from_saved(cls, saved: Any, embeddings: Embeddings | None,
-                    **kwargs: Any) -> AscendFAISS:
-        from langchain_ascend.index.store_io import options_from_config, restore_state
-
-        options, count, dim = options_from_config(saved.config, kwargs)
-        store = cls(embeddings, **options)
-        restore_state(saved, store._state, store._options, factory=options["faiss_factory"],
-                      count=count, dim=dim)
+    def _rebuild(cls, loaded: persist.LoadedStore, embeddings: Embeddings | None) -> AscendFAISS:
+        store = cls(embeddings, *loaded.args, **loaded.options)
+        loaded.fill(store._state, store._options)
         return store
 
     def serialize_to_bytes(self) -> bytes:
         """The :meth:`save_local` folder as an uncompressed tar in memory (no pickle)."""
-        from langchain_ascend.index.store_io import pack_tar
-
-        with tempfile.TemporaryDirectory() as tmp:
-            self.save_local(tmp)
-            return pack_tar(Path(tmp))
+        return persist.to_bytes(self.save_local)
 
     @classmethod
     def deserialize_from_bytes(cls, serialized: bytes, embeddings: Embeddings | None, *,
                                allow_dangerous_deserialization: bool = False,
                                **kwargs: Any) -> AscendFAISS:
-        """Inverse of :meth:`serialize_to_bytes`.
-
-        Raises:
-            UnsafeDeserializationError: The bytes are an lc FAISS pickle (not supported
-                without the flag; with it, they are loaded as lc does).
-            IndexFormatError: The bytes are neither format.
-        """
-        from langchain_ascend.index.store_io import extract_tar, read_lc_pickle
-
-        if not serialized.startswith(b"\x80"):
-            with tempfile.TemporaryDirectory() as tmp:
-                extract_tar(serialized, Path(tmp))
-                return cls.load_local(tmp, embeddings, **kwargs)
-        index, docstore, mapping = read_lc_pickle(serialized, allow_dangerous_deserialization)
-        return cls(embeddings, index, docstore, mapping, **kwargs)
+        """Inverse of :meth:`serialize_to_bytes`; lc FAISS's pickle bytes only with the flag
+        (else ``UnsafeDeserializationError``); anything else is an ``IndexFormatError``."""
+        return cls._rebuild(persist.load_bytes(
+            serialized, options=kwargs,
+            allow_dangerous_deserialization=allow_dangerous_deserialization), embeddings)
 
     # ---- constructors --------------------------------------------------------------------------
     @classmethod
     def from_texts(cls, texts: list[str], embedding: Embeddings,
                    metadatas: list[dict] | None = None, ids: list[str] | None = None,
                    **kwargs: Any) -> AscendFAISS:
-        """Embed texts and build a store (options as in the constructor).
-
-        Raises:
-            VectorStoreInputError: No texts (start empty with ``AscendFAISS(embedding=...)``).
-        """
+        """Embed texts and build a store (options as in the constructor); no texts raise
+        ``VectorStoreInputError`` (start empty with ``AscendFAISS(embedding=...)``)."""
         texts = text_items(texts)
-        _require_texts(texts)
+        require_texts(texts)
         store = cls(embedding, **kwargs)
-        store._add(texts, embedding_calls.documents(store._embedding, texts), metadatas, ids)
+        store.add_texts(texts, metadatas, ids)
         return store
 
     @classmethod
@@ -549,10 +465,9 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
                           **kwargs: Any) -> AscendFAISS:
         """Async :meth:`from_texts` (embedding awaited)."""
         texts = text_items(texts)
-        _require_texts(texts)
+        require_texts(texts)
         store = cls(embedding, **kwargs)
-        vectors = await embedding_calls.adocuments(store._embedding, texts)
-        await run_in_executor(None, store._add, texts, vectors, metadatas, ids)
+        await store.aadd_texts(texts, metadatas, ids)
         return store
 
     @classmethod
@@ -561,7 +476,7 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
                         **kwargs: Any) -> AscendFAISS:
         """Build a store from ``(text, vector)`` pairs."""
         pairs = list(text_embeddings)
-        _require_texts(pairs)
+        require_texts(pairs)
         store = cls(embedding, **kwargs)
         store.add_embeddings(pairs, list(metadatas) if metadatas is not None else None, ids)
         return store
@@ -574,21 +489,12 @@ class AscendFAISS(AsyncSearchMixin, VectorStore):
         return await run_in_executor(None, lambda: cls.from_embeddings(
             text_embeddings, embedding, metadatas, ids, **kwargs))
 
-    # ---- retriever -----------------------------------------------------------------------------
     def as_retriever(self, **kwargs: Any) -> AscendFAISSRetriever:
-        """A retriever whose ``batch``/``abatch`` run one batched search for all queries.
-
-        Args:
-            **kwargs: ``search_type`` (``"similarity"``, ``"mmr"``,
-                ``"similarity_score_threshold"``) and ``search_kwargs`` (``k``, ``filter``,
-                ``score_threshold``, ``fetch_k``, ``lambda_mult``), as in LangChain.
-        """
+        """A retriever whose ``batch``/``abatch`` run one batched search for all queries
+        (``search_type`` and ``search_kwargs`` as in LangChain)."""
         tags = kwargs.pop("tags", None) or [*self._get_retriever_tags()]
         return AscendFAISSRetriever(vectorstore=self, tags=tags, **kwargs)
 
 
-def _require_texts(texts: Sequence[Any]) -> None:
-    if not texts:
-        raise VectorStoreInputError(
-            "cannot build a store from no texts (the dimension is unknown); start an empty "
-            "store with AscendFAISS(embedding=...) and add texts later")
+def _docs(pairs: ScoredDocs) -> list[Document]:
+    return [doc for doc, _ in pairs]

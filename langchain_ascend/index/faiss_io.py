@@ -1,5 +1,5 @@
-"""faiss (CPU) side: a faiss-backed index for corpora that do not fit device memory, and the
-readers for faiss files and ``langchain_community`` FAISS folders.
+"""faiss (CPU) side: a faiss-backed index for corpora that do not fit device memory (faiss
+files and lc FAISS folders are read and written by :mod:`langchain_ascend.index.persist`).
 
 :class:`FaissIndex` keeps the same row contract as the device indexes (dense rows in insertion
 order, deletes compact) on top of any faiss index built from a factory string
@@ -12,8 +12,6 @@ inner-product index is used; reported scores are ``1 - cos``.
 
 from __future__ import annotations
 
-import pickle
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -319,49 +317,3 @@ class FaissIndex:
             out_scores[i, : picked.size] = scores[i, picked]
             out_rows[i, : picked.size] = rows[i, picked]
         return out_scores, out_rows
-
-
-def write_index_bytes(index: Any) -> bytes:
-    """Serialise a faiss index to bytes (the ``.faiss`` file format)."""
-    faiss = import_faiss()
-    return faiss.serialize_index(index).tobytes()
-
-
-def read_index_file(path: Path) -> Any:
-    """Read a ``.faiss`` file.
-
-    Raises:
-        IndexFormatError: Missing, truncated or not a faiss index.
-    """
-    faiss = import_faiss()
-    if not path.is_file():
-        raise IndexFormatError(f"faiss index file {path} is missing")
-    try:
-        return faiss.read_index(str(path))
-    except RuntimeError as exc:
-        raise IndexFormatError(f"{path} is not a readable faiss index (truncated or corrupted): "
-                               f"{str(exc).strip().splitlines()[-1]}") from exc
-
-
-def read_langchain_folder(folder: Path, index_name: str) -> tuple[Any, Any, dict[int, str]]:
-    """Read a folder written by ``langchain_community`` FAISS ``save_local``.
-
-    Unpickles ``{index_name}.pkl``: call only after the caller opted in with
-    ``allow_dangerous_deserialization=True``.
-
-    Returns:
-        ``(faiss index, docstore, index_to_docstore_id)``.
-
-    Raises:
-        IndexFormatError: A file is missing or unreadable.
-    """
-    index = read_index_file(folder / f"{index_name}.faiss")
-    pkl = folder / f"{index_name}.pkl"
-    if not pkl.is_file():
-        raise IndexFormatError(f"{pkl} is missing")
-    try:
-        with open(pkl, "rb") as fh:
-            docstore, index_to_docstore_id = pickle.load(fh)  # noqa: S301 - explicit opt-in
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format problem
-        raise IndexFormatError(f"{pkl} cannot be read: {type(exc).__name__}: {exc}") from exc
-    return index, docstore, dict(index_to_docstore_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -20,18 +20,34 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStoreRetriever
 
-if TYPE_CHECKING:
-    from langchain_ascend.vectorstores import AscendFAISS
-
 logger = logging.getLogger(__name__)
 
 
-def _store(retriever: VectorStoreRetriever) -> AscendFAISS:
-    from langchain_ascend.vectorstores import AscendFAISS
+class BatchSearchStore(Protocol):
+    """The batched searches the retriever needs (``AscendFAISS`` has them); a store without
+    them fails the batched search, and each query then runs on its own."""
 
-    store = retriever.vectorstore
-    assert isinstance(store, AscendFAISS)
-    return store
+    def similarity_search_batch(self, queries: list[str], **kwargs: Any
+                                ) -> list[list[Document]]: ...
+
+    def similarity_search_with_relevance_scores_batch(
+        self, queries: list[str], **kwargs: Any) -> list[list[tuple[Document, float]]]: ...
+
+    def max_marginal_relevance_search_batch(self, queries: list[str], **kwargs: Any
+                                            ) -> list[list[Document]]: ...
+
+    async def asimilarity_search_batch(self, queries: list[str], **kwargs: Any
+                                       ) -> list[list[Document]]: ...
+
+    async def asimilarity_search_with_relevance_scores_batch(
+        self, queries: list[str], **kwargs: Any) -> list[list[tuple[Document, float]]]: ...
+
+    async def amax_marginal_relevance_search_batch(self, queries: list[str], **kwargs: Any
+                                                   ) -> list[list[Document]]: ...
+
+
+def _store(retriever: VectorStoreRetriever) -> BatchSearchStore:
+    return cast(BatchSearchStore, retriever.vectorstore)
 
 
 _PRECOMPUTED: contextvars.ContextVar[dict[str, list[Document]] | None] = contextvars.ContextVar(

@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.documents import Document
 
 from langchain_ascend.errors import VectorStoreArgumentTypeError, VectorStoreInputError
+from langchain_ascend.index.device_index import FlatIndex, l2_normalize, to_matrix
+from langchain_ascend.index.faiss_io import FaissIndex
 from langchain_ascend.index.filters import MetadataColumns, Node
-from langchain_ascend.validation import as_items
+from langchain_ascend.index.ivf import IVFIndex
+from langchain_ascend.platform import resolve_device, resolve_dtype
+from langchain_ascend.validation import STORE, as_items, check_count, check_device
 
 if TYPE_CHECKING:
     import torch
-
-    from langchain_ascend.index.device_index import FlatIndex
-    from langchain_ascend.index.faiss_io import FaissIndex
 
 INDEX_TYPES = ("flat", "ivf", "faiss")
 
@@ -44,12 +45,39 @@ class IndexOptions:
     faiss_factory: str
     ivf_min_train_size: int | None
 
+    @staticmethod
+    def check_type(index_type: str) -> None:
+        """Raise ``VectorStoreInputError`` for an ``index_type`` that is not one of ours."""
+        if index_type not in INDEX_TYPES:
+            raise VectorStoreInputError(
+                f"unknown index_type {index_type!r}: use one of {', '.join(INDEX_TYPES)}")
+
+    @classmethod
+    def resolve(cls, index_type: str, metric: str, *, device: Any, dtype: Any,
+                nlist: int | None, nprobe: int | None, faiss_factory: str,
+                ivf_min_train_size: int | None) -> IndexOptions:
+        """The options of a new store, its device and dtype resolved.
+
+        Raises:
+            VectorStoreInputError: A malformed device spelling, a dtype the device cannot
+                hold, or a count that is not a positive int.
+            DeviceUnavailableError: An explicit device that cannot be used.
+        """
+        if isinstance(device, str):  # the spelling ("cpu:1" is no device); existence below
+            check_device(device, errors=STORE)
+        resolved = resolve_device(device)
+        try:
+            resolved_dtype = resolve_dtype(dtype, resolved)
+        except ValueError as exc:
+            raise VectorStoreInputError(str(exc)) from None
+        for name, value in (("nlist", nlist), ("nprobe", nprobe),
+                            ("ivf_min_train_size", ivf_min_train_size)):
+            check_count(name, value, allow_none=True, errors=STORE)
+        return cls(index_type, metric, resolved, resolved_dtype, nlist, nprobe, faiss_factory,
+                   ivf_min_train_size)
+
     def new_index(self, dim: int) -> FlatIndex | FaissIndex:
         """An empty index of the configured kind for ``dim``-dimensional vectors."""
-        from langchain_ascend.index.device_index import FlatIndex
-        from langchain_ascend.index.faiss_io import FaissIndex
-        from langchain_ascend.index.ivf import IVFIndex
-
         if self.index_type == "ivf":
             return IVFIndex(dim, self.metric, device=self.device, dtype=self.dtype,
                             nlist=self.nlist, nprobe=self.nprobe,
@@ -61,7 +89,7 @@ class IndexOptions:
 
     def saved_config(self, index: Any, *, distance_strategy: str, normalize_L2: bool,  # noqa: N803
                      num_vectors: int) -> dict[str, Any]:
-        """The ``config`` a save records (read back by ``store_io.options_from_config``)."""
+        """The ``config`` a save records (read back by ``persist.snapshot.options_from_config``)."""
         return {
             "distance_strategy": distance_strategy,
             "normalize_L2": normalize_L2,
@@ -100,6 +128,30 @@ def id_items(ids: Any) -> list[str]:
             raise VectorStoreArgumentTypeError(
                 f"ids[{i}] must be a string id, got {type(doc_id).__name__} {doc_id!r:.60}")
     return [str(doc_id) for doc_id in items]
+
+
+def split_pairs(text_embeddings: Any) -> tuple[list[str], list[Any]]:
+    """Texts and vectors of ``(text, vector)`` pairs."""
+    pairs = as_items("text_embeddings", text_embeddings, str_is_item=False,
+                     error=VectorStoreArgumentTypeError, what="a list of (text, vector)")
+    assert pairs is not None
+    return [text for text, _ in pairs], [vec for _, vec in pairs]
+
+
+def require_texts(texts: Sequence[Any]) -> None:
+    """A store built from texts needs at least one: the first one gives the dimension."""
+    if not texts:
+        raise VectorStoreInputError(
+            "cannot build a store from no texts (the dimension is unknown); start an empty "
+            "store with AscendFAISS(embedding=...) and add texts later")
+
+
+def texts_to_add(texts: Any, metadatas: Any, ids: Any) -> list[str]:
+    """The texts of a write; an empty write is validated here (there is nothing to embed)."""
+    items = text_items(texts)
+    if not items:
+        validated_rows(items, metadatas, ids)
+    return items
 
 
 def validated_rows(texts: list[str], metadatas: Any,
@@ -167,13 +219,37 @@ class StoreState:
         self.docs = docs
         self.columns = None
 
+    def add(self, texts: Any, vectors: Any, metadatas: Any, ids: Any, *, normalize: bool,
+            new_index: Callable[[int], FlatIndex | FaissIndex]) -> list[str]:
+        """Validate a whole write (texts, one vector per text, metadatas, ids), then write its
+        vectors, rows and documents (upsert by id); returns the ids."""
+        texts = text_items(texts)
+        final_ids, metas = validated_rows(texts, metadatas, ids)
+        matrix = to_matrix(vectors, device=self.device, dim=self.dim)
+        if matrix.shape[0] != len(texts):
+            raise VectorStoreInputError(
+                f"got {matrix.shape[0]} embeddings for {len(texts)} texts")
+        if not texts:
+            return []
+        if normalize:
+            matrix = l2_normalize(matrix)
+        docs = [Document(id=i, page_content=t, metadata=m)
+                for i, t, m in zip(final_ids, texts, metas, strict=True)]
+        self.upsert(final_ids, docs, matrix, new_index)
+        return final_ids
+
+    def check_new_ids(self, ids: Sequence[str]) -> None:
+        """Raise ``VectorStoreInputError`` when one of ``ids`` is stored already (a merge
+        never replaces); caller holds the lock."""
+        clash = sorted(set(ids) & set(self.id_to_row))
+        if clash:
+            raise VectorStoreInputError(f"ids present in both stores: {clash[:10]}")
+
     def upsert(self, final_ids: list[str], docs: Sequence[Document], matrix: torch.Tensor,
                new_index: Callable[[int], FlatIndex | FaissIndex]) -> None:
         """Write validated rows: a flat index overwrites known ids in place, other indexes
         add the new vectors and then drop the stale rows."""
         import torch
-
-        from langchain_ascend.index.device_index import FlatIndex
 
         with self.lock:
             index = self.index if self.index is not None else new_index(int(matrix.shape[1]))

@@ -18,7 +18,7 @@ from langchain_ascend.errors import (
     UnsafeDeserializationError,
     VectorStoreInputError,
 )
-from langchain_ascend.index import persistence
+from langchain_ascend.index.persist import folder as persistence
 
 FAISS = lc_module("langchain_community.vectorstores").FAISS
 TEXTS = [f"doc {i}" for i in range(60)]
