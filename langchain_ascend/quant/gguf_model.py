@@ -1,0 +1,328 @@
+"""A transformers causal LM built straight from a GGUF file, its blocks kept as they are.
+
+:func:`load_gguf_model` reads the file's tensor table (``gguf_file``), builds the model's
+skeleton with empty weights, and fills it:
+
+- a linear weight stored as ``Q4_0`` / ``Q4_1`` / ``Q8_0`` becomes a
+  :class:`~langchain_ascend.quant.linear.QuantizedLinear` over the file's own bytes (copied once
+  from the memory map), so the products run on exactly what llama.cpp multiplies;
+- a linear weight in another block type (``Q4_K``, ``Q6_K``...) is de-quantized and
+  re-quantized to the nearest supported format (:func:`target_format`), and logged;
+- float linear weights (``F32``, ``F16``, ``BF16``) stay float unless ``quantization`` asks for
+  ``"int8"`` (``q8_0``) or ``"int4"`` (``q4_1``);
+- the token embedding, when quantized, becomes a
+  :class:`~langchain_ascend.quant.embedding.QuantizedEmbedding` (rows de-quantized on lookup);
+  a tied LM head is a ``QuantizedLinear`` over the very same blocks;
+- norms, biases and float tensors are de-quantized into the model dtype.
+
+llama.cpp's converter reorders the rows of Llama ``q_proj`` / ``k_proj`` for its rotary layout
+(per head, the pairs ``(x[2i], x[2i+1])`` instead of the halves); transformers' GGUF loader
+undoes it on the float values, here the same row order is applied to the blocks (a row is its
+own blocks, so reordering rows is exact): :func:`rotary_row_order`.
+
+``quantization="none"`` de-quantizes every tensor (the float model transformers would build).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from langchain_ascend.errors import ModelSourceError
+from langchain_ascend.quant.gguf_file import (
+    GGML_BF16,
+    GGML_F16,
+    GGML_F32,
+    GGUFFile,
+    TensorInfo,
+    block_geometry,
+)
+
+logger = logging.getLogger(__name__)
+
+QUANTIZATIONS = ("gguf", "int8", "int4", "none")
+"""``"gguf"``: run the file's blocks; ``"int8"`` / ``"int4"``: every linear (and a tied head)
+in ``q8_0`` / ``q4_1``; ``"none"``: de-quantize everything."""
+_FORMAT_OF_TYPE = {2: "q4_0", 3: "q4_1", 8: "q8_0"}
+_FLOAT_TYPES = frozenset({GGML_F32, GGML_F16, GGML_BF16})
+_HIGH_PRECISION_BITS = 6.25
+"""Block types above this many bits per weight re-quantize to ``q8_0``, others to ``q4_1``
+(``Q6_K`` 6.56 and ``Q8_K`` -> ``q8_0``; ``Q4_K`` 4.5, ``Q5_K`` 5.5, ``Q5_1`` 6.0 -> ``q4_1``)."""
+_PERMUTED_ARCHITECTURES = frozenset({"llama"})
+"""Architectures whose GGUF q/k rows llama.cpp reordered (transformers' loader undoes the
+same ones: its ``LlamaTensorProcessor``)."""
+
+
+@dataclasses.dataclass
+class GGUFLoadReport:
+    """What :func:`load_gguf_model` did.
+
+    Attributes:
+        quantization: The mode it ran in.
+        formats: Linear layers (LM head included) per weight format (``"q4_1"``,
+            ``"float"``...).
+        requantized: ``(tensor, file type, format)`` of each tensor re-quantized.
+        weight_bytes: Bytes of every weight of the loaded model: the blocks (shared ones
+            once) plus float parameters.
+        quantized_bytes: The blocks' share of ``weight_bytes``.
+        seconds: Wall time of the load.
+    """
+
+    quantization: str
+    formats: Counter[str] = dataclasses.field(default_factory=Counter)
+    requantized: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    weight_bytes: int = 0
+    quantized_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def weight_format(self) -> str:
+        """The linear layers' formats, most common first: ``"q4_1+q8_0"``, ``"float"``."""
+        return "+".join(fmt for fmt, _ in self.formats.most_common()) or "float"
+
+
+def check_quantization(quantization: str) -> str:
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    return quantization
+
+
+def target_format(ggml_type: int, quantization: str) -> str | None:
+    """The block format a linear weight stored as ``ggml_type`` runs in, or None (float).
+
+    Raises:
+        ValueError: ``quantization`` is not one of :data:`QUANTIZATIONS`.
+    """
+    check_quantization(quantization)
+    if quantization == "none":
+        return None
+    if quantization == "int8":
+        return "q8_0"
+    if quantization == "int4":
+        return _FORMAT_OF_TYPE.get(ggml_type) if ggml_type in (2, 3) else "q4_1"
+    if ggml_type in _FORMAT_OF_TYPE:
+        return _FORMAT_OF_TYPE[ggml_type]
+    if ggml_type in _FLOAT_TYPES:
+        return None
+    values, nbytes = block_geometry(ggml_type)
+    return "q8_0" if 8 * nbytes / values > _HIGH_PRECISION_BITS else "q4_1"
+
+
+def rotary_row_order(num_rows: int, num_heads: int) -> np.ndarray:
+    """Row indices that turn llama.cpp's q/k row order back into transformers' (``hf =
+    gguf[order]``): within each head of ``2 * half`` rows, llama.cpp stores row ``2 * i + j``
+    where transformers has row ``j * half + i``."""
+    half = num_rows // num_heads // 2
+    return np.arange(num_rows).reshape(num_heads, half, 2).transpose(0, 2, 1).reshape(-1)
+
+
+def _row_order(architecture: str, name: str, config: Any, rows: int) -> np.ndarray | None:
+    if architecture not in _PERMUTED_ARCHITECTURES:
+        return None
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None)
+    if heads is None or kv_heads is None:
+        return None
+    if ".attn_q." in name:
+        return rotary_row_order(rows, heads)
+    if ".attn_k." in name:
+        return rotary_row_order(rows, kv_heads)
+    return None
+
+
+class _Filler:
+    """Turns the file's tensors into the skeleton's weights (one load)."""
+
+    def __init__(self, gguf: GGUFFile, config: Any, quantization: str, dtype: Any) -> None:
+        self.gguf, self.config, self.quantization, self.dtype = gguf, config, quantization, dtype
+        self.report = GGUFLoadReport(quantization=quantization)
+
+    def float_tensor(self, info: TensorInfo) -> Any:
+        """The tensor de-quantized, rows in transformers' order, in the model dtype."""
+        import torch
+
+        values = self.gguf.floats(info.name)  # (shape) float32
+        order = _row_order(self.gguf.architecture, info.name, self.config, values.shape[0])
+        if order is not None:
+            values = values[order]
+        return torch.from_numpy(np.ascontiguousarray(values)).to(self.dtype)
+
+    def quantized(self, info: TensorInfo, fmt: str) -> Any:
+        """The 2-D tensor as a ``QuantizedWeight`` in ``fmt``: the file's bytes when it is
+        stored in ``fmt``, else re-quantized from its float values."""
+        import torch
+
+        from langchain_ascend.quant import formats
+
+        rows, cols = info.shape
+        order = _row_order(self.gguf.architecture, info.name, self.config, rows)
+        if _FORMAT_OF_TYPE.get(info.ggml_type) == fmt:
+            raw = np.asarray(self.gguf.raw(info.name))  # (N, row bytes), memory-mapped
+            blocks = raw[order] if order is not None else raw.copy()  # (N, row bytes), a copy
+            return formats.QuantizedWeight(fmt, rows, cols, torch.from_numpy(blocks))
+        weight = torch.from_numpy(np.ascontiguousarray(self.gguf.floats(info.name)))  # (N, K)
+        if order is not None:
+            weight = weight[torch.from_numpy(order)]
+        if info.ggml_type not in _FLOAT_TYPES:
+            self.report.requantized.append((info.name, info.type_name, fmt))
+        return formats.quantize(weight, fmt)
+
+    def linear_format(self, info: TensorInfo) -> str | None:
+        fmt = target_format(info.ggml_type, self.quantization)
+        if fmt is not None and (len(info.shape) != 2 or info.shape[1] % 32):
+            logger.info("%s: %s rows of %d values are not whole 32-value blocks; kept float",
+                        self.gguf.path.name, info.name, info.shape[-1])
+            return None
+        return fmt
+
+
+def _skeleton(config: Any, dtype: Any) -> Any:
+    """The model with every parameter on the meta device (buffers, e.g. the rotary
+    frequencies, real)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def _name_map(model: Any, architecture: str, config: Any) -> dict[str, str]:
+    """GGUF tensor name -> the model's parameter name, by the ``gguf`` package's table of
+    llama.cpp's names (the table transformers' GGUF loader uses too)."""
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+
+    arch = next((key for key, value in MODEL_ARCH_NAMES.items() if value == architecture), None)
+    if arch is None:
+        raise ModelSourceError(f"the installed gguf package does not know the architecture "
+                               f"{architecture!r}")
+    table = get_tensor_name_map(arch, int(config.num_hidden_layers))
+    names: dict[str, str] = {}
+    for hf_name in model.state_dict(keep_vars=True):
+        base, dot, suffix = hf_name.rpartition(".")
+        if suffix not in ("weight", "bias"):
+            base, dot, suffix = hf_name, "", ""
+        gguf_base = table.get_name(base)
+        if gguf_base is not None:
+            names.setdefault(f"{gguf_base}{dot}{suffix}", hf_name)
+    return names
+
+
+def _set_param(model: Any, name: str, tensor: Any) -> None:
+    import torch
+
+    owner_name, _, attr = name.rpartition(".")
+    owner = model.get_submodule(owner_name)
+    if attr in owner._parameters:
+        owner._parameters[attr] = torch.nn.Parameter(tensor, requires_grad=False)
+    else:
+        owner._buffers[attr] = tensor
+
+
+def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
+                    dtype: Any = None, config: Any = None,
+                    ) -> tuple[Any, GGUFLoadReport]:
+    """Build the causal LM in a GGUF file without de-quantizing its block weights.
+
+    Args:
+        path: The ``.gguf`` file.
+        quantization: One of :data:`QUANTIZATIONS` (module docstring).
+        dtype: The model dtype (float tensors, activations); default float32.
+        config: The model's ``PretrainedConfig``; default read from the file
+            (``quant.gguf_config.load_gguf_config``).
+
+    Returns:
+        ``(model, report)``: the model in eval mode on the CPU, and a :class:`GGUFLoadReport`.
+
+    Raises:
+        ValueError: ``quantization`` is not one of :data:`QUANTIZATIONS`.
+        ModelSourceError: The file is unreadable, or a model weight has no tensor in it.
+    """
+    import torch
+
+    from langchain_ascend.quant.embedding import QuantizedEmbedding
+    from langchain_ascend.quant.gguf_config import load_gguf_config
+    from langchain_ascend.quant.gguf_file import GGUFFormatError
+    from langchain_ascend.quant.linear import QuantizedLinear, quantized_weight_bytes
+
+    check_quantization(quantization)
+    started = time.perf_counter()
+    dtype = torch.float32 if dtype is None else dtype
+    try:
+        gguf = GGUFFile(path)
+    except (GGUFFormatError, OSError) as error:
+        raise ModelSourceError(f"cannot read the GGUF file {path}: {error}") from error
+    config = load_gguf_config(gguf) if config is None else config
+    model = _skeleton(config, dtype)
+    names = _name_map(model, gguf.architecture, config)
+    filler = _Filler(gguf, config, quantization, dtype)
+    report = filler.report
+    embedding = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    modules = dict(model.named_modules())
+    embed_name = next((n for n, m in modules.items() if m is embedding), None)
+    head_name = next((n for n, m in modules.items() if m is head), None)
+    head_in_file = any(names.get(name) == f"{head_name}.weight" for name in gguf.tensors)
+    tied = bool(getattr(config, "tie_word_embeddings", False)) and not head_in_file
+    planned: dict[str, Any] = {}  # linear module name -> QuantizedWeight
+    embed_qweight = None
+    for gguf_name, info in gguf.tensors.items():
+        hf_name = names.get(gguf_name)
+        if hf_name is None:
+            continue
+        module_name, _, attr = hf_name.rpartition(".")
+        module = modules.get(module_name)
+        if attr == "weight" and module_name == embed_name:
+            fmt = filler.linear_format(info) if tied or info.ggml_type not in _FLOAT_TYPES \
+                else None
+            if fmt is not None:
+                embed_qweight = filler.quantized(info, fmt)
+                continue
+        elif attr == "weight" and isinstance(module, torch.nn.Linear):
+            fmt = filler.linear_format(info)
+            if fmt is not None:
+                planned[module_name] = filler.quantized(info, fmt)
+                continue
+        _set_param(model, hf_name, filler.float_tensor(info))
+    if embed_qweight is not None:
+        assert embed_name is not None
+        parent, _, child = embed_name.rpartition(".")
+        setattr(model.get_submodule(parent), child, QuantizedEmbedding(
+            embed_qweight, dtype=dtype, padding_idx=getattr(embedding, "padding_idx", None)))
+        if tied and head_name is not None:
+            planned[head_name] = embed_qweight
+    elif tied and isinstance(head, torch.nn.Linear):
+        head.weight = model.get_input_embeddings().weight
+    from langchain_ascend.quant.linear import replace_linears
+
+    replace_linears(model, lambda name, _linear: planned.get(name))
+    missing = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()]
+               if tensor.device.type == "meta"]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                          else "")
+        raise ModelSourceError(f"{gguf.path} has no tensor for {shown}; expected every weight "
+                               f"of its {config.model_type} architecture")
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear):
+            report.formats[module.fmt] += 1
+        elif isinstance(module, torch.nn.Linear):
+            report.formats["float"] += 1
+    report.quantized_bytes = quantized_weight_bytes(model)
+    report.weight_bytes = report.quantized_bytes + sum(
+        p.numel() * p.element_size() for p in model.parameters())
+    del gguf, filler  # unmaps the file: its pages stop counting as this process's memory
+    report.seconds = time.perf_counter() - started
+    for name, file_type, fmt in report.requantized:
+        logger.info("%s: %s is %s, which has no native kernel: re-quantized to %s",
+                    os.fspath(path), name, file_type, fmt)
+    logger.info("loaded %s (%s) in %.2f s: linear layers %s, %.1f MB of weights",
+                os.fspath(path), quantization, report.seconds, dict(report.formats),
+                report.weight_bytes / 1e6)
+    return model, report
