@@ -36,7 +36,7 @@ DeviceType = Literal["npu", "cuda", "cpu"]
 _KNOWN_TYPES = ("npu", "cuda", "cpu")
 
 
-def _import_torch() -> Any:
+def import_torch() -> Any:
     """Import torch without letting a broken torch_npu entry point break the import."""
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     import torch
@@ -65,7 +65,7 @@ def probe_npu() -> NPUProbe:
     if importlib.util.find_spec("torch_npu") is None:
         return NPUProbe(False, "torch_npu is not installed (pip install 'langchain-ascend[npu]', "
                                "plus the CANN toolkit)")
-    torch = _import_torch()
+    torch = import_torch()
     try:
         importlib.import_module("torch_npu")
     except Exception as exc:  # noqa: BLE001 - any failure is a reason, not a crash
@@ -87,7 +87,7 @@ def probe_npu() -> NPUProbe:
 
 def cuda_reason() -> str:
     """Why CUDA cannot be used, or an empty string when it can."""
-    torch = _import_torch()
+    torch = import_torch()
     if not torch.cuda.is_available():
         if torch.version.cuda is None:
             return "this torch build has no CUDA support (a CPU build is installed)"
@@ -123,7 +123,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     Raises:
         DeviceUnavailableError: An explicit accelerator cannot be used; the message says why.
     """
-    torch = _import_torch()
+    torch = import_torch()
     if device is None:
         device = "auto"
     kind, index = _parse(str(device))
@@ -155,7 +155,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 def _make_device(kind: str, index: int) -> torch.device:
     """``torch.device(kind, index)``; "npu" is only a valid type once torch_npu is imported."""
-    torch = _import_torch()
+    torch = import_torch()
     return torch.device(kind, index)
 
 
@@ -176,7 +176,7 @@ def callers_drive_steps(device: Any) -> bool:
 
 
 def _backend_module(device: torch.device) -> Any:
-    torch = _import_torch()
+    torch = import_torch()
     kind = device_type(device)
     if kind == "npu":
         return torch.npu  # registered by torch_npu, imported by probe_npu()
@@ -187,7 +187,7 @@ def _backend_module(device: torch.device) -> Any:
 
 def default_dtype(device: torch.device) -> torch.dtype:
     """bf16 on accelerators that support it (910B / Ampere+), fp16 on older ones, fp32 on CPU."""
-    torch = _import_torch()
+    torch = import_torch()
     mod = _backend_module(device)
     if mod is None:
         return torch.float32
@@ -199,7 +199,7 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """Map ``"auto"`` / ``"bf16"`` / ``"float16"`` / a ``torch.dtype`` to a ``torch.dtype``."""
-    torch = _import_torch()
+    torch = import_torch()
     if dtype is None or dtype == "auto":
         return default_dtype(device)
     if isinstance(dtype, torch.dtype):
@@ -247,7 +247,7 @@ def use_stream(stream: Any) -> Iterator[None]:
     if stream is None:
         yield
         return
-    torch = _import_torch()
+    torch = import_torch()
     kind = device_type(stream.device)
     mod = torch.npu if kind == "npu" else torch.cuda
     with mod.stream(stream):
