@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
-from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import (
     ensure_config,
@@ -30,22 +29,13 @@ from pydantic import ValidationError
 from langchain_ascend import platform
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError, ToolCallError
 from langchain_ascend.executor import calls as calls_mod
+from langchain_ascend.executor import injection
+from langchain_ascend.executor.call_types import CallSpec, Limits, Plan, RetryPolicy
 from langchain_ascend.executor.calls import PreparedCall
 from langchain_ascend.executor.error_policy import error_policy
-from langchain_ascend.executor.runtime import (
-    CallRecord,
-    CallSpec,
-    Limits,
-    RetryPolicy,
-    run_async,
-    run_sync,
-)
-from langchain_ascend.executor.workers import (
-    CallerStreams,
-    StreamResult,
-    WorkerPool,
-    device_tensors,
-)
+from langchain_ascend.executor.outputs import finish
+from langchain_ascend.executor.runtime import run_async, run_sync
+from langchain_ascend.executor.workers import CallerStreams, WorkerPool
 from langchain_ascend.validation import check_count, check_flag, check_int, check_number
 
 #: Calls run at once when neither ``max_concurrency`` nor the RunnableConfig sets a limit.
@@ -202,10 +192,10 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
         self._retry = RetryPolicy(
             times=retry_times, retry_on=_retry_matcher(retry_on), on_timeout=retry_on_timeout,
             never=(ToolCallError,), backoff_s=retry_backoff_ms / 1e3)
-        self._specs = {n: calls_mod.injection_spec(t) for n, t in self.tools_by_name.items()}
-        self._titles = {n: calls_mod.schema_title(t) for n, t in self.tools_by_name.items()}
-        self._sync_body = {n: calls_mod.has_sync_body(t) for n, t in self.tools_by_name.items()}
-        self._async_body = {n: calls_mod.has_async_body(t) for n, t in self.tools_by_name.items()}
+        self._specs = {n: injection.injection_spec(t) for n, t in self.tools_by_name.items()}
+        self._titles = {n: injection.schema_title(t) for n, t in self.tools_by_name.items()}
+        self._sync_body = {n: injection.has_sync_body(t) for n, t in self.tools_by_name.items()}
+        self._async_body = {n: injection.has_async_body(t) for n, t in self.tools_by_name.items()}
         self._pool = WorkerPool(max_abandoned=max_abandoned_threads)
         self._device_request = device
         self._device: Any = _UNRESOLVED
@@ -273,16 +263,16 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
     def _run(self, input: Any, config: RunnableConfig) -> Any:
         plan = self._plan(input, config, use_async=False)
         records = run_sync(plan.specs, plan.limits, self._pool) if plan.specs else []
-        return self._finish(plan, records)
+        return finish(plan, records, self._policy, self.messages_key)
 
     async def _arun(self, input: Any, config: RunnableConfig) -> Any:
         plan = self._plan(input, config, use_async=True)
         records = await run_async(plan.specs, plan.limits, self._pool) if plan.specs else []
-        return self._finish(plan, records)
+        return finish(plan, records, self._policy, self.messages_key)
 
     # ------------------------------------------------------------------ planning
 
-    def _plan(self, input: Any, child_config: RunnableConfig, use_async: bool) -> _Plan:
+    def _plan(self, input: Any, child_config: RunnableConfig, use_async: bool) -> Plan:
         """Check and inject every call, build its attempt body; ``child_config`` carries the
         executor run's callbacks, so tool runs become its children."""
         parsed = calls_mod.parse_input(input, self.messages_key)
@@ -317,19 +307,19 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
             retry=self._retry,
             propagate=lambda exc: not self._policy.handles(exc),
         )
-        return _Plan(parsed.kind, prepared, runnable, specs, limits, streams, use_async)
+        return Plan(parsed.kind, prepared, runnable, specs, limits, streams, use_async)
 
     def _inject(self, call: PreparedCall, parsed: Any, context: _GraphContext | None,
                 config: RunnableConfig) -> dict[str, Any]:
         spec = self._specs[call.name]
-        if spec is calls_mod.NO_INJECTION:
+        if spec is injection.NO_INJECTION:
             return call.args  # type: ignore[return-value]
         runtime_factory = None
         if spec.runtime:
             def runtime_factory() -> Any:
                 return context.tool_runtime(  # type: ignore[union-attr]
                     parsed.state, call.id, config, list(self.tools_by_name.values()))
-        return calls_mod.inject_args(
+        return injection.inject_args(
             call.args or {}, spec, tool_name=call.name, state=parsed.state,
             messages_key=self.messages_key, store=context.store if context else None,
             runtime_factory=runtime_factory)
@@ -343,7 +333,7 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
         hidden = self._specs[call.name].hidden
 
         def invalid_args(exc: ValidationError) -> ToolCallError:
-            detail = calls_mod.describe_validation_error(exc, hidden)
+            detail = injection.describe_validation_error(exc, hidden)
             return ToolCallError(f"invalid arguments for tool {call.name!r}: {detail}")
 
         if use_async and self._async_body[call.name]:
@@ -394,80 +384,7 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
                 self._device = None if resolved.type == "cpu" else resolved
         return self._device
 
-    # ------------------------------------------------------------------ outputs
-
-    def _finish(self, plan: _Plan, records: list[CallRecord]) -> Any:
-        origin = records[0].submitted if records else 0.0
-        by_index = {call.index: (spec, record) for call, spec, record
-                    in zip(plan.runnable, plan.specs, records, strict=True)}
-        outputs: list[Any] = []
-        for call in plan.prepared:
-            if call.problem is not None:
-                outputs.append(calls_mod.error_message(
-                    call, self._policy.render(call.problem, call.name)))
-                continue
-            spec, record = by_index[call.index]
-            timing = record.timing(origin)
-            timing["mode"] = "async" if spec.run_in_thread is None else "thread"
-            timing["stream"] = None
-            outputs.append(self._output(call, record, timing, plan))
-        return calls_mod.combine_outputs(outputs, plan.kind, self.messages_key)
-
-    def _output(self, call: PreparedCall, record: CallRecord, timing: dict[str, Any],
-                plan: _Plan) -> Any:
-        if not record.ok:
-            assert record.error is not None
-            message = calls_mod.error_message(call, self._policy.render(record.error, call.name))
-            return _with_timing(message, timing)
-        value = record.value
-        if isinstance(value, StreamResult):
-            streams = plan.streams
-            assert streams is not None
-            streams.join(value, device_tensors(value.value, streams.device))
-            timing["stream"] = value.stream
-            value = value.value
-        try:
-            return self._normalize(value, call, timing)
-        except ToolCallError as exc:
-            if not self._policy.handles(exc):
-                raise
-            message = calls_mod.error_message(call, self._policy.render(exc, call.name))
-            return _with_timing(message, timing)
-
-    def _normalize(self, value: Any, call: PreparedCall, timing: dict[str, Any]) -> Any:
-        if isinstance(value, ToolMessage):
-            content = calls_mod.content_of(value.content)
-            if content is not value.content:
-                value.content = content
-            return _with_timing(value, timing)
-        if calls_mod.is_command(value):
-            command = calls_mod.check_command(value, call, self.messages_key)
-            update = command.update
-            messages = update.get(self.messages_key) if isinstance(update, dict) else update
-            for message in messages if isinstance(messages, list) else []:
-                if isinstance(message, ToolMessage) and message.tool_call_id == call.id:
-                    _with_timing(message, timing)
-            return command
-        if isinstance(value, list) and value and all(
-                isinstance(v, ToolMessage) or calls_mod.is_command(v) for v in value):
-            return [self._normalize(v, call, timing) for v in value]
-        message = ToolMessage(content=calls_mod.content_of(value), name=call.name,
-                              tool_call_id=call.id)
-        return _with_timing(message, timing)
-
-
 # ---------------------------------------------------------------------- helpers
-
-
-@dataclasses.dataclass
-class _Plan:
-    kind: Any
-    prepared: list[PreparedCall]
-    runnable: list[PreparedCall]
-    specs: list[CallSpec]
-    limits: Limits
-    streams: CallerStreams | None
-    use_async: bool
 
 
 @dataclasses.dataclass
@@ -516,11 +433,6 @@ def _for_tools(config: RunnableConfig) -> RunnableConfig:
 
 def _ignore(_chunk: Any) -> None:
     """Stream writer used outside a graph: drops what it is given."""
-
-
-def _with_timing(message: ToolMessage, timing: dict[str, Any]) -> ToolMessage:
-    message.response_metadata = {**message.response_metadata, "tool_timing": timing}
-    return message
 
 
 def _retry_matcher(retry_on: Any) -> tuple[type[BaseException], ...] | Callable[..., bool]:

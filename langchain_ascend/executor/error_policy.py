@@ -20,7 +20,7 @@ from langchain_ascend.errors import (
     ToolTimeoutError,
     ToolWorkersExhaustedError,
 )
-from langchain_ascend.executor.calls import is_control_flow
+from langchain_ascend.executor.langgraph_names import is_control_flow
 
 
 def default_error_content(exc: BaseException, name: str) -> str:

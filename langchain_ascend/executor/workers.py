@@ -36,13 +36,13 @@ class PoolFull(Exception):  # noqa: N818 - a signal to wait, not an error for us
     """Every slot is busy, some with a live attempt: try again when one returns."""
 
 
-class _Job:
+class Job:
     """One attempt handed to a worker thread."""
 
     __slots__ = ("fn", "context", "sink", "index", "finished", "abandoned")
 
     def __init__(self, fn: Callable[[], Any], context: contextvars.Context,
-                 sink: Callable[[_Job, bool, Any, float, float], None] | None,
+                 sink: Callable[[Job, bool, Any, float, float], None] | None,
                  index: int) -> None:
         self.fn = fn
         self.context = context
@@ -78,7 +78,7 @@ class WorkerPool:
     _names = itertools.count()
 
     def __init__(self, max_abandoned: int = 32, idle_s: float = 30.0) -> None:
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0
@@ -92,8 +92,8 @@ class WorkerPool:
             return PoolStats(self._threads, self._idle, self._abandoned)
 
     def submit(self, fn: Callable[[], Any], context: contextvars.Context,
-               sink: Callable[[_Job, bool, Any, float, float], None] | None = None,
-               index: int = -1) -> _Job:
+               sink: Callable[[Job, bool, Any, float, float], None] | None = None,
+               index: int = -1) -> Job:
         """Run ``fn`` inside ``context`` on a worker; ``sink(job, ok, value, t0, t1)``, if
         given, gets the outcome (``value`` is the exception when not ``ok``).
 
@@ -101,7 +101,7 @@ class WorkerPool:
             ToolWorkersExhaustedError: ``max_abandoned`` threads are stuck.
             PoolFull: ``max_abandoned`` attempts are busy, not all stuck: wait and retry.
         """
-        job = _Job(fn, context, sink, index)
+        job = Job(fn, context, sink, index)
         with self._lock:
             busy = self._threads - self._idle  # running or stuck attempts
             if self._abandoned >= self._max_abandoned:
@@ -129,7 +129,7 @@ class WorkerPool:
                 raise ToolWorkersExhaustedError(f"cannot start a tool thread: {exc}") from exc
         return job
 
-    def abandon(self, job: _Job) -> None:
+    def abandon(self, job: Job) -> None:
         """Give up on ``job``: its thread keeps running, counted as stuck until it returns."""
         with self._lock:
             if not job.finished and not job.abandoned:
