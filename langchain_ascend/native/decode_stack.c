@@ -23,7 +23,8 @@
  *
  * Every tensor is float32 (dtype 0) or bfloat16 (dtype 1, each op rounding to bf16 once, as
  * torch does). Each product's weight is either (N/8, K, 8) tiles of the dtype (code 0) or
- * GGUF blocks (code 1 q4_0, 2 q4_1, 3 q8_0) multiplied by qmatmul.c as they are, with a
+ * quantized blocks (code 1 + format + 3 * layout: 1..3 q4_0/q4_1/q8_0 in the GGUF layout,
+ * 4..6 in the x8 layout, quant/formats.py) multiplied by qmatmul.c as they are, with a
  * float32 bias; a bf16 model rounds that product's float32 output to bf16 once -- what the
  * per-op path's QuantizedLinear computes. h is updated in place.
  */
@@ -43,9 +44,9 @@ typedef struct {
     void *kv_cache;                       /* (2, KVH, NB, BS, Dh) */
     double eps1, eps2, head_eps, scale;
     int64_t window;                       /* 0: none */
-    /* Per product: 0 tiles (above) of the dtype; 1 + a qmatmul format (1 q4_0, 2 q4_1,
-       3 q8_0), the pointer then holding the (N, K/32 * block bytes) blocks and the bias
-       pointer a float32 bias. */
+    /* Per product: 0 tiles (above) of the dtype; 1 + qmatmul format (0 q4_0, 1 q4_1, 2 q8_0)
+       + 3 * layout (0 GGUF, 1 x8), the pointer then holding the (N, K/32 * block bytes)
+       blocks and the bias pointer a float32 bias. */
     int32_t qkv_fmt, o_fmt, gu_fmt, down_fmt;
     int32_t q_variant;                    /* qmatmul's instruction-set variant */
 } DecodeLayer;
@@ -107,7 +108,7 @@ static int norm(int dtype, const void *x, const void *w, void *out, int64_t N, i
                       : rms_norm_bf16(x, w, out, N, H, H, (float)eps);
 }
 
-/* y (M, N) = x (M, K) @ W^T [+ bias] from tiles (code 0) or GGUF blocks (code 1 + format).
+/* y (M, N) = x (M, K) @ W^T [+ bias] from tiles (code 0) or blocks (code 1 + format + 3 layout).
    Returns 0, 1 (out of memory) or 2 (bad shapes or arguments). */
 static int product(int dtype, int code, int variant, const void *weight, const void *x,
                    const void *bias, void *y, int64_t N, int64_t K, int64_t M, int threads) {
@@ -116,7 +117,8 @@ static int product(int dtype, int code, int variant, const void *weight, const v
                           : matvec_tiles_rows_bf16(weight, x, bias, y, N, K, M, threads);
     float *out = dtype == 0 ? y : malloc((size_t)(M * N) * sizeof(float));
     if (!out) return 1;
-    int st = qmatmul(code - 1, variant, weight, N, K, x, dtype, K, M, bias, out, threads);
+    int st = qmatmul((code - 1) % 3, (code - 1) / 3, variant, weight, N, K, x, dtype, K, M, bias,
+                     out, threads);
     if (dtype == 1) {
         if (!st) {
             uint16_t *yb = y;

@@ -22,9 +22,15 @@ DTYPE_CODES = {"float32": 0, "bfloat16": 1}
 """The kernel's dtype argument by ``str(torch dtype)`` without the ``torch.`` prefix."""
 
 
-PRODUCT_CODES = {"tiles": 0, "q4_0": 1, "q4_1": 2, "q8_0": 3}
-"""A product's weight kind in :class:`DecodeLayer` (``*_fmt``): tiles of the model's dtype, or
-GGUF blocks of a ``quant.formats`` format (``native.qmatmul``)."""
+def product_code(fmt: str | None = None, layout: str = "gguf") -> int:
+    """A product's weight kind in :class:`DecodeLayer` (``*_fmt``, pure function): 0 for tiles
+    of the model's dtype (``fmt`` None), else ``1 + format + 3 * layout`` for blocks of a
+    ``quant.formats`` format and layout (``native.qmatmul``'s codes)."""
+    from langchain_ascend.native import qmatmul
+
+    if fmt is None:
+        return 0
+    return 1 + qmatmul.FORMAT_CODES[fmt] + 3 * qmatmul.LAYOUT_CODES[layout]
 
 
 class DecodeLayer(ctypes.Structure):
@@ -32,7 +38,7 @@ class DecodeLayer(ctypes.Structure):
     ``(D,)``, the weights and biases of the q/k/v, output, gate/up and down products, Qwen3's
     per-head norms ``(Dh,)``, the layer's ``(2, KVH, NB, BS, Dh)`` cache, the norms' epsilons,
     the attention scale, the sliding window (0: none), each product's kind
-    (:data:`PRODUCT_CODES`: ``*_tiles`` points at ``(N/8, K, 8)`` tiles of the model's dtype
+    (:func:`product_code`: ``*_tiles`` points at ``(N/8, K, 8)`` tiles of the model's dtype
     and ``*_bias`` at a bias of that dtype; or at the ``(N, K/32 * block bytes)`` uint8
     blocks and a float32 bias) and ``native.qmatmul``'s variant code."""
 

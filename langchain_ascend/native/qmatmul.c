@@ -53,8 +53,15 @@ typedef struct {
     const float *d;       /* (rows, nb) d_a */
     const float *s;       /* (rows, nb) d_a * sum(q_a), q4_1 */
     const int32_t *corr;  /* (rows, nb, 8) 8 * sum of q_a over elements 4j..4j+3, q4_0 */
+    const int32_t *sums;  /* (rows, nb) sum of q_a */
     int64_t K, nb;
 } QActs;
+
+static inline int32_t load_i32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 
 static inline float half_to_float(const uint8_t *p) {
     uint16_t h;
@@ -77,7 +84,7 @@ static inline __m256 load8(const void *x, int dtype, int64_t i) {
 
 /* One row of K values (dtype 0 float32, 1 bfloat16) quantized per block (AVX2). */
 static void quantize_row(const void *x, int dtype, int64_t K, int fmt, int8_t *q, float *d,
-                         float *s, int32_t *corr) {
+                         float *s, int32_t *corr, int32_t *sums) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -101,22 +108,21 @@ static void quantize_row(const void *x, int dtype, int64_t K, int fmt, int8_t *q
         __m256i qv = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i01, i23), order);
         _mm256_storeu_si256((__m256i *)(q + b * QBLOCK), qv);
         d[b] = db;
-        __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qv), ones16); /* lane j: 4j..4j+3 */
-        if (fmt == QFMT_Q4_1) {
-            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-            s[b] = db * (float)_mm_cvtsi128_si32(t);
-        } else if (fmt == QFMT_Q4_0) {
-            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_slli_epi32(sums, 3));
-        }
+        __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qv), ones16); /* lane j: 4j..4j+3 */
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+        sums[b] = _mm_cvtsi128_si32(t);
+        if (fmt == QFMT_Q4_1) s[b] = db * (float)sums[b];
+        if (fmt == QFMT_Q4_0 && corr)
+            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_slli_epi32(lanes, 3));
     }
 }
 
 /* The same quantization in plain C (same bits: max is exact, 1/d and x * (1/d) are single
    IEEE operations, rintf rounds to nearest even like _mm256_round_ps). */
 static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, int8_t *q,
-                                float *d, float *s, int32_t *corr) {
+                                float *d, float *s, int32_t *corr, int32_t *sums) {
     for (int64_t b = 0; b < K / QBLOCK; b++) {
         float v[QBLOCK], amax = 0.0f;
         for (int j = 0; j < QBLOCK; j++) {
@@ -137,19 +143,30 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
             total += qi;
         }
         d[b] = db;
+        sums[b] = total;
         if (fmt == QFMT_Q4_1) s[b] = db * (float)total;
-        if (fmt == QFMT_Q4_0)
+        if (fmt == QFMT_Q4_0 && corr)
             for (int j = 0; j < 8; j++) corr[b * 8 + j] = 8 * lanes[j];
     }
 }
 
 /* ---- the block products, once per instruction set ----------------------------------------- */
 
+/* QK_DOT(u, s): 8 int32 lanes, lane j = sum over bytes 4j..4j+3 of u (unsigned) * s (signed).
+   QK_Q4_ACC(acc, w, a) / QK_Q4_FINISH(acc): accumulate u8 4-bit weights times s8 activations
+   (AVX2: in int16 lanes, widened by FINISH); QK_Q8_ACC(acc, w, a): int8 weights times int8
+   activations into int32 lanes (the sign trick). All exact. */
 #define QK_SUFFIX avx2
 #define QK_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#define QK_Q4_ACC(acc, w, a) _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, a))
+#define QK_Q4_FINISH(acc) _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
+#define QK_Q8_ACC(acc, w, a) _mm256_add_epi32(acc, QK_DOT(_mm256_abs_epi8(a), _mm256_sign_epi8(w, a)))
 #include "qmatmul_tiles.h"
 #undef QK_SUFFIX
 #undef QK_DOT
+#undef QK_Q4_ACC
+#undef QK_Q4_FINISH
+#undef QK_Q8_ACC
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avxvnni"))), apply_to = function)
@@ -159,9 +176,15 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 #endif
 #define QK_SUFFIX avxvnni
 #define QK_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+#define QK_Q4_ACC(acc, w, a) _mm256_dpbusd_avx_epi32(acc, w, a)
+#define QK_Q4_FINISH(acc) (acc)
+#define QK_Q8_ACC(acc, w, a) _mm256_dpbusd_avx_epi32(acc, _mm256_abs_epi8(a), _mm256_sign_epi8(w, a))
 #include "qmatmul_tiles.h"
 #undef QK_SUFFIX
 #undef QK_DOT
+#undef QK_Q4_ACC
+#undef QK_Q4_FINISH
+#undef QK_Q8_ACC
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -176,9 +199,15 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 #endif
 #define QK_SUFFIX avx512vnni
 #define QK_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#define QK_Q4_ACC(acc, w, a) _mm256_dpbusd_epi32(acc, w, a)
+#define QK_Q4_FINISH(acc) (acc)
+#define QK_Q8_ACC(acc, w, a) _mm256_dpbusd_epi32(acc, _mm256_abs_epi8(a), _mm256_sign_epi8(w, a))
 #include "qmatmul_tiles.h"
 #undef QK_SUFFIX
 #undef QK_DOT
+#undef QK_Q4_ACC
+#undef QK_Q4_FINISH
+#undef QK_Q8_ACC
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -226,6 +255,43 @@ static void qgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const QA
     }
 }
 
+/* Weight j (0..31) of row r (0..7) of an x8 superblock sb. */
+static int32_t x8_weight(int fmt, const uint8_t *sb, int r, int j) {
+    if (fmt == QFMT_Q8_0) return (int8_t)sb[16 + 32 * (j / 4 % 8) + 4 * r + j % 4];
+    const uint8_t *values = sb + (fmt == QFMT_Q4_1 ? 32 : 16);
+    int e = j % 16;
+    uint8_t byte = values[32 * (e / 4) + 4 * r + e % 4];
+    return j < 16 ? (byte & 0x0F) : (byte >> 4);
+}
+
+/* The scalar path of the x8 layout: per block the exact int32 dot product, then the same
+   float operations as the vector lanes. */
+static void qgroup8_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const QActs *acts,
+                           const float *bias, float *Y, int64_t N, int64_t m_begin,
+                           int64_t m_end, int64_t n0, int64_t count) {
+    const int sb_bytes = 8 * qblock_bytes(fmt);
+    const int64_t K = acts->K, nb = acts->nb;
+    for (int64_t n = n0; n < n0 + count; n++) {
+        const uint8_t *group = W + (n - n % 8) * row_bytes;
+        const int r = (int)(n % 8);
+        for (int64_t m = m_begin; m < m_end; m++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *sb = group + b * sb_bytes;
+                const int8_t *a = acts->q + m * K + b * QBLOCK;
+                const int64_t at = m * nb + b;
+                int32_t dot = 0;
+                for (int j = 0; j < QBLOCK; j++) dot += x8_weight(fmt, sb, r, j) * a[j];
+                if (fmt == QFMT_Q4_0) dot -= 8 * acts->sums[at];
+                acc = fmaf((float)dot, half_to_float(sb + 2 * r) * acts->d[at], acc);
+                if (fmt == QFMT_Q4_1) acc = fmaf(half_to_float(sb + 16 + 2 * r), acts->s[at], acc);
+            }
+            if (bias) acc += bias[n];
+            Y[m * N + n] = acc;
+        }
+    }
+}
+
 typedef void (*qgroup_fn)(int, const uint8_t *, int64_t, const QActs *, const float *, float *,
                           int64_t, int64_t, int64_t, int64_t, int64_t);
 
@@ -245,29 +311,37 @@ int qmatmul_supported(int variant) {
 }
 
 /* Y (M, N) float32 = X (M, K) @ W^T [+ bias (N) float32] for W (N, K) in format fmt (0 q4_0,
-   1 q4_1, 2 q8_0) as GGUF blocks; X float32 (dtype 0) or bfloat16 (1), row stride x_stride
-   elements; Y row stride N. */
-int qmatmul(int fmt, int variant, const uint8_t *W, int64_t N, int64_t K, const void *X,
-            int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y, int threads) {
-    if (fmt < 0 || fmt > 2 || variant < 0 || variant > 3 || (dtype != 0 && dtype != 1)) return 4;
-    if (N < 1 || M < 1 || K < QBLOCK || K % QBLOCK || x_stride < K) return 2;
+   1 q4_1, 2 q8_0) as blocks of layout 0 (GGUF) or 1 (x8, N % 8 == 0); X float32 (dtype 0)
+   or bfloat16 (1), row stride x_stride elements; Y row stride N. */
+int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
+            const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y,
+            int threads) {
+    if (fmt < 0 || fmt > 2 || variant < 0 || variant > 3 || (dtype != 0 && dtype != 1)
+        || (layout != 0 && layout != 1))
+        return 4;
+    if (N < 1 || M < 1 || K < QBLOCK || K % QBLOCK || x_stride < K || (layout == 1 && N % 8))
+        return 2;
     if (!qmatmul_supported(variant)) return 5;
-    static const qgroup_fn groups[4] = {qgroup_scalar, qgroup_avx2, qgroup_avxvnni,
-                                        qgroup_avx512vnni};
-    const qgroup_fn group = groups[variant];
+    static const qgroup_fn groups[2][4] = {
+        {qgroup_scalar, qgroup_avx2, qgroup_avxvnni, qgroup_avx512vnni},
+        {qgroup8_scalar, qgroup8_avx2, qgroup8_avxvnni, qgroup8_avx512vnni}};
+    const qgroup_fn group = groups[layout][variant];
     const int64_t nb = K / QBLOCK, row_bytes = nb * qblock_bytes(fmt);
     const int64_t block_rows = M < QROW_BLOCK ? M : QROW_BLOCK;
-    /* scratch: q (rows, K) int8, d and s (rows, nb) float, corr (rows, nb, 8) int32 */
+    /* scratch: q (rows, K) int8, d, s and sums (rows, nb) 4 bytes each, corr (rows, nb, 8)
+       int32 for the q4_0 GGUF-layout kernel */
     size_t q_bytes = (size_t)(block_rows * K), ds_bytes = (size_t)(block_rows * nb) * sizeof(float);
-    size_t corr_bytes = fmt == QFMT_Q4_0 ? (size_t)(block_rows * nb * 8) * sizeof(int32_t) : 0;
-    char *scratch = malloc(q_bytes + 2 * ds_bytes + corr_bytes + 64);
+    size_t corr_bytes = fmt == QFMT_Q4_0 && layout == 0
+                            ? (size_t)(block_rows * nb * 8) * sizeof(int32_t) : 0;
+    char *scratch = malloc(q_bytes + 3 * ds_bytes + corr_bytes + 64);
     if (!scratch) return 3;
     QActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
                   (const float *)(scratch + q_bytes + ds_bytes),
+                  corr_bytes ? (const int32_t *)(scratch + q_bytes + 3 * ds_bytes) : NULL,
                   (const int32_t *)(scratch + q_bytes + 2 * ds_bytes), K, nb};
     int8_t *q = (int8_t *)acts.q;
     float *d = (float *)acts.d, *s = (float *)acts.s;
-    int32_t *corr = (int32_t *)acts.corr;
+    int32_t *corr = (int32_t *)acts.corr, *sums = (int32_t *)acts.sums;
     const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
     const size_t el = dtype == 0 ? 4 : 2;
     #pragma omp parallel num_threads(threads)
@@ -277,16 +351,18 @@ int qmatmul(int fmt, int variant, const uint8_t *W, int64_t N, int64_t K, const 
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < rows; r++) {
                 const void *x = (const char *)X + el * (size_t)((r0 + r) * x_stride);
+                int32_t *row_corr = corr ? corr + r * nb * 8 : NULL;
                 if (variant == QVAR_SCALAR)
                     quantize_row_scalar(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb,
-                                        corr + r * nb * 8);
+                                        row_corr, sums + r * nb);
                 else
-                    quantize_row(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb,
-                                 corr + r * nb * 8);
+                    quantize_row(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb, row_corr,
+                                 sums + r * nb);
             }
             #pragma omp for schedule(static)
             for (int64_t g = 0; g < groups_n; g++) {
                 int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
+                /* (N % 8 == 0 in layout 1, so count stays a multiple of 8) */
                 group(fmt, W, row_bytes, &acts, bias, Y + r0 * N, N, 0, rows, n0, count);
             }
         }
@@ -296,9 +372,9 @@ int qmatmul(int fmt, int variant, const uint8_t *W, int64_t N, int64_t K, const 
 }
 
 /* Just step 1, for tests: X (M, K) quantized as qmatmul does (q (M, K) int8, d and s (M, nb),
-   corr (M, nb, 8)), by `variant`'s quantizer (0 scalar, else AVX2). */
+   corr (M, nb, 8), sums (M, nb)), by `variant`'s quantizer (0 scalar, else AVX2). */
 int qmatmul_quantize_rows(int fmt, int variant, const void *X, int dtype, int64_t M, int64_t K,
-                          int8_t *q, float *d, float *s, int32_t *corr) {
+                          int8_t *q, float *d, float *s, int32_t *corr, int32_t *sums) {
     if (fmt < 0 || fmt > 2 || (dtype != 0 && dtype != 1)) return 4;
     if (M < 1 || K < QBLOCK || K % QBLOCK) return 2;
     const int64_t nb = K / QBLOCK;
@@ -306,9 +382,11 @@ int qmatmul_quantize_rows(int fmt, int variant, const void *X, int dtype, int64_
     for (int64_t r = 0; r < M; r++) {
         const void *x = (const char *)X + el * (size_t)(r * K);
         if (variant == QVAR_SCALAR)
-            quantize_row_scalar(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb, corr + r * nb * 8);
+            quantize_row_scalar(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb,
+                                corr + r * nb * 8, sums + r * nb);
         else
-            quantize_row(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb, corr + r * nb * 8);
+            quantize_row(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb, corr + r * nb * 8,
+                         sums + r * nb);
     }
     return 0;
 }

@@ -5,7 +5,11 @@
 ``x`` is quantized to int8 per block of 32 (``d = max|x| / 127``), every block of the weight is
 read once per call for all rows, the 32-pair dot products are integers, and the per-block
 scales are applied in float32. Any ``M``: decode batches of 1..64 rows cost little more than
-one row (the weights are read once), prefills run in blocks of 64 rows.
+one row (the weights are read once), prefills run in blocks of 64 rows. Both block layouts
+run (``quant.formats.LAYOUTS``): the file's own, and ``"x8"`` (the same bytes interleaved by 8
+output rows, :func:`pack`), about twice as fast on AVX2 (one load holds 4 inputs of 8 rows;
+measurements in ``docs/performance.md``). The two layouts sum the same integers in a
+different float order, so a weight gives one set of bits per layout.
 
 A row's result does not depend on the other rows of the call, nor on the threads or the
 instruction set (scalar C, AVX2, AVX-VNNI, AVX512-VNNI all give the same bits): the engine's
@@ -25,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_ascend.errors import QuantizationError
 from langchain_ascend.native import build
-from langchain_ascend.quant.formats import BLOCK_SIZE, QuantizedWeight, check_format, unpack
+from langchain_ascend.quant.formats import (
+    BLOCK_SIZE,
+    QuantizedWeight,
+    check_format,
+    to_layout,
+    unpack,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +43,8 @@ if TYPE_CHECKING:
 KERNEL = "qmatmul"
 FORMAT_CODES = {"q4_0": 0, "q4_1": 1, "q8_0": 2}
 """The kernel's format argument."""
+LAYOUT_CODES = {"gguf": 0, "x8": 1}
+"""The kernel's layout argument (``quant.formats.LAYOUTS``)."""
 VARIANTS = ("scalar", "avx2", "avxvnni", "avx512vnni")
 """The kernel's instruction-set variants, by code (index)."""
 VARIANT_ENV_VAR = "LANGCHAIN_ASCEND_QMATMUL_VARIANT"
@@ -43,8 +55,8 @@ _STATUS = {2: "bad shapes", 3: "out of memory", 4: "unknown format or variant",
 
 def _kernel() -> Any:
     i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    return build.function(KERNEL, "qmatmul", [c_int, c_int, ptr, i64, i64, ptr, c_int, i64, i64,
-                                              ptr, ptr, c_int])
+    return build.function(KERNEL, "qmatmul", [c_int, c_int, c_int, ptr, i64, i64, ptr, c_int,
+                                              i64, i64, ptr, ptr, c_int])
 
 
 def available() -> bool:
@@ -155,7 +167,8 @@ def qmatmul(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = No
     if x.stride(1) != 1 or x.stride(0) < x.shape[1]:
         x = x.contiguous()  # (M, K)
     blocks = qw.blocks if qw.blocks.is_contiguous() else qw.blocks.contiguous()
-    status = kernel(FORMAT_CODES[qw.fmt], VARIANTS.index(kernel_variant()), blocks.data_ptr(),
+    status = kernel(FORMAT_CODES[qw.fmt], LAYOUT_CODES[qw.layout],
+                    VARIANTS.index(kernel_variant()), blocks.data_ptr(),
                     qw.out_features, qw.in_features, x.data_ptr(),
                     0 if x.dtype == torch.float32 else 1, x.stride(0), rows,
                     None if bias32 is None else bias32.data_ptr(), out.data_ptr(),
@@ -164,6 +177,14 @@ def qmatmul(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = No
         raise RuntimeError(f"qmatmul kernel failed with status {status} "
                            f"({_STATUS.get(status, 'unknown')})")
     return out
+
+
+def pack(qw: QuantizedWeight) -> QuantizedWeight:
+    """``qw`` in the faster ``"x8"`` layout where it can be (``out_features % 8 == 0``), else
+    ``qw`` itself (pure function; the same bytes re-laid, ``quant.formats.to_layout``)."""
+    if qw.layout == "x8" or qw.out_features % 8:
+        return qw
+    return to_layout(qw, "x8")
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

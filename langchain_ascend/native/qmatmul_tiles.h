@@ -7,7 +7,8 @@
  * under a target pragma for the VNNI variants. Every variant computes the same integers and
  * the same float operations in the same order, so their results are equal bit for bit.
  *
- * A tile is R activation rows (1..4) times T weight rows (1, 2 or 4); its R*T accumulators
+ * Layout "gguf" (the file's): a tile is R activation rows (1..4) times T weight rows (1, 2 or
+ * 4); its R*T accumulators
  * are named variables (an array of vectors is kept in memory by gcc 12, see matvec.c).
  * Per block b of 32 inputs, for each weight row t: the 32 weights as bytes (q4: the nibbles
  * unpacked, low nibbles = elements 0..15 in the low half, high = 16..31 in the high half;
@@ -18,8 +19,22 @@
  *   acc   = fma(float(i), d_w * d_a, acc)
  *   q4_1: acc = fma([m_w, 0, ..., 0], s_a, acc)        -- the min term, in lane 0 only
  *
- * and after the last block the output is hsum(acc) [+ bias]. Each (row, output) pair goes
- * through exactly this sequence whatever R, T, M and the threads are: a row's result does not
+ * and after the last block the output is hsum(acc) [+ bias].
+ *
+ * Layout "x8" (8 weight rows interleaved 4 inputs at a time, quant/formats.py): a tile is R
+ * activation rows (1..4) times the 8 weight rows of a group; one 32-byte load holds 4 inputs
+ * of all 8 rows, multiplied by the row's 4 activations broadcast, so the int32 lanes ARE the 8
+ * outputs. Per block b and row r:
+ *
+ *   i     = exact int32 dot products of the 8 weight rows with the row's 32 activations
+ *           (AVX2: int16 partial sums, at most 8 * 2 * 15 * 127 = 30480 for 4-bit weights,
+ *           then madd; q8_0 and VNNI: int32 throughout)
+ *   q4_0: i -= 8 * sum(q_a)
+ *   acc   = fma(float(i), d_w[0..7] * d_a, acc)
+ *   q4_1: acc = fma(m_w[0..7], s_a, acc)
+ *
+ * and after the last block the outputs are acc [+ bias]. Each (row, output) pair goes through
+ * exactly its layout's sequence whatever R, T, M and the threads are: a row's result does not
  * depend on the other rows of the call.
  */
 
@@ -139,6 +154,111 @@ static void QK_FN(qgroup)(int fmt, const uint8_t *W, int64_t row_bytes, const QA
     }
 }
 
+/* ---- layout x8 ---------------------------------------------------------------------------- */
+
+#define Q8_ROW_ACC(r) __m256 f##r = _mm256_setzero_ps();
+#define Q8_ROW_ZERO(r) __m256i s##r = _mm256_setzero_si256();
+/* Rows r of chunk p (4-bit: lo = inputs 4p.., hi = 16+4p..) or g (q8_0). */
+#define Q8_ROW_Q4(r)                                                                           \
+    if (R > r) {                                                                               \
+        const int8_t *qa = acts->q + (m0 + r) * K + b * QBLOCK + 4 * p;                       \
+        s##r = QK_Q4_ACC(s##r, lo, _mm256_set1_epi32(load_i32(qa)));                           \
+        s##r = QK_Q4_ACC(s##r, hi, _mm256_set1_epi32(load_i32(qa + 16)));                      \
+    }
+#define Q8_ROW_Q8(r)                                                                           \
+    if (R > r) {                                                                               \
+        const __m256i a = _mm256_set1_epi32(load_i32(acts->q + (m0 + r) * K + b * QBLOCK + 4 * g)); \
+        s##r = QK_Q8_ACC(s##r, w, a);                                                          \
+    }
+#define Q8_ROW_SCALE(r)                                                                        \
+    if (R > r) {                                                                               \
+        const int64_t at = (m0 + r) * nb + b;                                                  \
+        __m256i i = FMT == QFMT_Q8_0 ? s##r : QK_Q4_FINISH(s##r);                               \
+        if (FMT == QFMT_Q4_0) i = _mm256_sub_epi32(i, _mm256_set1_epi32(8 * acts->sums[at]));    \
+        f##r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i),                                          \
+                               _mm256_mul_ps(dw, _mm256_broadcast_ss(acts->d + at)), f##r);    \
+        if (FMT == QFMT_Q4_1) f##r = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(acts->s + at), f##r); \
+    }
+#define Q8_ROW_STORE(r)                                                                        \
+    if (R > r) {                                                                               \
+        __m256 v = f##r;                                                                       \
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + n0));                            \
+        _mm256_storeu_ps(Y + (m0 + r) * N + n0, v);                                            \
+    }
+#define Q8_FOR_ROWS(OP) OP(0) OP(1) OP(2) OP(3)
+
+/* Rows m0..m0+R-1 times the 8 weight rows n0..n0+7 (n0 % 8 == 0) of an x8 weight. */
+static inline __attribute__((always_inline)) void QK_FN(qtile8)(
+        const uint8_t *W, int64_t row_bytes, const QActs *acts, const float *bias, float *Y,
+        int64_t N, int64_t m0, int64_t n0, const int FMT, const int R) {
+    const int64_t K = acts->K, nb = acts->nb;
+    const int SB = 8 * (FMT == QFMT_Q4_0 ? 18 : FMT == QFMT_Q4_1 ? 20 : 34);
+    const int VALUES = FMT == QFMT_Q4_1 ? 32 : 16;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const uint8_t *group = W + n0 * row_bytes;
+    Q8_FOR_ROWS(Q8_ROW_ACC)
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *sb = group + b * SB;
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb));
+        const __m256 mw = FMT == QFMT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16)))
+                                           : _mm256_setzero_ps();
+        Q8_FOR_ROWS(Q8_ROW_ZERO)
+        if (FMT == QFMT_Q8_0) {
+            for (int g = 0; g < 8; g++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(sb + VALUES + 32 * g));
+                Q8_FOR_ROWS(Q8_ROW_Q8)
+            }
+        } else {
+            for (int p = 0; p < 4; p++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(sb + VALUES + 32 * p));
+                const __m256i lo = _mm256_and_si256(v, low);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                Q8_FOR_ROWS(Q8_ROW_Q4)
+            }
+        }
+        Q8_FOR_ROWS(Q8_ROW_SCALE)
+    }
+    Q8_FOR_ROWS(Q8_ROW_STORE)
+}
+
+typedef void (*QK_FN(qtile8_fn))(const uint8_t *, int64_t, const QActs *, const float *,
+                                 float *, int64_t, int64_t, int64_t);
+#define Q8_DEFINE(F, R)                                                                        \
+    static void QK_FN(qtile8_##F##_##R)(const uint8_t *W, int64_t row_bytes,                   \
+                                         const QActs *acts, const float *bias, float *Y,       \
+                                         int64_t N, int64_t m0, int64_t n0) {                  \
+        QK_FN(qtile8)(W, row_bytes, acts, bias, Y, N, m0, n0, F, R);                           \
+    }
+Q8_DEFINE(0, 1) Q8_DEFINE(0, 2) Q8_DEFINE(0, 3) Q8_DEFINE(0, 4)
+Q8_DEFINE(1, 1) Q8_DEFINE(1, 2) Q8_DEFINE(1, 3) Q8_DEFINE(1, 4)
+Q8_DEFINE(2, 1) Q8_DEFINE(2, 2) Q8_DEFINE(2, 3) Q8_DEFINE(2, 4)
+
+/* Weight rows n0..n0+count-1 (multiples of 8) of an x8 weight times activation rows
+   m_begin..m_end-1, in row chunks of at most 4. */
+static void QK_FN(qgroup8)(int fmt, const uint8_t *W, int64_t row_bytes, const QActs *acts,
+                           const float *bias, float *Y, int64_t N, int64_t m_begin,
+                           int64_t m_end, int64_t n0, int64_t count) {
+    static const QK_FN(qtile8_fn) table[3][4] = {
+        {QK_FN(qtile8_0_1), QK_FN(qtile8_0_2), QK_FN(qtile8_0_3), QK_FN(qtile8_0_4)},
+        {QK_FN(qtile8_1_1), QK_FN(qtile8_1_2), QK_FN(qtile8_1_3), QK_FN(qtile8_1_4)},
+        {QK_FN(qtile8_2_1), QK_FN(qtile8_2_2), QK_FN(qtile8_2_3), QK_FN(qtile8_2_4)}};
+    for (int64_t j = 0; j < count; j += 8) {
+        for (int64_t m0 = m_begin; m0 < m_end;) {
+            int64_t rows = m_end - m0 < QROWS ? m_end - m0 : QROWS;
+            table[fmt][rows - 1](W, row_bytes, acts, bias, Y, N, m0, n0 + j);
+            m0 += rows;
+        }
+    }
+}
+
+#undef Q8_ROW_ACC
+#undef Q8_ROW_ZERO
+#undef Q8_ROW_Q4
+#undef Q8_ROW_Q8
+#undef Q8_ROW_SCALE
+#undef Q8_ROW_STORE
+#undef Q8_FOR_ROWS
+#undef Q8_DEFINE
 #undef QT_ACC
 #undef QT_ALL
 #undef QT_INIT

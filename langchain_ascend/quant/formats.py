@@ -23,6 +23,23 @@ without touching a value.
 :func:`quantize` follows the published reference rules (round to nearest per block; the same
 arithmetic as ``gguf.quants.quantize``, tested bit for bit), :func:`dequantize` the published
 de-quantization (the same float32 operations as ``gguf.quants.dequantize``).
+
+Layouts (:data:`LAYOUTS`): ``"gguf"`` is the file's layout above. ``"x8"`` holds the very same
+bytes re-laid for the native product (``native.qmatmul``): output rows in groups of 8, and
+per group and block one *superblock* -- the 8 rows' scales (8 half floats), ``q4_1``: their
+mins (8 half floats), then the values interleaved 4 inputs at a time, so that one 32-byte
+load holds 4 inputs of all 8 rows:
+
+* ``q4_0`` / ``q4_1``: 4 chunks of 32 bytes; chunk ``p`` = for each row ``r``, bytes
+  ``4p..4p+3`` of that row's GGUF nibbles (low nibbles: inputs ``4p..4p+3``, high: inputs
+  ``16+4p..16+4p+3``). 144 / 160 bytes per superblock.
+* ``q8_0``: 8 chunks of 32 bytes; chunk ``g`` = for each row, its int8 values ``4g..4g+3``.
+  272 bytes.
+
+An ``x8`` weight needs ``out_features % 8 == 0``; its ``blocks`` keep the shape ``(N, K/32 *
+bytes_per_block)`` (group ``G`` fills the bytes of rows ``8G..8G+7``), so slicing or
+concatenating whole groups of 8 rows stays exact. :func:`to_layout` converts both ways
+(a permutation of bytes).
 """
 
 from __future__ import annotations
@@ -43,6 +60,10 @@ _BYTES_PER_BLOCK = {"q4_0": 2 + BLOCK_SIZE // 2, "q4_1": 4 + BLOCK_SIZE // 2, "q
 _HEADER_BYTES = {"q4_0": 2, "q4_1": 4, "q8_0": 2}
 GGML_TYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}
 """GGML's type id of each format (``gguf.GGMLQuantizationType``), for readers of GGUF files."""
+LAYOUTS = ("gguf", "x8")
+"""Byte layouts of ``blocks`` (module docstring)."""
+ROWS_PER_GROUP = 8
+"""Output rows per group of the ``"x8"`` layout."""
 
 
 def check_format(fmt: object) -> str:
@@ -79,18 +100,21 @@ class QuantizedWeight:
         out_features: Rows of the weight (N).
         in_features: Columns of the weight (K), a multiple of :data:`BLOCK_SIZE`.
         blocks: uint8 ``(N, K // 32 * bytes_per_block(fmt))``, contiguous, on the CPU for the
-            native kernels: row n holds the blocks of weights ``W[n, 0:32]``,
-            ``W[n, 32:64]``...
+            native kernels: in the ``"gguf"`` layout row n holds the blocks of weights
+            ``W[n, 0:32]``, ``W[n, 32:64]``...
+        layout: ``"gguf"`` (default) or ``"x8"`` (module docstring).
 
     Raises:
-        QuantizationError: On construction, when the format is unknown, ``K`` is not a
-            multiple of 32, or ``blocks`` has another dtype, rank or shape.
+        QuantizationError: On construction, when the format or layout is unknown, ``K`` is
+            not a multiple of 32, ``blocks`` has another dtype, rank or shape, or an ``"x8"``
+            weight has ``N % 8 != 0``.
     """
 
     fmt: str
     out_features: int
     in_features: int
     blocks: torch.Tensor
+    layout: str = "gguf"
 
     def __post_init__(self) -> None:
         import torch
@@ -101,6 +125,12 @@ class QuantizedWeight:
             raise QuantizationError(f"{self.fmt}: out_features and in_features must be positive "
                                     f"ints, got ({n!r}, {k!r})")
         _check_width(self.fmt, k)
+        if self.layout not in LAYOUTS:
+            raise QuantizationError(f"unknown block layout {self.layout!r}: expected one of "
+                                    f"{LAYOUTS}")
+        if self.layout == "x8" and n % ROWS_PER_GROUP:
+            raise QuantizationError(f"{self.fmt}: the x8 layout needs out_features % 8 == 0, "
+                                    f"got {n}")
         if not isinstance(self.blocks, torch.Tensor) or self.blocks.dtype != torch.uint8:
             got = getattr(self.blocks, "dtype", type(self.blocks).__name__)
             raise QuantizationError(f"{self.fmt}: blocks must be a uint8 tensor, got {got}")
@@ -231,6 +261,7 @@ def unpack(qw: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     """
     import torch
 
+    qw = to_layout(qw, "gguf")
     per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
     raw = qw.blocks.reshape(qw.out_features, qw.blocks_per_row, per_block)  # (N, B, bytes)
     d = raw[..., 0:2].contiguous().view(torch.float16)[..., 0].float()  # (N, B)
@@ -265,10 +296,10 @@ def dequantize(qw: QuantizedWeight) -> torch.Tensor:
 
 def concatenate(weights: list[QuantizedWeight]) -> QuantizedWeight:
     """The weights stacked along output features (fused q/k/v, gate/up): exact, since every
-    row is its own blocks.
+    row (``"x8"``: every group of 8 rows) is its own blocks.
 
     Raises:
-        QuantizationError: No weights, or formats or input widths that differ.
+        QuantizationError: No weights, or formats, layouts or input widths that differ.
     """
     import torch
 
@@ -276,10 +307,75 @@ def concatenate(weights: list[QuantizedWeight]) -> QuantizedWeight:
         raise QuantizationError("concatenate: no weights")
     first = weights[0]
     for other in weights[1:]:
-        if other.fmt != first.fmt or other.in_features != first.in_features:
+        if (other.fmt, other.layout, other.in_features) != (first.fmt, first.layout,
+                                                            first.in_features):
             raise QuantizationError(
-                f"concatenate: every weight must share format and in_features, got "
-                f"{first.fmt} ({first.in_features}) and {other.fmt} ({other.in_features})")
+                f"concatenate: every weight must share format, layout and in_features, got "
+                f"{first.fmt}/{first.layout} ({first.in_features}) and "
+                f"{other.fmt}/{other.layout} ({other.in_features})")
     blocks = torch.cat([w.blocks for w in weights]).contiguous()  # (sum N, bytes per row)
     return QuantizedWeight(first.fmt, sum(w.out_features for w in weights), first.in_features,
-                           blocks)
+                           blocks, first.layout)
+
+
+def rows(qw: QuantizedWeight, start: int, stop: int) -> QuantizedWeight:
+    """Output rows ``start:stop`` of ``qw`` as a view of its blocks (``"x8"``: multiples of 8).
+
+    Raises:
+        QuantizationError: Bounds outside the weight, or not whole groups of an ``"x8"``
+            weight.
+    """
+    if not 0 <= start < stop <= qw.out_features or (
+            qw.layout == "x8" and (start % ROWS_PER_GROUP or stop % ROWS_PER_GROUP)):
+        raise QuantizationError(f"rows {start}:{stop} of a {qw.shape} {qw.layout} weight")
+    return QuantizedWeight(qw.fmt, stop - start, qw.in_features, qw.blocks[start:stop],
+                           qw.layout)
+
+
+def _superblock_views(fmt: str, groups: int, num_blocks: int) -> tuple[list[int], list[int]]:
+    """``(shape, permutation)`` taking GGUF bytes viewed as ``(G, 8, B, bytes)`` to the
+    ``"x8"`` order, for the value bytes (the header bytes move separately)."""
+    if fmt == "q8_0":  # (G, 8 rows, B, 8 chunks, 4) -> (G, B, 8 chunks, 8 rows, 4)
+        return [groups, ROWS_PER_GROUP, num_blocks, 8, 4], [0, 2, 3, 1, 4]
+    return [groups, ROWS_PER_GROUP, num_blocks, 4, 4], [0, 2, 3, 1, 4]  # 4 chunks of 4 bytes
+
+
+def to_layout(qw: QuantizedWeight, layout: str) -> QuantizedWeight:
+    """``qw`` in ``layout`` (``qw`` itself when already there; else a re-laid copy of the same
+    bytes, pure function).
+
+    Raises:
+        QuantizationError: An unknown layout, or ``"x8"`` for ``out_features % 8 != 0``.
+    """
+    import torch
+
+    if layout not in LAYOUTS:
+        raise QuantizationError(f"unknown block layout {layout!r}: expected one of {LAYOUTS}")
+    if layout == qw.layout:
+        return qw
+    if qw.out_features % ROWS_PER_GROUP:
+        raise QuantizationError(f"{qw.fmt}: the x8 layout needs out_features % 8 == 0, got "
+                                f"{qw.out_features}")
+    per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
+    groups, num_blocks = qw.out_features // ROWS_PER_GROUP, qw.blocks_per_row
+    halves = header // 2  # scale, and min for q4_1
+    shape, perm = _superblock_views(qw.fmt, groups, num_blocks)
+    inverse = [perm.index(i) for i in range(len(perm))]
+    if layout == "x8":
+        raw = qw.blocks.reshape(groups, ROWS_PER_GROUP, num_blocks, per_block)  # (G, 8, B, b)
+        heads = raw[..., :header].reshape(groups, ROWS_PER_GROUP, num_blocks, halves, 2)
+        heads = heads.permute(0, 2, 3, 1, 4).reshape(groups, num_blocks, -1)  # (G, B, 8*hdr)
+        values = raw[..., header:].reshape(shape).permute(perm)  # (G, B, chunks, 8, 4)
+        values = values.reshape(groups, num_blocks, -1)  # (G, B, 8 * value bytes)
+        blocks = torch.cat([heads, values], dim=-1)  # (G, B, 8 * bytes per block)
+    else:
+        raw = qw.blocks.reshape(groups, num_blocks, ROWS_PER_GROUP * per_block)  # (G, B, 8b)
+        split = ROWS_PER_GROUP * header
+        heads = raw[..., :split].reshape(groups, num_blocks, halves, ROWS_PER_GROUP, 2)
+        heads = heads.permute(0, 3, 1, 2, 4).reshape(groups, ROWS_PER_GROUP, num_blocks, -1)
+        permuted = [shape[i] for i in perm]  # (G, B, chunks, 8, 4)
+        values = raw[..., split:].reshape(permuted).permute(inverse)  # (G, 8, B, chunks, 4)
+        values = values.reshape(groups, ROWS_PER_GROUP, num_blocks, -1)
+        blocks = torch.cat([heads, values], dim=-1)  # (G, 8, B, bytes per block)
+    return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
+                           blocks.reshape(qw.out_features, -1).contiguous(), layout)

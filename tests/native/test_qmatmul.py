@@ -11,17 +11,22 @@ import torch.nn.functional as F
 from langchain_ascend.errors import QuantizationError
 from langchain_ascend.native import build, qmatmul
 from langchain_ascend.quant import FORMATS, dequantize, quantize
+from langchain_ascend.quant.formats import to_layout
 from langchain_ascend.testing import needs_native_kernels
 
 needs_kernel = needs_native_kernels()
 
 
-def _case(rows: int, out_features: int, in_features: int, fmt: str, seed: int = 0):
+LAYOUTS = ["gguf", "x8"]
+
+
+def _case(rows: int, out_features: int, in_features: int, fmt: str, seed: int = 0,
+          layout: str = "gguf"):
     gen = torch.Generator().manual_seed(seed)
     weight = torch.randn(out_features, in_features, generator=gen) * 0.05
     x = torch.randn(rows, in_features, generator=gen)
     x[0, :32] = 0.0  # an all-zero activation block
-    return x, quantize(weight, fmt)
+    return x, to_layout(quantize(weight, fmt), layout)
 
 
 @pytest.fixture
@@ -60,17 +65,20 @@ def test_activation_quantization_matches_torch(dtype, scalar):
     d = torch.empty(rows, num_blocks)
     s = torch.empty(rows, num_blocks)
     corr = torch.empty(rows, num_blocks, 8, dtype=torch.int32)
+    totals = torch.empty(rows, num_blocks, dtype=torch.int32)
     ptr, i64, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     fn = build.function("qmatmul", "qmatmul_quantize_rows",
-                        [c_int, c_int, ptr, c_int, i64, i64, ptr, ptr, ptr, ptr])
+                        [c_int, c_int, ptr, c_int, i64, i64, ptr, ptr, ptr, ptr, ptr])
     for fmt, code in qmatmul.FORMAT_CODES.items():
         status = fn(code, 0 if scalar else 1, x.data_ptr(), 0 if dtype == torch.float32 else 1,
-                    rows, width, q.data_ptr(), d.data_ptr(), s.data_ptr(), corr.data_ptr())
+                    rows, width, q.data_ptr(), d.data_ptr(), s.data_ptr(), corr.data_ptr(),
+                    totals.data_ptr())
         assert status == 0
         want_q, want_d = qmatmul.quantize_activations(x)  # (M, B, 32), (M, B)
         assert torch.equal(q.reshape(rows, num_blocks, 32), want_q)
         assert torch.equal(d, want_d)
         sums = want_q.to(torch.int32).reshape(rows, num_blocks, 8, 4).sum(-1)  # (M, B, 8)
+        assert torch.equal(totals, sums.sum(-1))
         if fmt == "q4_1":
             assert torch.equal(s, want_d * sums.sum(-1).float())
         if fmt == "q4_0":
@@ -79,10 +87,11 @@ def test_activation_quantization_matches_torch(dtype, scalar):
 
 @needs_kernel
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize(("rows", "out_features", "in_features"),
-                         [(1, 8, 32), (1, 192, 576), (3, 37, 64), (16, 200, 1536), (70, 33, 96)])
-def test_matches_the_integer_reference(fmt, rows, out_features, in_features):
-    x, qw = _case(rows, out_features, in_features, fmt)
+                         [(1, 8, 32), (1, 192, 576), (3, 40, 64), (16, 200, 1536), (70, 24, 96)])
+def test_matches_the_integer_reference(fmt, layout, rows, out_features, in_features):
+    x, qw = _case(rows, out_features, in_features, fmt, layout=layout)
     out = qmatmul.qmatmul(x, qw)
     assert out.shape == (rows, out_features) and out.dtype == torch.float32
     want = qmatmul.reference_qmatmul(x.double().float(), qw)
@@ -92,8 +101,9 @@ def test_matches_the_integer_reference(fmt, rows, out_features, in_features):
 
 @needs_kernel
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_close_to_the_dequantized_float_product(fmt):
-    x, qw = _case(8, 256, 576, fmt, seed=2)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_close_to_the_dequantized_float_product(fmt, layout):
+    x, qw = _case(8, 256, 576, fmt, seed=2, layout=layout)
     out = qmatmul.qmatmul(x, qw)
     want = F.linear(x.double(), dequantize(qw).double()).float()  # (8, 256)
     # Only the activations' int8 rounding differs: about 1 / 254 of each block's largest value.
@@ -104,8 +114,9 @@ def test_close_to_the_dequantized_float_product(fmt):
 
 @needs_kernel
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_row_does_not_depend_on_the_batch(fmt):
-    x, qw = _case(130, 96, 576, fmt, seed=3)  # three row blocks of the kernel (64, 64, 2)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_row_does_not_depend_on_the_batch(fmt, layout):
+    x, qw = _case(130, 96, 576, fmt, seed=3, layout=layout)  # row blocks of 64, 64, 2
     full = qmatmul.qmatmul(x, qw)
     for rows in (1, 2, 3, 5, 16, 64):
         part = qmatmul.qmatmul(x[:rows], qw)
@@ -119,8 +130,9 @@ def test_a_row_does_not_depend_on_the_batch(fmt):
 
 @needs_kernel
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_threads_do_not_change_results(fmt):
-    x, qw = _case(9, 120, 256, fmt, seed=4)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_threads_do_not_change_results(fmt, layout):
+    x, qw = _case(9, 120, 256, fmt, seed=4, layout=layout)
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -134,8 +146,9 @@ def test_threads_do_not_change_results(fmt):
 
 @needs_kernel
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_variant_this_cpu_runs_gives_the_same_bits(fmt, variant):
-    x, qw = _case(6, 72, 320, fmt, seed=5)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_variant_this_cpu_runs_gives_the_same_bits(fmt, layout, variant):
+    x, qw = _case(6, 72, 320, fmt, seed=5, layout=layout)
     bias = torch.randn(72)
     results = {}
     for name in qmatmul.VARIANTS:
@@ -150,8 +163,9 @@ def test_every_variant_this_cpu_runs_gives_the_same_bits(fmt, variant):
 
 @needs_kernel
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_bfloat16_input_equals_its_float32_values(fmt):
-    x, qw = _case(5, 64, 128, fmt, seed=6)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bfloat16_input_equals_its_float32_values(fmt, layout):
+    x, qw = _case(5, 64, 128, fmt, seed=6, layout=layout)
     x16 = x.bfloat16()
     assert torch.equal(qmatmul.qmatmul(x16, qw), qmatmul.qmatmul(x16.float(), qw))
 
@@ -170,6 +184,23 @@ def test_bias_out_and_strided_rows():
     assert torch.equal(qmatmul.qmatmul(wide[:, :64], qw), plain)
     assert torch.equal(qmatmul.qmatmul(x.t().contiguous().t(), qw), plain)
     assert qmatmul.qmatmul(x[:0], qw).shape == (0, 40)
+
+
+def test_pack_takes_whole_groups_of_8_rows():
+    _, qw = _case(1, 24, 64, "q4_1")
+    packed = qmatmul.pack(qw)
+    assert packed.layout == "x8" and qmatmul.pack(packed) is packed
+    assert torch.equal(dequantize(packed), dequantize(qw))
+    _, odd = _case(1, 20, 64, "q4_1")
+    assert qmatmul.pack(odd) is odd
+
+
+@needs_kernel
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_layouts_agree_within_float_rounding(fmt):
+    x, qw = _case(5, 48, 256, fmt, seed=10)
+    torch.testing.assert_close(qmatmul.qmatmul(x, qmatmul.pack(qw)), qmatmul.qmatmul(x, qw),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_reference_runs_without_the_kernel(monkeypatch):

@@ -16,6 +16,7 @@ from langchain_ascend.quant import (
     nbytes,
     quantize,
 )
+from langchain_ascend.quant.formats import rows, to_layout
 
 gguf = pytest.importorskip("gguf")
 
@@ -173,3 +174,48 @@ def test_real_gguf_tensors_dequantize_like_the_gguf_package():
         theirs = gguf.quants.dequantize(raw, tensor.tensor_type)
         assert theirs.shape == ours.shape
         assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), tensor.name
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_x8_layout_is_the_same_bytes_interleaved_by_8_rows(fmt):
+    qw = quantize(_weight(16, 96, seed=4), fmt)
+    x8 = to_layout(qw, "x8")
+    assert x8.layout == "x8" and x8.blocks.shape == qw.blocks.shape
+    assert torch.equal(to_layout(x8, "gguf").blocks, qw.blocks)
+    assert torch.equal(dequantize(x8), dequantize(qw))
+    assert torch.equal(torch.sort(x8.blocks.flatten()).values,
+                       torch.sort(qw.blocks.flatten()).values)
+    per_block = bytes_per_block(fmt)
+    gguf_raw = qw.blocks.reshape(16, 3, per_block)  # (N, B, bytes)
+    group, block = 1, 2  # the superblock of rows 8..15, block 2
+    sb = x8.blocks.reshape(2, 3, 8 * per_block)[group, block]
+    rows8 = gguf_raw[8:16, block]  # (8, bytes): the same blocks in the file's layout
+    assert torch.equal(sb[:16].reshape(8, 2), rows8[:, :2])  # the 8 scales
+    header = 2
+    if fmt == "q4_1":
+        assert torch.equal(sb[16:32].reshape(8, 2), rows8[:, 2:4])  # the 8 mins
+        header = 4
+    values = sb[8 * header:]
+    chunks = 8 if fmt == "q8_0" else 4
+    for chunk in range(chunks):  # 4 value bytes of each of the 8 rows
+        want = rows8[:, header + 4 * chunk:header + 4 * chunk + 4]  # (8, 4)
+        assert torch.equal(values[32 * chunk:32 * chunk + 32].reshape(8, 4), want)
+
+
+def test_x8_rows_and_concatenation_take_whole_groups():
+    a = to_layout(quantize(_weight(16, 64, 1), "q8_0"), "x8")
+    b = to_layout(quantize(_weight(8, 64, 2), "q8_0"), "x8")
+    both = concatenate([a, b])
+    assert both.layout == "x8"
+    assert torch.equal(dequantize(both), torch.cat([dequantize(a), dequantize(b)]))
+    assert torch.equal(dequantize(rows(both, 16, 24)), dequantize(b))
+    with pytest.raises(QuantizationError, match="rows"):
+        rows(both, 4, 12)
+    with pytest.raises(QuantizationError, match="layout"):
+        concatenate([a, quantize(_weight(8, 64, 2), "q8_0")])
+    with pytest.raises(QuantizationError, match="x8"):
+        to_layout(quantize(_weight(12, 64), "q4_0"), "x8")
+    with pytest.raises(QuantizationError, match="layout"):
+        to_layout(a, "x16")
+    g = quantize(_weight(12, 64), "q4_0")
+    assert torch.equal(dequantize(rows(g, 3, 7)), dequantize(g)[3:7])

@@ -53,18 +53,20 @@ def _tiles(linear: Any, dtype: Any) -> Any:
 
 def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int] | None:
     """``(weight, bias, kind code, row limit)`` of one product as the stack reads it: a
-    quantized linear's blocks with a float32 copy of its bias (``decode_stack.PRODUCT_CODES``
-    of its format), or a float linear's tiles copy with its own bias (code 0); None where the
+    quantized linear's blocks with a float32 copy of its bias (``decode_stack.product_code``
+    of its format and layout), or a float linear's tiles copy with its own bias (code 0); None where the
     stack cannot take it."""
     import torch
 
     if is_quantized_linear(linear):
-        blocks = linear.qweight.blocks
+        qweight = linear.qweight
+        blocks = qweight.blocks
         if blocks.device.type != "cpu" or not blocks.is_contiguous():
             return None
         bias = None if linear.bias is None else linear.bias.detach().to(
             torch.float32).contiguous()  # (N,)
-        return blocks, bias, decode_stack.PRODUCT_CODES[linear.fmt], QUANTIZED_MAX_ROWS
+        code = decode_stack.product_code(qweight.fmt, qweight.layout)
+        return blocks, bias, code, QUANTIZED_MAX_ROWS
     tiles = _tiles(linear, dtype)
     if tiles is None:
         return None

@@ -91,6 +91,35 @@ def test_quantized_groups_fuse_into_one_product_over_views(tiny_model_paths):
                                                                                other))
 
 
+def test_packing_relays_blocks_in_place_and_copies_shared_ones(tiny_model_paths):
+    from langchain_ascend.quant.embedding import QuantizedEmbedding
+
+    model = _quantized_model(tiny_model_paths["qwen2"], torch.float32, "q8_0")
+    head = model.get_output_embeddings()
+    table = QuantizedEmbedding(head.qweight)  # a tied table reading the head's blocks
+    model.model.embed_tokens = table
+    ids = torch.tensor([[3, 99, 4000]])
+    rows_before = table(ids)
+    x = torch.randn(2, model.config.hidden_size)
+    want = {name: module(x) for name, module in (("head", head),
+                                                 ("o", model.model.layers[0].self_attn.o_proj))}
+    fuse_projections(model)
+    attention = model.model.layers[1].self_attn
+    members = [attention.q_proj, attention.k_proj, attention.v_proj]
+    fused = group_of(members).linear
+    fused_bytes = fused.qweight.blocks.untyped_storage().data_ptr()
+    assert weight_layout.pack_quantized_linears(model) == 2 * 2 + 2 * 2 + 1  # groups, o/down, head
+    assert weight_layout.pack_quantized_linears(model) == 0
+    for member in members:  # views of the packed fused blocks, in the x8 layout too
+        assert member.qweight.layout == "x8"
+        assert (member.qweight.blocks.untyped_storage().data_ptr()
+                == fused.qweight.blocks.untyped_storage().data_ptr() != fused_bytes)
+    assert head.qweight.layout == "x8" and table.qweight.layout == "gguf"  # a copy for the head
+    assert torch.equal(table(ids), rows_before)
+    for name, module in (("head", head), ("o", model.model.layers[0].self_attn.o_proj)):
+        torch.testing.assert_close(module(x), want[name], atol=1e-5, rtol=1e-5)
+
+
 def test_mixed_formats_do_not_fuse(tiny_model_paths):
     model = _quantized_model(tiny_model_paths["llama"], torch.float32, "q8_0")
     mlp = model.model.layers[0].mlp
@@ -114,7 +143,11 @@ def test_quantized_stack_equals_the_per_op_path(tiny_model_paths, arch, dtype, f
     assert stacked.hooks.changes["decode_stack"] == layers
     assert stacked.hooks.changes["lean_layers"] == layers
     assert plain.hooks.changes["decode_stack"] == 0
-    assert isinstance(stacked.model.get_output_embeddings(), QuantizedLinear)  # the head too
+    head = stacked.model.get_output_embeddings()
+    assert isinstance(head, QuantizedLinear) and head.qweight.layout == "x8"  # the head too
+    attention = stacked.model.model.layers[0].self_attn
+    fused = group_of([attention.q_proj, attention.k_proj, attention.v_proj]).linear
+    assert fused.qweight.layout == "x8" and attention.k_proj.qweight.layout == "x8"
     tokens = {}
     for name, runner in (("stack", stacked), ("plain", plain)):
         before = len(stack_calls)
