@@ -1,0 +1,347 @@
+"""One request's grammar state: the engine's ``TokenConstraint`` over an xgrammar matcher.
+
+* ``mask_logits`` fills the matcher's packed next-token bitmask (CPU), removes special tokens
+  the grammar does not need, and sets every other token's logit to ``-inf`` on the logits'
+  own device;
+* a budget guard makes the reply end complete and valid before ``max_tokens`` even for a
+  random-weight model (see :class:`XGrammarConstraint`);
+* ``accept_token`` advances the matcher; a token the grammar rejects (a sampler that ignored
+  the mask) ends the request instead of corrupting the state;
+* ``is_terminated`` is true once the matcher accepted a stop token.
+
+Masks are kept packed like xgrammar's bitmask (``(ceil(V/32),) int32``, bit ``i % 32`` of
+word ``i // 32`` is token ``i``) so the per-step work is a few word-wise operations. Imports
+torch, numpy and xgrammar: load lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import xgrammar as xgr
+
+if TYPE_CHECKING:
+    from langchain_ascend.structured.xgrammar_backend import GrammarBackend
+
+# Budget guard (see XGrammarConstraint). The guard watches once the remaining budget is
+# within twice the last estimate of the closing length plus _WATCH_SLACK tokens; between
+# estimates it assumes the closing length grows by at most _MAX_GROWTH_PER_TOKEN per token,
+# and estimates again when that bound comes within _REESTIMATE_SLACK of the budget;
+# it keeps _GUARD_MARGIN tokens spare, simulates at most _MAX_SIMULATED_TOKENS steps, and
+# looks one token ahead where the grammar offers at most _LOOKAHEAD_CHOICES tokens besides
+# stopping (e.g. "another tool call" vs "stop") and the slack is under _LOOKAHEAD_SLACK.
+_WATCH_SLACK = 32
+_REESTIMATE_SLACK = 8
+_MAX_GROWTH_PER_TOKEN = 2
+_GUARD_MARGIN = 2
+_MAX_SIMULATED_TOKENS = 512
+_LOOKAHEAD_CHOICES = 16
+_LOOKAHEAD_SLACK = 64
+# Closing policy preference order, inside and outside a JSON string.
+_STRING_TIERS = (
+    "quote_colon", "quote_then_closers", "quote_first", "contains_no_opener", "no_opener")
+_OUTSIDE_TIERS = (
+    "stop", "closers", "contains_no_opener", "separators", "digits", "no_opener")
+
+
+def pack_mask(mask: np.ndarray) -> np.ndarray:
+    """Pack a ``(V,)`` bool array into xgrammar's ``(ceil(V/32),) int32`` layout."""
+    num_words = (mask.shape[0] + 31) // 32
+    padded = np.zeros(num_words * 32, dtype=bool)  # (W*32,)
+    padded[: mask.shape[0]] = mask
+    return np.packbits(padded, bitorder="little").view(np.int32)  # (W,)
+
+
+def unpack_mask(packed: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Unpack ``(W,) int32`` words into a ``(V,)`` bool array."""
+    return np.unpackbits(packed.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
+
+
+def _set_bit(packed: np.ndarray, token_id: int) -> None:
+    packed.view(np.uint32)[token_id // 32] |= np.uint32(1 << (token_id % 32))
+
+
+def _clear_bit(packed: np.ndarray, token_id: int) -> None:
+    packed.view(np.uint32)[token_id // 32] &= ~np.uint32(1 << (token_id % 32))
+
+
+class _StringTracker:
+    """Follows whether the bytes written so far end inside a JSON string."""
+
+    __slots__ = ("escaped", "in_string")
+
+    def __init__(self, in_string: bool = False, escaped: bool = False) -> None:
+        self.in_string = in_string
+        self.escaped = escaped
+
+    def copy(self) -> _StringTracker:
+        return _StringTracker(self.in_string, self.escaped)
+
+    def feed(self, data: bytes) -> None:
+        for byte in data:
+            if self.escaped:
+                self.escaped = False
+            elif self.in_string and byte == 0x5C:  # backslash
+                self.escaped = True
+            elif byte == 0x22:  # double quote
+                self.in_string = not self.in_string
+
+
+class XGrammarConstraint:
+    """Per-request grammar state implementing the engine's ``TokenConstraint`` protocol.
+
+    Budget guard. Near the end of its token budget the constraint simulates, on a fork of the
+    matcher, a deterministic *closing policy* — inside a JSON string take a token that closes
+    it; outside take a stop token, else ``}``/``]``, else a token with a closer and no opener,
+    else a ``,``/``:``, else a number, else the longest token that opens nothing — and counts
+    the tokens the policy needs to reach a stop token. When the remaining budget is down to that count it follows the policy
+    to the end. Before that, where the grammar offers only a few tokens besides stopping (such
+    as "start another call"), it drops those after which closing would no longer fit. So the
+    reply ends complete and valid instead of being cut off by ``max_tokens``; a model that
+    finishes on its own never notices the guard.
+
+    Args:
+        compiled: An xgrammar ``CompiledGrammar``.
+        backend: The :class:`GrammarBackend` it was compiled by (vocabulary and masks).
+        base_mask: Packed ``(W,)`` mask of tokens ever allowed (special tokens the grammar does
+            not use are out).
+        max_tokens: The request's token budget (the stop token included).
+    """
+
+    def __init__(
+        self, compiled: Any, *, backend: GrammarBackend, base_mask: np.ndarray, max_tokens: int
+    ) -> None:
+        self._matcher = xgr.GrammarMatcher(compiled)
+        self._backend = backend
+        self._vocab_size = backend.vocab_size
+        self._bitmask = xgr.allocate_token_bitmask(1, self._vocab_size)  # (1, W) int32
+        self._scratch = xgr.allocate_token_bitmask(1, self._vocab_size)  # (1, W) int32
+        self._base = base_mask  # (W,)
+        self._strings = _StringTracker()
+        self._max_tokens = max_tokens
+        self._closing = False
+        self._needed: int | None = None  # last estimate of the closing length
+        self._estimated_at = 0  # num_accepted at that estimate
+        self._path: list[int] | None = None  # the closing path from here, when known
+        self._choice_paths: dict[int, list[int]] = {}  # lookahead paths of this step's choices
+        self.num_accepted = 0
+        self.rejected_token: int | None = None
+
+    @property
+    def closing(self) -> bool:
+        """True once the budget guard follows the closing policy."""
+        return self._closing
+
+    # -- packed-mask helpers -----------------------------------------------------------------
+
+    def _allowed_packed(self, matcher: Any, bitmask: torch.Tensor) -> np.ndarray:
+        matcher.fill_next_token_bitmask(bitmask)
+        return bitmask.numpy()[0] & self._base  # (W,)
+
+    def _token_ids(self, packed: np.ndarray) -> np.ndarray:
+        """Ids of the set bits of a packed mask."""
+        words = np.flatnonzero(packed)  # (K,)
+        if words.size == 0:
+            return words
+        bits = np.unpackbits(packed[words].view(np.uint8), bitorder="little").reshape(-1, 32)
+        ids = (words[:, None] * 32 + np.arange(32))[bits.astype(bool)]  # (N,)
+        return ids[ids < self._vocab_size]
+
+    def _policy_choice(self, allowed: np.ndarray, in_string: bool) -> int:
+        """The closing policy's token among the packed ``allowed`` mask."""
+        masks = self._backend.policy_masks
+        candidates = allowed
+        for tier in _STRING_TIERS if in_string else _OUTSIDE_TIERS:
+            tiered = allowed & masks[tier]  # (W,)
+            if tiered.any():
+                candidates = tiered
+                break
+        ids = self._token_ids(candidates)
+        if ids.size == 0:
+            return self._backend.stop_token_ids[0]
+        return int(ids[np.argmax(self._backend.token_lengths[ids])])
+
+    def _is_stop(self, token_id: int) -> bool:
+        return token_id in self._backend.stop_token_ids
+
+    def _simulate_close(self, limit: int, first_token: int | None = None) -> list[int] | None:
+        """The closing policy's tokens from here to a stop token (inclusive).
+
+        With ``first_token`` the path starts with that token. ``None`` when the path is longer
+        than ``limit`` tokens.
+        """
+        matcher = self._matcher.fork()
+        strings = self._strings.copy()
+        path: list[int] = []
+        if first_token is not None:
+            if not matcher.accept_token(first_token):
+                return None
+            strings.feed(self._backend.decoded_vocab[first_token])
+            path.append(first_token)
+        while len(path) < limit:
+            token = self._policy_choice(
+                self._allowed_packed(matcher, self._scratch), strings.in_string
+            )
+            path.append(token)
+            if self._is_stop(token):
+                return path
+            if not matcher.accept_token(token):
+                return None
+            strings.feed(self._backend.decoded_vocab[token])
+        return None
+
+    def _estimate(self, limit: int) -> int:
+        """Refresh the closing path; returns its length (``limit`` when longer)."""
+        self._path = self._simulate_close(limit)
+        self._estimated_at = self.num_accepted
+        self._needed = len(self._path) if self._path is not None else limit
+        return self._needed
+
+    def _guard(self, allowed: np.ndarray) -> np.ndarray:
+        """Apply the budget guard to the packed ``allowed`` mask (may switch to closing)."""
+        self._choice_paths = {}
+        remaining = self._max_tokens - self.num_accepted  # tokens left, this one included
+        limit = min(remaining + 1, _MAX_SIMULATED_TOKENS)
+        if self._needed is None:
+            self._estimate(_MAX_SIMULATED_TOKENS)
+        needed = self._needed if self._needed is not None else _MAX_SIMULATED_TOKENS
+        growth = 0
+        if self._path is None:
+            growth = _MAX_GROWTH_PER_TOKEN * (self.num_accepted - self._estimated_at)
+        if remaining > 2 * (needed + growth) + _WATCH_SLACK:
+            return allowed
+        if self._path is None and remaining <= needed + growth + _GUARD_MARGIN + _REESTIMATE_SLACK:
+            needed, growth = self._estimate(limit), 0
+        if remaining <= needed + _GUARD_MARGIN:
+            self._closing = True
+            return allowed
+        slack = remaining - needed - growth - _GUARD_MARGIN
+        if slack >= _LOOKAHEAD_SLACK:
+            return allowed
+        if self._matcher.find_jump_forward_string():
+            # The next bytes are forced; only their tokenization is free, and a short token
+            # can cost several more. Take the closing path's (longest) token.
+            if self._path is None:
+                self._estimate(limit)
+            if self._path:
+                forced = np.zeros_like(allowed)  # (W,)
+                _set_bit(forced, self._path[0])
+                return forced
+            return allowed
+        stop = self._backend.policy_masks["stop"]
+        choices = self._token_ids(allowed & ~stop)
+        total = choices.size + int((allowed & stop).any())
+        if total < 2 or choices.size > _LOOKAHEAD_CHOICES:
+            return allowed
+        for token in choices.tolist():
+            if self._path is not None and self._path[0] == token:
+                continue  # on the closing path: fits by construction
+            path = self._simulate_close(limit, first_token=token)
+            if path is None or len(path) > remaining - _GUARD_MARGIN:
+                _clear_bit(allowed, token)  # taking it would leave no room to close
+            else:
+                self._choice_paths[token] = path
+        return allowed
+
+    # -- TokenConstraint protocol ------------------------------------------------------------
+
+    def allowed_token_ids(self) -> np.ndarray:
+        """Ids of the tokens allowed next (advances nothing; runs the budget guard)."""
+        return self._token_ids(self._next_allowed())
+
+    def _next_allowed(self) -> np.ndarray:
+        allowed = self._allowed_packed(self._matcher, self._bitmask)  # (W,)
+        if not self._closing:
+            allowed = self._guard(allowed)
+        if self._closing:
+            if self._path:
+                choice = self._path[0]
+            else:
+                choice = self._policy_choice(allowed, self._strings.in_string)
+            forced = np.zeros_like(allowed)  # (W,)
+            _set_bit(forced, choice)
+            return forced
+        if not allowed.any():
+            return self._backend.policy_masks["stop"].copy()
+        return allowed
+
+    def mask_logits(self, logits: Any) -> None:
+        """Set disallowed entries of ``logits`` (``(V,)``, any device) to ``-inf`` in place."""
+        allowed = torch.from_numpy(unpack_mask(self._next_allowed(), self._vocab_size))  # (V,)
+        width = min(int(logits.shape[-1]), self._vocab_size)
+        # The row may be an inference tensor (made under torch.inference_mode), which may
+        # only be edited in place inside inference mode; a normal tensor is fine there too.
+        with torch.inference_mode():
+            if width < logits.shape[-1]:
+                logits[..., width:] = float("-inf")
+            disallowed = (~allowed[:width]).to(logits.device, non_blocking=True)  # (V,)
+            logits[..., :width].masked_fill_(disallowed, float("-inf"))
+
+    def accept_token(self, token_id: int) -> None:
+        """Advance the grammar by ``token_id``."""
+        self.num_accepted += 1
+        if self._path and self._path[0] == token_id:
+            self._path = self._path[1:]  # still on the closing path: one token shorter
+        elif token_id in self._choice_paths:
+            self._path = self._choice_paths[token_id][1:]  # the path looked ahead for it
+        else:
+            self._path = None
+        self._choice_paths = {}
+        if self._path is not None:
+            self._needed = len(self._path)
+            self._estimated_at = self.num_accepted
+        if self.rejected_token is not None:
+            return
+        if not self._matcher.accept_token(int(token_id)):
+            self.rejected_token = int(token_id)
+            return
+        if 0 <= token_id < self._vocab_size:
+            self._strings.feed(self._backend.decoded_vocab[token_id])
+
+    def jump_forward(self, limit: int) -> list[int]:
+        """Tokens of the text the grammar forces next, accepted here; the engine appends them
+        without a forward pass each (they are computed together in the next pass).
+
+        The forced text (xgrammar's jump-forward string, e.g. ``", "arguments": {"`` after a
+        forced tool name) is tokenized by the model's tokenizer, so the tokens are the ones
+        the tokenizer produces for that text, not a greedy longest-token split. Its last token
+        is left to the model: the text after the forced part may merge with it. Nothing jumps
+        while the budget guard is closing the reply, or when the tokens would not spell the
+        forced text exactly (a tokenizer that adds a prefix space, a split character).
+
+        Args:
+            limit: Most tokens to return.
+        """
+        if (limit <= 0 or self._closing or self.rejected_token is not None
+                or self._matcher.is_terminated()):
+            return []
+        text = self._matcher.find_jump_forward_string()
+        if not text:
+            return []
+        tokens = list(self._backend.tokenizer.encode(text, add_special_tokens=False))[:-1]
+        tokens = tokens[:limit]
+        if not tokens:
+            return []
+        vocab = self._backend.decoded_vocab
+        if any(not 0 <= t < self._vocab_size for t in tokens) or not text.encode(
+                "utf-8").startswith(b"".join(vocab[t] for t in tokens)):
+            return []
+        budget_left = self._max_tokens - self.num_accepted - len(tokens)
+        if self._needed is not None and budget_left <= self._needed + 1:
+            return []  # leave the guard its room to close the reply
+        fork = self._matcher.fork()
+        if not all(fork.accept_token(t) for t in tokens):
+            return []
+        for token_id in tokens:
+            self.accept_token(token_id)
+        return tokens
+
+    def is_terminated(self) -> bool:
+        """True once the grammar accepted a stop token (or rejected a token)."""
+        return self.rejected_token is not None or self._matcher.is_terminated()
+
+    def is_completed(self) -> bool:
+        """True when the text so far is a complete match (a stop token may follow)."""
+        return self._matcher.is_completed()
