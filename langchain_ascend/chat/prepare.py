@@ -45,6 +45,7 @@ from langchain_ascend.chat.tool_support import (
     check_tools_usable,
     resolve_tool_support,
 )
+from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError, InvalidTextError, PromptTooLongError
 from langchain_ascend.structured.grammars import GrammarSpec
@@ -269,6 +270,64 @@ def tool_support_for(engine: Any, settings: ChatSettings, model_name: str) -> To
     )
 
 
+@dataclass(frozen=True)
+class ToolRequest:
+    """The tools of one call and how they reach the model and come back."""
+
+    tools: list[dict[str, Any]]
+    names: list[str]
+    choice: str
+    parse: bool  # replies are read for calls (tools bound and choice not "none")
+    support: ToolSupport
+
+
+def tool_request(kwargs: Mapping[str, Any], settings: ChatSettings, engine: Any,
+                 model_name: str) -> ToolRequest:
+    """The call's tools, its normalised ``tool_choice`` and the template's tool support.
+
+    Raises:
+        InvalidRequestError: A forcing ``tool_choice`` without tools.
+        ChatTemplateError: Tools bound but nothing would show them to the model.
+    """
+    tools = to_template_tools(kwargs.get("tools") or [])
+    names = tool_names_of(tools)
+    choice = normalize_tool_choice(kwargs.get("tool_choice"), names)
+    if choice not in ("auto", "none") and not tools:
+        raise InvalidRequestError(f"tool_choice={choice!r} but no tools are bound")
+    support = tool_support_for(engine, settings, model_name)
+    if tools:
+        check_tools_usable(support, settings.tool_call_format, model_name=model_name)
+    # With tool_choice="none" the tools stay in the prompt (same prefix, same KV cache as the
+    # hops that call tools); a grammar keeps call markers out of the reply instead.
+    return ToolRequest(tools, names, choice, bool(tools) and choice != "none", support)
+
+
+def sampling_params_for(engine: Any, tokenizer: Any, settings: ChatSettings,
+                        kwargs: Mapping[str, Any], stop: Sequence[str] | None,
+                        spec: GrammarSpec | None, num_prompt_tokens: int,
+                        special: Mapping[str, int], calls: ToolRequest) -> SamplingParams:
+    """The engine's sampling parameters of one call, validated, with its grammar constraint."""
+    max_tokens = max_tokens_for(
+        kwargs.get("max_tokens", settings.max_tokens), num_prompt_tokens,
+        engine.max_context_length)
+    # A given template's end-of-turn token ends the reply where the model's EOS would not.
+    stop_token_ids = ([] if kwargs.get("ignore_eos", settings.ignore_eos) or tokenizer is
+                      engine.tokenizer else
+                      template_stop_token_ids(engine.tokenizer, tokenizer.chat_template))
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        stop_token_ids=stop_token_ids,
+        **sampling_values(settings, kwargs, stop, spec, generation_defaults(engine.model_path)),
+        keep_special_token_ids=reply_marker_ids(
+            special, tool_format=calls.support.fmt, parse_tools=calls.parse,
+            parse_reasoning=settings.parse_reasoning),
+    )
+    params.validate()
+    if spec is not None:
+        params.constraint = grammar_backend(engine).new_constraint(spec, max_tokens=max_tokens)
+    return params
+
+
 def prepare_request(
     messages: Sequence[BaseMessage],
     stop: Sequence[str] | None,
@@ -289,62 +348,33 @@ def prepare_request(
         InvalidRequestError, PromptTooLongError, ChatTemplateError, UnsupportedContentError:
             See the module docstring.
     """
-    from langchain_ascend.engine.core.sampling_params import SamplingParams
-
     check_call_kwargs(kwargs)
     template_messages = to_template_messages(messages)
     check_conversation_text(template_messages)
     model_name = kwargs.get("model") or settings.model
     engine = engine_for(model_name)
     tokenizer = chat_tokenizer(engine, settings, model_name)
-
-    tools = to_template_tools(kwargs.get("tools") or [])
-    tool_names = tool_names_of(tools)
-    tool_choice = normalize_tool_choice(kwargs.get("tool_choice"), tool_names)
-    if tool_choice not in ("auto", "none") and not tools:
-        raise InvalidRequestError(f"tool_choice={tool_choice!r} but no tools are bound")
-    # With tool_choice="none" the tools stay in the prompt (same prefix, same KV cache as the
-    # hops that call tools); a grammar keeps call markers out of the reply instead.
-    parse_tools = bool(tools) and tool_choice != "none"
-    support = tool_support_for(engine, settings, model_name)
-    if tools:
-        check_tools_usable(support, settings.tool_call_format, model_name=model_name)
-    if support.fallback:
-        template_messages = apply_fallback(template_messages, tools)
+    calls = tool_request(kwargs, settings, engine, model_name)
+    fallback = calls.support.fallback
+    if fallback:
+        template_messages = apply_fallback(template_messages, calls.tools)
 
     special = special_tokens_of(engine.tokenizer)
     spec = grammar_spec(
-        response_format=kwargs.get("response_format"), tools=tools, tool_choice=tool_choice,
-        parallel_tool_calls=kwargs.get("parallel_tool_calls"), fmt=support.fmt,
-        special_tokens=set(special),
+        response_format=kwargs.get("response_format"), tools=calls.tools,
+        tool_choice=calls.choice, parallel_tool_calls=kwargs.get("parallel_tool_calls"),
+        fmt=calls.support.fmt, special_tokens=set(special),
     )
     template_kwargs = template_kwargs_for(
         settings.chat_template_kwargs, kwargs.get("chat_template_kwargs"), spec
     )
     prompt_ids, prompt_text = prompt_token_ids(
-        tokenizer, template_messages, None if support.fallback else tools or None,
-        template_kwargs,
+        tokenizer, template_messages, None if fallback else calls.tools or None, template_kwargs,
     )
-    max_tokens = max_tokens_for(
-        kwargs.get("max_tokens", settings.max_tokens), len(prompt_ids), engine.max_context_length
-    )
-    # A given template's end-of-turn token ends the reply where the model's EOS would not.
-    stop_token_ids = ([] if kwargs.get("ignore_eos", settings.ignore_eos) or tokenizer is
-                      engine.tokenizer else
-                      template_stop_token_ids(engine.tokenizer, tokenizer.chat_template))
-    params = SamplingParams(
-        max_tokens=max_tokens,
-        stop_token_ids=stop_token_ids,
-        **sampling_values(settings, kwargs, stop, spec, generation_defaults(engine.model_path)),
-        keep_special_token_ids=reply_marker_ids(
-            special, tool_format=support.fmt, parse_tools=parse_tools,
-            parse_reasoning=settings.parse_reasoning),
-    )
-    params.validate()
-    if spec is not None:
-        params.constraint = grammar_backend(engine).new_constraint(spec, max_tokens=max_tokens)
-    forced_tool = tool_choice not in ("auto", "none")
-    forced = (f"tool call (tool_choice={tool_choice!r})" if forced_tool
+    params = sampling_params_for(engine, tokenizer, settings, kwargs, stop, spec,
+                                 len(prompt_ids), special, calls)
+    forced_tool = calls.choice not in ("auto", "none")
+    forced = (f"tool call (tool_choice={calls.choice!r})" if forced_tool
               else "structured output" if spec is not None and not spec.free_text else None)
     return PreparedRequest(
         engine=engine,
@@ -352,9 +382,9 @@ def prepare_request(
         prompt_token_ids=prompt_ids,
         params=params,
         assembler_kwargs={
-            "parse_tools": parse_tools,
-            "tool_format": support.fmt,
-            "tool_names": tool_names,
+            "parse_tools": calls.parse,
+            "tool_format": calls.support.fmt,
+            "tool_names": calls.names,
             "parse_reasoning": settings.parse_reasoning,
             "start_in_reasoning": settings.parse_reasoning and prompt_opens_reasoning(prompt_text),
             "id_factory": reply_call_ids(prompt_ids),
