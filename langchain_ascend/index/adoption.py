@@ -10,14 +10,13 @@ import numpy as np
 from langchain_core.documents import Document
 
 from langchain_ascend.errors import EmbeddingDimensionError, VectorStoreInputError
+from langchain_ascend.index.device_index import FlatIndex
 from langchain_ascend.index.distance import DistanceStrategy, as_strategy
+from langchain_ascend.index.faiss_io import FaissIndex, flat_vectors, import_faiss, metric_of
 from langchain_ascend.index.store_state import IndexOptions, StoreState
 
 if TYPE_CHECKING:
     import torch
-
-    from langchain_ascend.index.device_index import FlatIndex
-    from langchain_ascend.index.faiss_io import FaissIndex
 
 Rows = tuple[list[str], list[Document], "torch.Tensor | None"]
 
@@ -33,9 +32,6 @@ def adopt(state: StoreState, options: IndexOptions, strategy: DistanceStrategy, 
         VectorStoreInputError: Missing docstore or mapping, ids missing or repeated, or a
             faiss index of another metric.
     """
-    from langchain_ascend.index.device_index import FlatIndex
-    from langchain_ascend.index.faiss_io import FaissIndex
-
     if isinstance(index, (FlatIndex, FaissIndex)):
         backend = index
         labels = list(range(backend.ntotal))
@@ -64,13 +60,6 @@ def adopt(state: StoreState, options: IndexOptions, strategy: DistanceStrategy, 
 def _from_faiss_object(options: IndexOptions, strategy: DistanceStrategy,
                        index: Any) -> tuple[FlatIndex | FaissIndex, list[int]]:
     import torch
-
-    from langchain_ascend.index.faiss_io import (
-        FaissIndex,
-        flat_vectors,
-        import_faiss,
-        metric_of,
-    )
 
     faiss = import_faiss()
     source_metric = metric_of(index)
@@ -122,8 +111,6 @@ def foreign_rows(target: Any) -> tuple[Rows, Any]:
         VectorStoreInputError: ``target`` is not an lc FAISS-like store or lacks documents.
     """
     import torch
-
-    from langchain_ascend.index.faiss_io import flat_vectors
 
     index = getattr(target, "index", None)
     mapping = getattr(target, "index_to_docstore_id", None)

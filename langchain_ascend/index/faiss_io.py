@@ -18,6 +18,7 @@ import numpy as np
 
 from langchain_ascend.errors import IndexFormatError, VectorStoreInputError
 from langchain_ascend.index.device_index import SearchResult, empty_result
+from langchain_ascend.validation import STORE, check_count
 
 if TYPE_CHECKING:
     import torch
@@ -150,8 +151,6 @@ class FaissIndex:
         ivf = import_faiss().try_extract_index_ivf(self.index)
         if ivf is None:
             raise VectorStoreInputError("nprobe applies to IVF faiss indexes only")
-        from langchain_ascend.validation import STORE, check_count
-
         check_count("nprobe", value, errors=STORE)
         ivf.nprobe = int(value)
 

@@ -13,7 +13,9 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from langchain_ascend.index.device_index import l2_normalize, to_matrix
 from langchain_ascend.index.filters import FilterSpec, parse_filter
+from langchain_ascend.index.mmr import mmr_select
 from langchain_ascend.index.store_state import StoreState
 from langchain_ascend.validation import STORE, check_count, check_int, check_probability
 
@@ -33,8 +35,6 @@ def search_rows(state: StoreState, queries: Any, k: int, filter: FilterSpec | No
         InvalidFilterError: A bad filter.
         VectorStoreInputError: A negative ``k``.
     """
-    from langchain_ascend.index.device_index import l2_normalize, to_matrix
-
     node = None if filter is None else parse_filter(filter)
     check_int("k", k, minimum=0, errors=STORE)
     matrix = to_matrix(queries, device=state.device, dim=state.dim)
@@ -83,9 +83,6 @@ def mmr_by_vectors(state: StoreState, embeddings: Any, k: int, fetch_k: int, lam
                    filter: FilterSpec | None, *, normalize: bool) -> list[ScoredDocs]:
     """Maximal marginal relevance over each query's ``fetch_k`` best (filtered) rows."""
     import torch
-
-    from langchain_ascend.index.device_index import to_matrix
-    from langchain_ascend.index.mmr import mmr_select
 
     check_int("k", k, minimum=0, errors=STORE)
     check_count("fetch_k", fetch_k, errors=STORE)
