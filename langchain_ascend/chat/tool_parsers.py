@@ -135,13 +135,13 @@ class ParserDelta:
     calls: list[ExtractedCall] = field(default_factory=list)
 
 
-
 class ToolCallStreamParser:
     """Split streamed model text into content and tool calls as it arrives.
 
-    Content is released as soon as it cannot be the start of a call marker; a Hermes call is
-    released when its ``</tool_call>`` arrives; Mistral, ``<|python_tag|>`` and bare-JSON
-    calls run to the end of the reply and are released by :meth:`finish`.
+    Content is released as soon as it cannot be the start of a call marker; a call of a format
+    with a closing marker (Hermes) is released when that marker arrives; Mistral, Llama and
+    bare-JSON calls run to the end of the reply and are released by :meth:`finish`. Each
+    call's text is parsed by its :class:`~langchain_ascend.tool_formats.base.ToolFormat`.
 
     Args:
         fmt: Which format(s) to recognise.
