@@ -81,6 +81,11 @@ class LLMEngine(EngineDriver):
             see ``stats().decode_step``), True, ``"static"`` or False.
         stream_buffer_limit: Unread deltas after which a stream counts as abandoned: its
             request is aborted and its blocks freed (see ``engine.streams``).
+        quantization: How the weights are held (``quant.load``): ``"auto"`` (the GGUF file's
+            own blocks for a GGUF-backed folder, see ``resolve_model_source(...,
+            quantization=)``; float otherwise), ``"gguf"``, ``"int8"`` / ``"int4"`` (every
+            linear layer quantized at load), ``"none"`` / None. ``stats().weights`` says
+            what was loaded.
 
     Example:
         >>> engine = LLMEngine(path, device="cpu")  # doctest: +SKIP
@@ -104,6 +109,7 @@ class LLMEngine(EngineDriver):
         max_num_batched_tokens: int = 2048,
         compile: bool | str = "auto",
         stream_buffer_limit: int = 1024,
+        quantization: str | None = "auto",
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -126,7 +132,7 @@ class LLMEngine(EngineDriver):
             path, device=str(device), dtype=_dtype_name(dtype), block_size=block_size,
             num_blocks=num_blocks, kv_cache_memory_fraction=kv_cache_memory_fraction,
             max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
-            compile=compile,
+            compile=compile, quantization=quantization,
         )
         tokenizer = AutoTokenizer.from_pretrained(path)
         self._setup(
@@ -358,6 +364,7 @@ class LLMEngine(EngineDriver):
                 num_accepted_tokens=self._scheduler.num_accepted_tokens,
                 num_forced_tokens=self._scheduler.num_forced_tokens,
                 decode_step=self._decode_step(),
+                weights=dict(getattr(self._runner, "weights", None) or {}),
             )
 
     def _decode_step(self) -> dict[str, Any]:

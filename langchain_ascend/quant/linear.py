@@ -191,14 +191,17 @@ def replace_linears(model: nn.Module, plan: Plan) -> list[str]:
 
 
 def quantized_weight_bytes(model: nn.Module) -> int:
-    """Bytes of every :class:`QuantizedLinear` weight of ``model`` (shared blocks counted once)."""
-    seen: dict[int, int] = {}
+    """Bytes of the blocks of every :class:`QuantizedLinear` and ``QuantizedEmbedding`` of
+    ``model``, each storage once (a tied head and its embedding, a fused group and its members'
+    views, share one)."""
+    storages: dict[int, int] = {}
     for module in model.modules():
-        blocks = getattr(module, "blocks", None)
-        if isinstance(module, (QuantizedLinear,)) or _is_quantized_embedding(module):
+        if isinstance(module, QuantizedLinear) or _is_quantized_embedding(module):
+            blocks = module.blocks
             assert isinstance(blocks, torch.Tensor)
-            seen[blocks.data_ptr()] = blocks.numel()
-    return sum(seen.values())
+            storage = blocks.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
 
 
 def _is_quantized_embedding(module: nn.Module) -> bool:

@@ -92,6 +92,9 @@ class EngineStats:
         decode_step: What runs pure-decode steps: the plan, the compiled buckets, a failure
             and ``compile="auto"``'s warm-up choice (``engine.worker.compile``); empty for a
             runner without a step compiler.
+        weights: The model's weights: ``format`` (``"q4_1+q8_0"``, ``"float32"``...),
+            ``bytes``, ``quantized_bytes``, ``linear_formats`` (layers per format) and the
+            ``quantization`` mode; empty for a runner that does not say.
     """
 
     num_blocks_total: int = 0
@@ -108,6 +111,7 @@ class EngineStats:
     num_accepted_tokens: int = 0
     num_forced_tokens: int = 0
     decode_step: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, Any] = field(default_factory=dict)
 
     @property
     def hit_rate(self) -> float:

@@ -22,7 +22,9 @@ The package, one job per module:
 - ``locate``: what the user named (folder, GGUF file, folder of GGUF files, hub id);
 - ``gguf_header``: the GGUF header parser (:func:`inspect_gguf`);
 - ``gguf_convert``: which architectures transformers loads from GGUF, and the conversion;
-- ``gguf_cache``: hashing, the hash index, the lock and the cache folders.
+- ``gguf_cache``: hashing, the hash index, the lock and the cache folders;
+- ``gguf_blocks``: the weightless folder of a GGUF file whose blocks the engine runs as they
+  are (``quantization`` other than None).
 
 Example:
     >>> resolved = resolve_model_source("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import os
 
+from langchain_ascend.engine.model_source.gguf_blocks import blocks_folder, gguf_weights_file
 from langchain_ascend.engine.model_source.gguf_cache import (
     CACHE_ENV_VAR,
     CONVERTER_VERSION,
@@ -68,6 +71,7 @@ __all__ = [
     "check_model_source",
     "file_sha256",
     "gguf_cache_dir",
+    "gguf_weights_file",
     "inspect_gguf",
     "resolve_model_source",
     "supported_gguf_architectures",
@@ -80,6 +84,7 @@ def resolve_model_source(
     gguf_file: str | None = None,
     progress: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
+    quantization: str | None = None,
 ) -> ResolvedModel:
     """Turn ``model`` into a local HF folder, de-quantizing a GGUF file once (then cached).
 
@@ -92,6 +97,11 @@ def resolve_model_source(
         progress: Show tqdm bars while hashing and converting (transformers' own bars too).
         cache_dir: Root of the conversion cache; default ``$LANGCHAIN_ASCEND_CACHE``, else
             ``~/.cache/langchain_ascend``. Conversions go to its ``gguf/`` folder.
+        quantization: For a GGUF source: None or ``"none"`` de-quantizes it into float32
+            safetensors (above); any other mode (``"auto"``, ``"gguf"``, ``"int8"``,
+            ``"int4"``) gives a folder with the config, tokenizer and generation config only,
+            whose weights the engine reads from the GGUF file itself (``gguf_blocks``: no
+            conversion). Ignored for an HF folder.
 
     Returns:
         The :class:`ResolvedModel`; for a GGUF source its ``path`` is the cached folder.
@@ -108,6 +118,9 @@ def resolve_model_source(
         return ResolvedModel(path=located.target, kind=located.kind, source=source)
     info = inspect_gguf(located.target)
     check_architecture(info)
+    if quantization not in (None, "none"):
+        folder = blocks_folder(info, cache_root=gguf_cache_dir(cache_dir), progress=progress)
+        return ResolvedModel(path=folder, kind="gguf", source=source, gguf_file=located.target)
     folder = converted_folder(info, cache_root=gguf_cache_dir(cache_dir),
                               progress=progress)
     return ResolvedModel(path=folder, kind="gguf", source=source, gguf_file=located.target)

@@ -140,6 +140,7 @@ class ModelRunner:
         hooks: What preparing the model for its device did (``engine.worker.hooks``).
         logits_head: Turns a packed step into logits or tokens (``hooks.make_logits_head``:
             the model's own head, or a device's cheaper one for some rows).
+        weights: The weights' format and bytes (``quant.quantize_model.weight_summary``).
     """
 
     def __init__(self, model: Any, *, backend: Any, kv_cache: KVCache,
@@ -168,13 +169,16 @@ class ModelRunner:
         self.compiler = StepCompiler(self.static, device=self.device, mode=compile)
         self.hooks = ModelHooks() if hooks is None else hooks
         self.logits_head = self.hooks.make_logits_head(model)
+        self.weights: dict[str, Any] = {}
+        """``quant.quantize_model.weight_summary`` of the model (set by :meth:`from_model`)."""
 
     @classmethod
     def load(cls, model_path: str, *, device: Any = "auto", dtype: Any = "auto",
              block_size: int | None = None, num_blocks: int | None = None,
              kv_cache_memory_fraction: float = 0.5, max_num_batched_tokens: int = 2048,
              max_batch_size: int = 64, attention_backend: str = "auto",
-             compile: bool | str = "auto", weight_layout: str = "auto") -> ModelRunner:
+             compile: bool | str = "auto", weight_layout: str = "auto",
+             quantization: str | None = "auto") -> ModelRunner:
         """Load a causal LM from ``model_path`` with our paged attention and allocate its cache.
 
         Args:
@@ -197,19 +201,25 @@ class ModelRunner:
                 ``"auto"`` (``"dual"`` for float32 when its copies fit: a product picked by
                 row count, see ``engine.cpu.weight_layout``), ``"row"``, ``"column"`` or
                 ``"dual"``.
+            quantization: How the weights are held (``quant.load``): ``"auto"`` (a GGUF-backed
+                folder's own blocks, float otherwise), ``"gguf"``, ``"int8"``, ``"int4"``,
+                ``"none"`` / None.
         """
-        from transformers import AutoModelForCausalLM
+        from langchain_ascend.quant.load import load_causal_lm
 
         resolved_device = platform.resolve_device(device)
         resolved_dtype = platform.resolve_dtype(dtype, resolved_device)
-        model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=resolved_dtype, attn_implementation=registry.register())
+        model, mode = load_causal_lm(model_path, dtype=resolved_dtype,
+                                     quantization=quantization,
+                                     attn_implementation=registry.register())
         model.to(resolved_device)  # type: ignore[arg-type]  # transformers' typed wrapper
-        return cls.from_model(
+        runner = cls.from_model(
             model, block_size=block_size, num_blocks=num_blocks,
             kv_cache_memory_fraction=kv_cache_memory_fraction,
             max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
             attention_backend=attention_backend, compile=compile, weight_layout=weight_layout)
+        runner.weights["quantization"] = mode
+        return runner
 
     @classmethod
     def from_model(cls, model: Any, *, block_size: int | None = None,
@@ -219,14 +229,21 @@ class ModelRunner:
                    weight_layout: str = "auto") -> ModelRunner:
         """Wrap an already loaded causal LM; its attention is switched to ours.
 
-        The model's device and dtype decide the cache's. Other arguments as in :meth:`load`.
+        The model's device and dtype decide the cache's. Other arguments as in :meth:`load`;
+        ``compile="auto"`` runs eager on the CPU when linear layers are quantized (the compiled
+        step does not trace the native quantized products).
         """
+        from langchain_ascend.quant.quantize_model import weight_summary
+
         name = registry.register()
         if model.config._attn_implementation != name:
             model.set_attn_implementation(name)
         model.eval()
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
+        weights = weight_summary(model)  # before preparing: layouts add copies, not weights
+        if weights["quantized_bytes"] and compile == "auto" and device.type == "cpu":
+            compile = False
         hooks = prepare_hooks(model, device=device, dtype=dtype,
                               options=HookOptions(weight_layout=weight_layout))
         num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(model.config)
@@ -241,9 +258,11 @@ class ModelRunner:
             num_blocks=num_blocks)
         kv_cache = KVCache(backend, num_layers=num_layers, num_blocks=usable + 1,
                            block_size=block_size)
-        return cls(model, backend=backend, kv_cache=kv_cache,
-                   max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
-                   compile=compile, hooks=hooks)
+        runner = cls(model, backend=backend, kv_cache=kv_cache,
+                     max_num_batched_tokens=max_num_batched_tokens,
+                     max_batch_size=max_batch_size, compile=compile, hooks=hooks)
+        runner.weights = weights
+        return runner
 
     def execute(self, batch: ScheduledBatch) -> list[int | list[int] | None]:
         """Run one step: one packed forward over all segments, then sample.
