@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_ascend.attention import registry
-from langchain_ascend.engine.cpu.fused_projections import is_quantized_linear
 from langchain_ascend.engine.cpu.lean_attention import sliding_window
+from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
 from langchain_ascend.engine.cpu.swap import swap_forward, swapped_by
 from langchain_ascend.native import decode_stack, paged_attention, qmatmul
 

@@ -16,8 +16,8 @@ by ``weight_layout.tune_bf16_native_rows``, which finds it through the members' 
 
 Members that are ``quant.linear.QuantizedLinear`` layers of one block format fuse the same way
 into one ``QuantizedLinear`` over the concatenated blocks (exact: every output row is its own
-blocks), the members' blocks and biases becoming views of the fused ones; it needs no layout
-(``native.qmatmul`` reads the blocks as they are).
+blocks), the members' blocks and biases becoming views of the fused ones; it takes no float
+layout (``engine.cpu.quantized_layout`` re-lays the blocks for the native product).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.engine.cpu.weight_layout import make_dual
 
@@ -47,8 +48,18 @@ class FusedProjections:
     def __init__(self, linear: Any, sizes: Sequence[int]) -> None:
         self.linear = linear
         self.sizes = list(sizes)
+        self.members: list[Any] = []
         self._input: Any = None
         self._parts: tuple[Any, ...] = ()
+
+    def wire(self, members: Sequence[Any]) -> None:
+        """Swap the ``forward`` of ``members`` (in call order; the group's sizes) to this
+        group's: the first computes the fused product, the others take their slices."""
+        self.members = list(members)
+        swap_forward(self.members[0], lambda module, x: self.first(x), self)
+        for index, member in enumerate(self.members[1:], start=1):
+            swap_forward(member, lambda module, x, index=index: self.part(index, module, x),
+                         self)
 
     def first(self, x: Any) -> Any:
         """The first member's output; keeps the others' for their calls on the same ``x``."""
@@ -64,15 +75,6 @@ class FusedProjections:
                 self._input, self._parts = None, ()
             return out
         return type(member).forward(member, x)  # its own product (F.linear or blocks)
-
-
-def is_quantized_linear(module: Any) -> bool:
-    """Whether ``module`` is a ``quant.linear.QuantizedLinear`` (weight kept as blocks)."""
-    try:
-        from langchain_ascend.quant.linear import QuantizedLinear
-    except ImportError:  # pragma: no cover - the quant package ships with this one
-        return False
-    return isinstance(module, QuantizedLinear)
 
 
 def fusable(members: Sequence[Any]) -> bool:
@@ -105,9 +107,7 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
     first = members[0]
     linear = _fuse_quantized(members) if is_quantized_linear(first) else _fuse_float(members)
     group = FusedProjections(linear, [m.out_features for m in members])
-    swap_forward(first, lambda self, x: group.first(x), group)
-    for index, m in enumerate(members[1:], start=1):
-        swap_forward(m, lambda self, x, index=index: group.part(index, self, x), group)
+    group.wire(members)
     return group
 
 

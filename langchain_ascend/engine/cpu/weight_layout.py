@@ -43,11 +43,8 @@ Values, shapes, parameters and the model code are unchanged; ``"dual"`` only swa
 to float rounding).
 
 Quantized linears (``quant.linear.QuantizedLinear``, weights kept as GGUF blocks) take no
-float layout; whatever the layout, :func:`pack_quantized_linears` re-lays their blocks in the
-``"x8"`` layout (``quant.formats``: the same bytes interleaved by 8 output rows), which the
-native product (``native.qmatmul``) runs about twice as fast as the file's own layout. No
-extra memory, except for blocks another module also reads (a tied embedding table): those
-get a packed copy while it fits :data:`SHARED_PACK_MAX_RAM_SHARE` of the free RAM.
+float layout; whatever the layout, :func:`apply_layout` has ``engine.cpu.quantized_layout``
+re-lay their blocks for the native product.
 """
 
 from __future__ import annotations
@@ -58,6 +55,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_ascend import platform
+from langchain_ascend.engine.cpu.quantized_layout import pack_quantized_linears
 from langchain_ascend.engine.cpu.swap import restore_forward, swap_forward, swapped_by
 from langchain_ascend.engine.worker.hooks import WEIGHT_LAYOUTS
 from langchain_ascend.native import matvec
@@ -83,9 +81,6 @@ F32_PROBE_ROWS = (2, 8, 16, 32, 64)
 """Row counts :func:`tune_f32_native_rows` times, ascending (it stops at the first loss)."""
 BF16_PROBE_REPEATS = 3
 """Timed runs of each product per probe after one warm-up run; the fastest counts."""
-SHARED_PACK_MAX_RAM_SHARE = 0.1
-"""Blocks shared with another module are packed into a copy only while it takes at most this
-share of free RAM."""
 DUAL_ATTRIBUTES = ("single_row_mode", "single_row_weight", "single_row_transposed",
                    "packed_weight", "f32_tiles", "bf16_tiles", "native_max_rows")
 """Instance attributes ``make_dual`` may set (removed when the layout changes again)."""
@@ -310,83 +305,9 @@ def make_dual(module: Any, native_max_rows: int = 0) -> None:
     swap_forward(module, _small_batch_forward, DUAL)
 
 
-def _quantized_linears(model: Any) -> list[Any]:
-    """The ``QuantizedLinear`` layers of ``model`` that hold their own blocks: fused projection
-    groups' (held by their members' swap marker) and the unfused ones, each once; not the
-    members of a group (views of its blocks)."""
-    from langchain_ascend.engine.cpu.fused_projections import is_quantized_linear
-
-    found: dict[int, Any] = {}
-    for module in model.modules():
-        group_linear = getattr(swapped_by(module), "linear", None)
-        candidate = module if group_linear is None else group_linear
-        if is_quantized_linear(candidate):
-            found.setdefault(id(candidate), candidate)
-    return list(found.values())
-
-
-def _set_qweight(linear: Any, qweight: Any) -> None:
-    """Give a ``QuantizedLinear`` another :class:`~langchain_ascend.quant.formats.
-    QuantizedWeight` of the same values (its ``blocks`` buffer and the weight it returns)."""
-    linear.blocks = qweight.blocks
-    linear._qweight = qweight
-
-
-def pack_quantized_linears(model: Any) -> int:
-    """Re-lay the blocks of every quantized linear of ``model`` in the ``"x8"`` layout where
-    it can be (``out_features % 8 == 0``; a fused group's members, views of its blocks, too,
-    when each is a whole number of groups of 8 rows), where the native product is built.
-
-    Returns:
-        How many quantized linears were re-laid.
-    """
-    from langchain_ascend.native import qmatmul
-    from langchain_ascend.quant import formats
-
-    if not qmatmul.available():
-        return 0
-    linears = _quantized_linears(model)
-    groups = {id(owner.linear): owner for module in model.modules()
-              if (owner := swapped_by(module)) is not None and hasattr(owner, "linear")
-              and hasattr(owner, "sizes")}
-    readers: dict[int, int] = {}  # storage -> modules holding blocks on it
-    for module in model.modules():
-        blocks = module.__dict__.get("_buffers", {}).get("blocks")
-        if blocks is not None:
-            key = blocks.untyped_storage().data_ptr()
-            readers[key] = readers.get(key, 0) + 1
-    packed = 0
-    for linear in linears:
-        qweight = linear.qweight
-        group = groups.get(id(linear))
-        sizes = group.sizes if group is not None else []
-        if (qweight.layout == "x8" or qweight.out_features % formats.ROWS_PER_GROUP
-                or any(size % formats.ROWS_PER_GROUP for size in sizes)):
-            continue
-        storage = qweight.blocks.untyped_storage().data_ptr()
-        members = [m for m in model.modules() if swapped_by(m) is group] if group else []
-        if readers.get(storage, 0) > 1 + len(members):  # another module reads these bytes
-            free = platform.memory_info(qweight.blocks.device).free
-            if formats.nbytes(qweight) > SHARED_PACK_MAX_RAM_SHARE * free:
-                continue
-            logger.info("packing a copy of a (%d, %d) %s weight another module shares",
-                        qweight.out_features, qweight.in_features, qweight.fmt)
-        x8 = formats.to_layout(qweight, "x8")
-        _set_qweight(linear, x8)
-        start = 0
-        for member in members:  # views of the fused blocks, as fused_projections made them
-            end = start + member.out_features
-            _set_qweight(member, formats.rows(x8, start, end))
-            start = end
-        packed += 1
-    if packed:
-        logger.info("packed %d quantized linears in the x8 layout", packed)
-    return packed
-
-
 def apply_layout(model: Any, layout: str) -> int:
     """Lay out every ``nn.Linear`` of ``model`` as ``"row"``, ``"column"`` or ``"dual"``, and
-    pack every quantized linear (:func:`pack_quantized_linears`, any layout).
+    re-lay every quantized linear (``quantized_layout.pack_quantized_linears``, any layout).
 
     Returns:
         How many linear layers changed layout.

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu import decode_stack as stack_module
-from langchain_ascend.engine.cpu import weight_layout
+from langchain_ascend.engine.cpu import quantized_layout, weight_layout
 from langchain_ascend.engine.cpu.fused_projections import fuse_projections, group_of
 from langchain_ascend.engine.cpu.swap import swapped_by
 from langchain_ascend.engine.worker.model_runner import ModelRunner
@@ -95,29 +95,39 @@ def test_packing_relays_blocks_in_place_and_copies_shared_ones(tiny_model_paths)
     from langchain_ascend.quant.embedding import QuantizedEmbedding
 
     model = _quantized_model(tiny_model_paths["qwen2"], torch.float32, "q8_0")
-    head = model.get_output_embeddings()
-    table = QuantizedEmbedding(head.qweight)  # a tied table reading the head's blocks
+    table = QuantizedEmbedding(model.get_output_embeddings().qweight)  # a tied table
     model.model.embed_tokens = table
     ids = torch.tensor([[3, 99, 4000]])
     rows_before = table(ids)
     x = torch.randn(2, model.config.hidden_size)
-    want = {name: module(x) for name, module in (("head", head),
-                                                 ("o", model.model.layers[0].self_attn.o_proj))}
-    fuse_projections(model)
     attention = model.model.layers[1].self_attn
-    members = [attention.q_proj, attention.k_proj, attention.v_proj]
-    fused = group_of(members).linear
-    fused_bytes = fused.qweight.blocks.untyped_storage().data_ptr()
-    assert weight_layout.pack_quantized_linears(model) == 2 * 2 + 2 * 2 + 1  # groups, o/down, head
-    assert weight_layout.pack_quantized_linears(model) == 0
-    for member in members:  # views of the packed fused blocks, in the x8 layout too
+    names = ("q_proj", "k_proj", "v_proj")
+    want = {"head": model.get_output_embeddings()(x),
+            "o": model.model.layers[0].self_attn.o_proj(x),
+            **{name: getattr(attention, name)(x) for name in names}}
+    fuse_projections(model)
+    group = group_of([getattr(attention, name) for name in names])
+    before = group.linear.qweight.blocks.untyped_storage().data_ptr()
+    assert quantized_layout.pack_quantized_linears(model) == 2 * 2 + 2 * 2 + 1  # groups,
+    assert quantized_layout.pack_quantized_linears(model) == 0  # o/down, head; then none
+    members = [getattr(attention, name) for name in names]  # new modules, the same group
+    assert group_of(members) is group and group.linear.qweight.layout == "x8"
+    fused = group.linear.qweight.blocks.untyped_storage().data_ptr()
+    assert fused != before
+    for member in members:  # views of the re-laid fused blocks
         assert member.qweight.layout == "x8"
-        assert (member.qweight.blocks.untyped_storage().data_ptr()
-                == fused.qweight.blocks.untyped_storage().data_ptr() != fused_bytes)
+        assert member.qweight.blocks.untyped_storage().data_ptr() == fused
+        assert member.bias.untyped_storage().data_ptr() == (
+            group.linear.bias.untyped_storage().data_ptr())
+    head = model.get_output_embeddings()
     assert head.qweight.layout == "x8" and table.qweight.layout == "gguf"  # a copy for the head
     assert torch.equal(table(ids), rows_before)
-    for name, module in (("head", head), ("o", model.model.layers[0].self_attn.o_proj)):
-        torch.testing.assert_close(module(x), want[name], atol=1e-5, rtol=1e-5)
+    got = {"head": head(x), "o": model.model.layers[0].self_attn.o_proj(x),
+           **{name: member(x) for name, member in zip(names, members, strict=True)}}
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, atol=1e-5, rtol=1e-5)
+    other = torch.randn(3, model.config.hidden_size)  # a member on another input: its slice
+    torch.testing.assert_close(members[2](other), group.linear(other)[:, -members[2].out_features:])
 
 
 def test_mixed_formats_do_not_fuse(tiny_model_paths):

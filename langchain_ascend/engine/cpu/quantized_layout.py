@@ -1,0 +1,126 @@
+"""Quantized linears on the CPU: the ``"x8"`` block layout for the native product.
+
+A ``quant.linear.QuantizedLinear`` keeps its weight as GGUF blocks (``quant.formats``). The
+native product (``native.qmatmul``) runs the file's layout, and about twice as fast the
+``"x8"`` layout: the very same bytes interleaved by 8 output rows (measurements in
+``docs/performance.md``). :func:`pack_quantized_linears` re-lays every quantized linear of a
+prepared model in ``"x8"``, each replaced by a ``QuantizedLinear`` over the re-laid blocks
+(same bias tensor): fused q/k/v and gate/up groups (``engine.cpu.fused_projections``) get one
+re-laid fused product and their members views of it, re-wired to the group. No extra memory,
+except for blocks another module also reads (a tied embedding table): those are re-laid into a
+copy only while it fits :data:`SHARED_PACK_MAX_RAM_SHARE` of the free RAM.
+
+A weight with ``out_features % 8 != 0`` (or a group with such a member) keeps the file's
+layout; both layouts give a row the same result whatever the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from langchain_ascend import platform
+from langchain_ascend.engine.cpu.swap import swapped_by
+
+logger = logging.getLogger(__name__)
+
+SHARED_PACK_MAX_RAM_SHARE = 0.1
+"""Blocks shared with another module are re-laid into a copy only while it takes at most this
+share of free RAM."""
+
+
+def is_quantized_linear(module: Any) -> bool:
+    """Whether ``module`` is a ``quant.linear.QuantizedLinear`` (weight kept as blocks)."""
+    from langchain_ascend.quant.linear import QuantizedLinear
+
+    return isinstance(module, QuantizedLinear)
+
+
+def _group_of(module: Any) -> Any:
+    """The fused projection group whose member ``module`` is (its swap marker), or None."""
+    owner = swapped_by(module)
+    return owner if hasattr(owner, "linear") and hasattr(owner, "sizes") else None
+
+
+def _block_readers(model: Any) -> dict[int, int]:
+    """Storage address -> how many of ``model``'s modules hold a ``blocks`` buffer on it."""
+    readers: dict[int, int] = {}
+    for module in model.modules():
+        blocks = dict(module.named_buffers(recurse=False)).get("blocks")
+        if blocks is not None:
+            key = blocks.untyped_storage().data_ptr()
+            readers[key] = readers.get(key, 0) + 1
+    return readers
+
+
+def _packable(qweight: Any, sizes: list[int], readers: int, members: int) -> bool:
+    """Whether a weight (fused group: its members' ``sizes``) read by ``readers`` modules, of
+    which ``members`` are the group's own, is worth re-laying in ``"x8"``."""
+    from langchain_ascend.quant import formats
+
+    group_rows = formats.ROWS_PER_GROUP
+    if (qweight.layout == "x8" or qweight.out_features % group_rows
+            or any(size % group_rows for size in sizes)):
+        return False
+    if readers > max(1, members):  # another module reads these bytes: a copy
+        free = platform.memory_info(qweight.blocks.device).free
+        if formats.nbytes(qweight) > SHARED_PACK_MAX_RAM_SHARE * free:
+            return False
+        logger.info("re-laying a copy of a (%d, %d) %s weight another module shares",
+                    qweight.out_features, qweight.in_features, qweight.fmt)
+    return True
+
+
+def pack_quantized_linears(model: Any) -> int:
+    """Re-lay every quantized linear of ``model`` (fused groups included) in the ``"x8"``
+    layout where it can be (module docstring), where the native product is built.
+
+    Returns:
+        How many weights were re-laid (a fused group counts once).
+    """
+    from langchain_ascend.native import qmatmul
+    from langchain_ascend.quant import formats
+    from langchain_ascend.quant.linear import QuantizedLinear
+
+    if not qmatmul.available():
+        return 0
+    readers = _block_readers(model)
+    places = {id(module): (parent, name) for parent in model.modules()
+              for name, module in parent.named_children()}
+    groups: dict[int, Any] = {}
+    singles = []
+    for module in model.modules():
+        group = _group_of(module)
+        if group is not None and is_quantized_linear(group.linear):
+            groups.setdefault(id(group), group)
+        elif group is None and is_quantized_linear(module):
+            singles.append(module)
+    packed = 0
+    for group in groups.values():
+        members = list(group.members)
+        qweight = group.linear.qweight
+        storage = qweight.blocks.untyped_storage().data_ptr()
+        if not _packable(qweight, group.sizes, readers.get(storage, 0), len(members)):
+            continue
+        x8 = formats.to_layout(qweight, "x8")
+        group.linear = QuantizedLinear(x8, group.linear.bias)
+        replaced, start = [], 0
+        for member in members:
+            end = start + member.out_features
+            replaced.append(QuantizedLinear(formats.rows(x8, start, end), member.bias))
+            parent, name = places[id(member)]
+            setattr(parent, name, replaced[-1])
+            start = end
+        group.wire(replaced)
+        packed += 1
+    for linear in singles:
+        qweight = linear.qweight
+        storage = qweight.blocks.untyped_storage().data_ptr()
+        if not _packable(qweight, [], readers.get(storage, 0), 1):
+            continue
+        parent, name = places[id(linear)]
+        setattr(parent, name, QuantizedLinear(formats.to_layout(qweight, "x8"), linear.bias))
+        packed += 1
+    if packed:
+        logger.info("re-laid %d quantized weights in the x8 layout", packed)
+    return packed
