@@ -196,13 +196,23 @@ class AscendChatModel(BaseChatModel):
         ),
     )
     """The chat model's weights and tokenizer: a local HF folder, a ``.gguf`` file or a folder
-    of them (de-quantized once into the package cache, see
-    ``langchain_ascend.engine.model_source``), or a hub id ``"org/name"`` found in the local
-    Hugging Face cache; default ``$LANGCHAIN_ASCEND_CHAT_MODEL``. Checked when the chat model
-    is built (``ModelSourceError`` naming the path), loaded on the first call or ``warm_up()``."""
+    of them (its blocks run as they are, or de-quantized once into the package cache: see
+    ``quantization`` and ``langchain_ascend.engine.model_source``), or a hub id
+    ``"org/name"`` found in the local Hugging Face cache; default
+    ``$LANGCHAIN_ASCEND_CHAT_MODEL``. Checked when the chat model is built
+    (``ModelSourceError`` naming the path), loaded on the first call or ``warm_up()``."""
 
     gguf_file: str | None = None
     """Which GGUF file of a folder (or hub snapshot) holding several to load."""
+
+    quantization: Literal["auto", "gguf", "int8", "int4", "none"] | None = "auto"
+    """How the weights are held: ``"auto"`` (a ``.gguf`` model's own blocks, as ``"gguf"``;
+    an HF folder's float weights), ``"gguf"`` (run the file's ``Q4_0`` / ``Q4_1`` / ``Q8_0``
+    blocks as they are, no conversion; other block types re-quantized to the nearest, logged),
+    ``"int8"`` / ``"int4"`` (every linear layer, LM head included, in 8-bit / 4-bit blocks of
+    32, quantized at load, from a GGUF file or an HF folder), None or ``"none"`` (float; a
+    GGUF file is de-quantized once into float32 in the package cache).
+    ``engine.stats().weights`` reports the format and bytes."""
 
     device: str = "auto"
     """``"auto"`` (NPU, else CUDA, else CPU), ``"npu"``, ``"npu:1"``, ``"cuda"``, ``"cpu"``."""
@@ -396,6 +406,7 @@ class AscendChatModel(BaseChatModel):
             "max_batch_size": self.max_batch_size,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "compile": self.compile,
+            "quantization": self.quantization,
         }
         for key, value in (
             ("max_context_length", self.max_context_length),
@@ -409,7 +420,8 @@ class AscendChatModel(BaseChatModel):
         # gguf_file= belongs to this chat model's own model; a per-call model= override is a
         # source of its own (a .gguf file, or a folder holding one GGUF file).
         source = resolve_model_source(
-            name, gguf_file=self.gguf_file if name == self.model else None)
+            name, gguf_file=self.gguf_file if name == self.model else None,
+            quantization=self.quantization)
         engine = get_engine(source.path, device=self.device, dtype=self.dtype, **engine_kwargs)
         with self._engines_lock:
             self._engines[name] = engine

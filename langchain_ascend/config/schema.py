@@ -170,6 +170,9 @@ class ModelConfig(Section):
     ``{{``) or the path of a file holding one (relative to the config file's folder), for a
     model without one (a base model, a GGUF file without ``tokenizer.chat_template``)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    quantization: Literal["auto", "gguf", "int8", "int4", "none"] | None = None
+    """``AscendChatModel.quantization``: ``auto`` (a .gguf file's own blocks), ``gguf``,
+    ``int8``, ``int4``, ``none`` (float); unset: ``auto``."""
     kv_cache_policy: str = "paged"
     max_context_length: int | None = Field(default=None, ge=1)
     block_size: int | None = Field(default=None, ge=1)

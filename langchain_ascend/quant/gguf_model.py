@@ -30,6 +30,7 @@ import logging
 import os
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -173,6 +174,53 @@ class _Filler:
             self.report.requantized.append((info.name, info.type_name, fmt))
         return formats.quantize(weight, fmt)
 
+    def fill(self, model: Any, names: dict[str, str]) -> None:
+        """Give ``model`` (a skeleton) every tensor of the file it has a parameter for: block
+        weights as quantized layers, the rest as float parameters."""
+        import torch
+
+        from langchain_ascend.quant.linear import replace_linears
+
+        modules = dict(model.named_modules())
+        embed_name = _name_of(modules, model.get_input_embeddings())
+        head_name = _name_of(modules, model.get_output_embeddings())
+        head_in_file = any(names.get(name) == f"{head_name}.weight" for name in self.gguf.tensors)
+        tied = bool(getattr(self.config, "tie_word_embeddings", False)) and not head_in_file
+        planned: dict[str, Any] = {}  # linear module name -> QuantizedWeight
+        embed_qweight = None
+        for gguf_name, info in self.gguf.tensors.items():
+            hf_name = names.get(gguf_name)
+            if hf_name is None:
+                continue
+            module_name, _, attr = hf_name.rpartition(".")
+            module = modules.get(module_name)
+            fmt = None
+            if attr == "weight" and module_name == embed_name:
+                keep_float = not tied and info.ggml_type in _FLOAT_TYPES
+                fmt = None if keep_float else self.linear_format(info)
+                if fmt is not None:
+                    embed_qweight = self.quantized(info, fmt)
+            elif attr == "weight" and isinstance(module, torch.nn.Linear):
+                fmt = self.linear_format(info)
+                if fmt is not None:
+                    planned[module_name] = self.quantized(info, fmt)
+            if fmt is None:
+                _set_param(model, hf_name, self.float_tensor(info))
+        if embed_qweight is not None:
+            self._install_embedding(model, modules[embed_name], embed_name, embed_qweight)
+            if tied and head_name:
+                planned[head_name] = embed_qweight
+        elif tied and isinstance(model.get_output_embeddings(), torch.nn.Linear):
+            model.get_output_embeddings().weight = model.get_input_embeddings().weight
+        replace_linears(model, lambda name, _linear: planned.get(name))
+
+    def _install_embedding(self, model: Any, embedding: Any, name: str, qweight: Any) -> None:
+        from langchain_ascend.quant.embedding import QuantizedEmbedding
+
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, QuantizedEmbedding(
+            qweight, dtype=self.dtype, padding_idx=getattr(embedding, "padding_idx", None)))
+
     def linear_format(self, info: TensorInfo) -> str | None:
         fmt = target_format(info.ggml_type, self.quantization)
         if fmt is not None and (len(info.shape) != 2 or info.shape[1] % 32):
@@ -180,6 +228,11 @@ class _Filler:
                         self.gguf.path.name, info.name, info.shape[-1])
             return None
         return fmt
+
+
+def _name_of(modules: dict[str, Any], target: Any) -> str:
+    """The qualified name of ``target`` among ``modules`` ("" when absent)."""
+    return next((name for name, module in modules.items() if module is target), "")
 
 
 def _skeleton(config: Any, dtype: Any) -> Any:
@@ -246,10 +299,8 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
     """
     import torch
 
-    from langchain_ascend.quant.embedding import QuantizedEmbedding
     from langchain_ascend.quant.gguf_config import load_gguf_config
     from langchain_ascend.quant.gguf_file import GGUFFormatError
-    from langchain_ascend.quant.linear import QuantizedLinear, quantized_weight_bytes
 
     check_quantization(quantization)
     started = time.perf_counter()
@@ -260,64 +311,12 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
         raise ModelSourceError(f"cannot read the GGUF file {path}: {error}") from error
     config = load_gguf_config(gguf) if config is None else config
     model = _skeleton(config, dtype)
-    names = _name_map(model, gguf.architecture, config)
     filler = _Filler(gguf, config, quantization, dtype)
+    filler.fill(model, _name_map(model, gguf.architecture, config))
+    _check_complete(model, gguf.path, config)
     report = filler.report
-    embedding = model.get_input_embeddings()
-    head = model.get_output_embeddings()
-    modules = dict(model.named_modules())
-    embed_name = next((n for n, m in modules.items() if m is embedding), None)
-    head_name = next((n for n, m in modules.items() if m is head), None)
-    head_in_file = any(names.get(name) == f"{head_name}.weight" for name in gguf.tensors)
-    tied = bool(getattr(config, "tie_word_embeddings", False)) and not head_in_file
-    planned: dict[str, Any] = {}  # linear module name -> QuantizedWeight
-    embed_qweight = None
-    for gguf_name, info in gguf.tensors.items():
-        hf_name = names.get(gguf_name)
-        if hf_name is None:
-            continue
-        module_name, _, attr = hf_name.rpartition(".")
-        module = modules.get(module_name)
-        if attr == "weight" and module_name == embed_name:
-            fmt = filler.linear_format(info) if tied or info.ggml_type not in _FLOAT_TYPES \
-                else None
-            if fmt is not None:
-                embed_qweight = filler.quantized(info, fmt)
-                continue
-        elif attr == "weight" and isinstance(module, torch.nn.Linear):
-            fmt = filler.linear_format(info)
-            if fmt is not None:
-                planned[module_name] = filler.quantized(info, fmt)
-                continue
-        _set_param(model, hf_name, filler.float_tensor(info))
-    if embed_qweight is not None:
-        assert embed_name is not None
-        parent, _, child = embed_name.rpartition(".")
-        setattr(model.get_submodule(parent), child, QuantizedEmbedding(
-            embed_qweight, dtype=dtype, padding_idx=getattr(embedding, "padding_idx", None)))
-        if tied and head_name is not None:
-            planned[head_name] = embed_qweight
-    elif tied and isinstance(head, torch.nn.Linear):
-        head.weight = model.get_input_embeddings().weight
-    from langchain_ascend.quant.linear import replace_linears
-
-    replace_linears(model, lambda name, _linear: planned.get(name))
-    missing = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()]
-               if tensor.device.type == "meta"]
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
-                                          else "")
-        raise ModelSourceError(f"{gguf.path} has no tensor for {shown}; expected every weight "
-                               f"of its {config.model_type} architecture")
-    for module in model.modules():
-        if isinstance(module, QuantizedLinear):
-            report.formats[module.fmt] += 1
-        elif isinstance(module, torch.nn.Linear):
-            report.formats["float"] += 1
-    report.quantized_bytes = quantized_weight_bytes(model)
-    report.weight_bytes = report.quantized_bytes + sum(
-        p.numel() * p.element_size() for p in model.parameters())
     del gguf, filler  # unmaps the file: its pages stop counting as this process's memory
+    _measure(model, report)
     report.seconds = time.perf_counter() - started
     for name, file_type, fmt in report.requantized:
         logger.info("%s: %s is %s, which has no native kernel: re-quantized to %s",
@@ -326,3 +325,30 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
                 os.fspath(path), quantization, report.seconds, dict(report.formats),
                 report.weight_bytes / 1e6)
     return model, report
+
+
+def _check_complete(model: Any, path: Path, config: Any) -> None:
+    """Raise when a parameter or buffer was left on the meta device (no tensor for it)."""
+    missing = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()]
+               if tensor.device.type == "meta"]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                          else "")
+        raise ModelSourceError(f"{path} has no tensor for {shown}; expected every weight "
+                               f"of its {config.model_type} architecture")
+
+
+def _measure(model: Any, report: GGUFLoadReport) -> None:
+    """Fill ``report``'s layer counts per format and its byte counts."""
+    import torch
+
+    from langchain_ascend.quant.linear import QuantizedLinear, quantized_weight_bytes
+
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear):
+            report.formats[module.fmt] += 1
+        elif isinstance(module, torch.nn.Linear):
+            report.formats["float"] += 1
+    report.quantized_bytes = quantized_weight_bytes(model)
+    report.weight_bytes = report.quantized_bytes + sum(
+        p.numel() * p.element_size() for p in model.parameters())
