@@ -36,10 +36,12 @@ load holds 4 inputs of all 8 rows:
 * ``q8_0``: 8 chunks of 32 bytes; chunk ``g`` = for each row, its int8 values ``4g..4g+3``.
   272 bytes.
 
-An ``x8`` weight needs ``out_features % 8 == 0``; its ``blocks`` keep the shape ``(N, K/32 *
-bytes_per_block)`` (group ``G`` fills the bytes of rows ``8G..8G+7``), so slicing or
-concatenating whole groups of 8 rows stays exact. :func:`to_layout` converts both ways
-(a permutation of bytes).
+An ``x8`` weight needs ``out_features % 8 == 0``; its ``blocks`` have the shape ``(N / 8,
+8 * K/32 * bytes_per_block)``, one row per group of 8 output rows (the same bytes in memory
+as the file's rows ``8G..8G+7``; the other shape keeps code that slices rows as if they were
+the file's from silently misreading it), so slicing or concatenating whole groups stays
+exact (:func:`rows`, :func:`concatenate`). :func:`to_layout` converts both ways (a
+permutation of bytes).
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ class QuantizedWeight:
         in_features: Columns of the weight (K), a multiple of :data:`BLOCK_SIZE`.
         blocks: uint8 ``(N, K // 32 * bytes_per_block(fmt))``, contiguous, on the CPU for the
             native kernels: in the ``"gguf"`` layout row n holds the blocks of weights
-            ``W[n, 0:32]``, ``W[n, 32:64]``...
+            ``W[n, 0:32]``, ``W[n, 32:64]``...; in the ``"x8"`` layout ``(N / 8, 8 * K // 32
+            * bytes_per_block(fmt))``, one row per group of 8 output rows.
         layout: ``"gguf"`` (default) or ``"x8"`` (module docstring).
 
     Raises:
@@ -135,6 +138,8 @@ class QuantizedWeight:
             got = getattr(self.blocks, "dtype", type(self.blocks).__name__)
             raise QuantizationError(f"{self.fmt}: blocks must be a uint8 tensor, got {got}")
         want = (n, k // BLOCK_SIZE * per_block)
+        if self.layout == "x8":
+            want = (n // ROWS_PER_GROUP, ROWS_PER_GROUP * want[1])
         if tuple(self.blocks.shape) != want:
             raise QuantizationError(f"{self.fmt}: blocks of a ({n}, {k}) weight must have shape "
                                     f"{want}, got {tuple(self.blocks.shape)}")
@@ -328,8 +333,10 @@ def rows(qw: QuantizedWeight, start: int, stop: int) -> QuantizedWeight:
     if not 0 <= start < stop <= qw.out_features or (
             qw.layout == "x8" and (start % ROWS_PER_GROUP or stop % ROWS_PER_GROUP)):
         raise QuantizationError(f"rows {start}:{stop} of a {qw.shape} {qw.layout} weight")
-    return QuantizedWeight(qw.fmt, stop - start, qw.in_features, qw.blocks[start:stop],
-                           qw.layout)
+    if qw.layout == "x8":
+        start, stop = start // ROWS_PER_GROUP, stop // ROWS_PER_GROUP
+    return QuantizedWeight(qw.fmt, (stop - start) * (ROWS_PER_GROUP if qw.layout == "x8" else 1),
+                           qw.in_features, qw.blocks[start:stop], qw.layout)
 
 
 def _superblock_views(fmt: str, groups: int, num_blocks: int) -> tuple[list[int], list[int]]:
@@ -377,5 +384,6 @@ def to_layout(qw: QuantizedWeight, layout: str) -> QuantizedWeight:
         values = raw[..., split:].reshape(permuted).permute(inverse)  # (G, 8, B, chunks, 4)
         values = values.reshape(groups, ROWS_PER_GROUP, num_blocks, -1)
         blocks = torch.cat([heads, values], dim=-1)  # (G, 8, B, bytes per block)
+    shape = (groups, -1) if layout == "x8" else (qw.out_features, -1)
     return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
-                           blocks.reshape(qw.out_features, -1).contiguous(), layout)
+                           blocks.reshape(shape).contiguous(), layout)

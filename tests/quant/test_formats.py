@@ -180,7 +180,9 @@ def test_real_gguf_tensors_dequantize_like_the_gguf_package():
 def test_x8_layout_is_the_same_bytes_interleaved_by_8_rows(fmt):
     qw = quantize(_weight(16, 96, seed=4), fmt)
     x8 = to_layout(qw, "x8")
-    assert x8.layout == "x8" and x8.blocks.shape == qw.blocks.shape
+    assert x8.layout == "x8" and x8.blocks.shape == (2, 8 * qw.blocks.shape[1])
+    with pytest.raises(QuantizationError, match="shape"):  # x8 bytes never pass for the file's
+        QuantizedWeight(fmt, 16, 96, x8.blocks)
     assert torch.equal(to_layout(x8, "gguf").blocks, qw.blocks)
     assert torch.equal(dequantize(x8), dequantize(qw))
     assert torch.equal(torch.sort(x8.blocks.flatten()).values,
