@@ -5,9 +5,10 @@
  * layer on a small CPU), which at batch 1 is a third of the step. Here the whole stack runs in
  * C with the same kernels the per-op path calls -- RMSNorm (rms_norm.c), the tiles products
  * (matvec.c), the rotary embedding and cache write (rope_kv.c), paged decode attention
- * (paged_attention.c) -- so their rounding is the per-op path's; only the SiLU (here with
- * exp256, torch with Sleef) and, for one float32 row, the product order (tiles here, the
- * row-major mat-vec there) may differ in the last bits.
+ * (paged_attention.c) -- so their rounding is the per-op path's. The SiLU (exp256) is
+ * exported as silu_mul_rows and the per-op lean MLP calls it too, so it matches; for one
+ * float32 row of a float (tiles) product the product order (tiles here, the row-major
+ * mat-vec there) may still differ in the last bits.
  *
  * Per layer, M decoding rows, hidden size D, H query / KVH key-value heads of size Dh:
  *
@@ -82,6 +83,20 @@ static void silu_mul(int dtype, const void *gate, const void *up, void *out, int
         float s = bf16_to_f32(f32_to_bf16(x / (1.f + expf(-x))));
         o[i] = f32_to_bf16(s * bf16_to_f32(u[i]));
     }
+}
+
+/* silu(gate) * up for M rows of a fused gate|up product: row t holds its gate in
+   gu[t * stride, + I) and its up in the next I values; out (M, I). The per-op path's lean MLP
+   calls this too (native/decode_stack.py silu_mul), so a decoding row gets the same bits
+   whichever path runs its step. Returns 0, or 2 on a bad dtype or shape. */
+int silu_mul_rows(int dtype, const void *gu, int64_t stride, void *out, int64_t M, int64_t I) {
+    if ((dtype != 0 && dtype != 1) || M < 0 || I < 0 || stride < 2 * I) return 2;
+    const size_t el = dtype == 0 ? 4 : 2;
+    for (int64_t t = 0; t < M; t++) {
+        const char *row = (const char *)gu + el * t * stride;
+        silu_mul(dtype, row, row + el * I, (char *)out + el * t * I, I);
+    }
+    return 0;
 }
 
 /* h += y over n values (bf16: one rounding of the float sum, as torch's add). */
@@ -190,9 +205,7 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
         RUN(norm(dtype, h, p->norm2, x, M, D, p->eps2));
         RUN(product(dtype, p->gu_fmt, p->q_variant, p->gu_tiles, x, p->gu_bias, gu, 2 * I, D, M,
                     threads));
-        for (int64_t t = 0; t < M; t++)
-            silu_mul(dtype, gu + el * t * 2 * I, gu + el * (t * 2 * I + I),
-                     (char *)act + el * t * I, I);
+        silu_mul_rows(dtype, gu, 2 * I, act, M, I);
         RUN(product(dtype, p->down_fmt, p->q_variant, p->down_tiles, act, p->down_bias, o, D, I,
                     M, threads));
         add_into(dtype, h, o, M * D);

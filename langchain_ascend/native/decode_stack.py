@@ -58,6 +58,43 @@ def _kernel() -> Any:
         i64, i64, i64, i64, i64, i64, i64, i64, i64, ptr, ctypes.c_int])
 
 
+def _silu_kernel() -> Any:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return build.function(KERNEL, "silu_mul_rows", [ctypes.c_int, ptr, i64, ptr, i64, i64])
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
+    """``silu(gate) * up`` of a fused gate|up product with the stack's own code
+    (``decode_stack.c`` ``silu_mul_rows``), so the per-op MLP gives a row the bits the stack
+    gives it; None where the kernel does not apply (not built here, another dtype or device,
+    rows that are not evenly spaced), the caller then keeping torch's ``F.silu``.
+
+    Args:
+        gate_up: ``(..., 2I)`` float32 or bfloat16 on CPU, the gate in the first ``I`` values
+            of each row and the up projection in the last ``I``, with contiguous rows.
+
+    Returns:
+        ``(..., I)`` of ``gate_up``'s dtype.
+    """
+    import torch
+
+    code = DTYPE_CODES.get(str(gate_up.dtype).removeprefix("torch."))
+    width = gate_up.shape[-1] if gate_up.dim() else 0
+    if (code is None or gate_up.device.type != "cpu" or width % 2 or gate_up.numel() == 0
+            or gate_up.stride(-1) != 1):
+        return None
+    rows = gate_up.reshape(-1, width)  # (M, 2I), a view when the rows are evenly spaced
+    kernel = _silu_kernel()
+    if kernel is None or rows.stride(1) != 1:
+        return None
+    half = width // 2
+    out = torch.empty(*gate_up.shape[:-1], half, dtype=gate_up.dtype)  # (..., I)
+    status = kernel(code, rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], half)
+    if status:
+        raise RuntimeError(f"silu_mul_rows kernel failed with status {status}")
+    return out
+
+
 def available() -> bool:
     """Whether the kernel is built and loaded here (builds it on first call)."""
     return _kernel() is not None

@@ -31,20 +31,23 @@ def _kernel(symbol: str = "rms_norm_f32") -> Any:
     return build.function(KERNEL, symbol, [ptr, ptr, ptr, i64, i64, i64, ctypes.c_float])
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             max_rows: int | None = MAX_ROWS) -> torch.Tensor | None:
     """``weight * x / sqrt(mean(x^2, -1) + eps)`` over the last dimension, or None.
 
     Args:
         x: ``(..., H)`` float32 on CPU with contiguous rows; ``H % 8 == 0``.
         weight: ``(H,)`` float32, contiguous.
         eps: Added to the mean square.
+        max_rows: More rows than this return None (None: any number of rows).
     """
     import torch
 
-    return _run("rms_norm_f32", torch.float32, x, weight, eps)
+    return _run("rms_norm_f32", torch.float32, x, weight, eps, max_rows)
 
 
-def rms_norm_bf16(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+def rms_norm_bf16(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                  max_rows: int | None = MAX_ROWS) -> torch.Tensor | None:
     """transformers' ``LlamaRMSNorm`` of bfloat16 ``x``: ``h = x.float() * rsqrt(mean(x^2) +
     eps)``, then ``weight * h.to(bf16)`` (each product rounded to bf16), or None.
 
@@ -52,21 +55,23 @@ def rms_norm_bf16(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
         x: ``(..., H)`` bfloat16 on CPU with contiguous rows; ``H % 8 == 0``.
         weight: ``(H,)`` bfloat16, contiguous.
         eps: Added to the mean square.
+        max_rows: More rows than this return None (None: any number of rows).
     """
     import torch
 
-    return _run("rms_norm_bf16", torch.bfloat16, x, weight, eps)
+    return _run("rms_norm_bf16", torch.bfloat16, x, weight, eps, max_rows)
 
 
 def _run(symbol: str, dtype: torch.dtype, x: torch.Tensor, weight: torch.Tensor, eps: float,
-         ) -> torch.Tensor | None:
+         max_rows: int | None) -> torch.Tensor | None:
     import torch
 
     kernel = _kernel(symbol)
     size = x.shape[-1]
     if (kernel is None or x.dtype != dtype or weight.dtype != dtype
             or x.device.type != "cpu" or size % 8 or weight.shape != (size,)
-            or not weight.is_contiguous() or x.numel() > MAX_ROWS * size or x.numel() == 0):
+            or not weight.is_contiguous() or x.numel() == 0
+            or (max_rows is not None and x.numel() > max_rows * size)):
         return None
     rows = x.reshape(-1, size)  # (N, H), a view when the rows are evenly spaced
     if rows.stride(1) != 1:

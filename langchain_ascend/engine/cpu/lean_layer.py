@@ -8,7 +8,9 @@ split-and-hand-out bookkeeping; at thirty layers that is several milliseconds a 
 the products themselves. The lean layer calls the same prepared pieces directly -- the norms'
 and linears' own (native) forwards, the lean attention (``engine.cpu.lean_attention``), the
 fused gate/up product once, split -- with the same ops in the same order, so its values are
-the class forward's (tested bit for bit).
+the class forward's (tested bit for bit). One deliberate exception: an MLP of quantized
+products takes ``silu(gate) * up`` from the native decode stack's code, so a decoding row's
+bits do not depend on whether its step ran in the stack or here (issue 23).
 
 It applies to a layer whose pieces were all prepared: lean attention, fused q/k/v and
 gate/up groups (the ``"dual"`` layout), fused norms, a SiLU MLP. Only the layer instances'
@@ -24,7 +26,9 @@ from typing import Any
 from langchain_ascend.attention import registry
 from langchain_ascend.engine.cpu.fused_projections import group_of
 from langchain_ascend.engine.cpu.lean_attention import lean_attend
+from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
+from langchain_ascend.native import decode_stack as native_stack
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +65,19 @@ def _lean_layer_forward(self: Any, hidden_states: Any, attention_mask: Any = Non
 
 def lean_mlp(mlp: Any, x: Any) -> Any:
     """``down(silu(gate(x)) * up(x))`` of a prepared MLP: the fused gate/up product once,
-    split into views (``x (..., hidden)`` -> ``(..., hidden)``)."""
+    split into views (``x (..., hidden)`` -> ``(..., hidden)``). An MLP of quantized products
+    (``lean_native_silu``) computes ``silu(gate) * up`` with the native stack's code
+    (``native.decode_stack.silu_mul``), so a decoding row computed here equals the same row
+    computed by the stack bit for bit (torch's SiLU differs in the last float32 bit)."""
     import torch.nn.functional as F
 
     group = mlp.lean_gate_up
-    gate, up = group.linear.forward(x).split(group.sizes, dim=-1)  # (..., I) each
+    gate_up = group.linear.forward(x)  # (..., 2I)
+    if getattr(mlp, "lean_native_silu", False):
+        act = native_stack.silu_mul(gate_up)  # (..., I): the native stack's own code
+        if act is not None:
+            return mlp.down_proj.forward(act)
+    gate, up = gate_up.split(group.sizes, dim=-1)  # (..., I) each
     return mlp.down_proj.forward(F.silu(gate) * up)
 
 
@@ -104,7 +116,12 @@ def lean_layers(model: Any) -> int:
     count = 0
     for module in model.modules():
         if is_lean_capable(module):
-            module.mlp.lean_gate_up = group_of([module.mlp.gate_proj, module.mlp.up_proj])
+            group = group_of([module.mlp.gate_proj, module.mlp.up_proj])
+            module.mlp.lean_gate_up = group
+            # A quantized product gives a row the same bits in the stack and per op, so the
+            # SiLU must too: the stack's own (decode_stack.c) instead of torch's.
+            module.mlp.lean_native_silu = (is_quantized_linear(group.linear)
+                                           and group.sizes[0] == group.sizes[1])
             swap_forward(module, _lean_layer_forward, "lean_layer")
             count += 1
     if count:

@@ -16,7 +16,7 @@ IDS = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3]])
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
 def test_fused_norms_give_bit_identical_logits_through_torch(tiny_model_paths, arch, monkeypatch):
-    monkeypatch.setattr(native_rms_norm, "rms_norm", lambda *args: None)  # torch's op only
+    monkeypatch.setattr(native_rms_norm, "rms_norm", lambda *args, **kwargs: None)  # torch's op only
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.float32)
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     with torch.inference_mode():
@@ -40,7 +40,7 @@ def test_fused_norms_through_the_native_kernel_match_to_rounding(tiny_model_path
         fuse_rms_norms(model)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(native_rms_norm, "rms_norm",
-                          lambda *args: calls.append(args[0].shape) or kernel(*args))
+                          lambda *args, **kw: calls.append(args[0].shape) or kernel(*args, **kw))
             after = model(IDS[:, :1]).logits
     assert calls  # the kernel ran (and did not decline)
     torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
@@ -59,7 +59,7 @@ def test_bf16_norms_through_the_native_kernel_are_bit_identical(tiny_model_paths
         assert fuse_rms_norms(model) == len(norms) > 0
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(native_rms_norm, "rms_norm_bf16",
-                          lambda *args: calls.append(args[0].shape) or kernel(*args))
+                          lambda *args, **kw: calls.append(args[0].shape) or kernel(*args, **kw))
             after = [model(IDS).logits, model(IDS[:, :1]).logits]
     assert calls
     for got, want in zip(after, before, strict=True):

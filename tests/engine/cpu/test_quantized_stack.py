@@ -194,3 +194,46 @@ def test_stack_mixes_quantized_and_float_products(tiny_model_paths, stack_calls)
     assert (greedy_decode(stacked, PROMPTS, 5, blocks_per_request=6)
             == greedy_decode(plain, PROMPTS, 5, blocks_per_request=6))
     assert stack_calls == [3] * 5
+
+
+@pytest.mark.parametrize(("arch", "fmt"), [("llama", "q4_1"), ("qwen2", "q8_0"),
+                                           ("qwen3", "q4_0")])
+def test_per_op_decode_rows_equal_the_stack_bit_for_bit(tiny_model_paths, arch, fmt,
+                                                         stack_calls):
+    """Issue 23: a decoding row gets the same float32 bits whether its step ran in the native
+    stack or per op -- on a pure-decode step, and beside a prefill longer than the norms'
+    decode-sized row limit (the per-op path then runs every row, the decode's included)."""
+    stacked = _runner(tiny_model_paths[arch], torch.float32, fmt, stack=True)
+    plain = _runner(tiny_model_paths[arch], torch.float32, fmt, stack=False)
+    mlp = stacked.model.model.layers[0].mlp
+    assert mlp.lean_native_silu and plain.model.model.layers[0].mlp.lean_native_silu
+    tables = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
+    got = _decode_logits(stacked, PROMPTS, tables)  # (3, V), the stack
+    assert stack_calls == [3]
+    assert torch.equal(got, _decode_logits(plain, PROMPTS, tables))  # per op
+    long_prompt = [(11 * i) % 200 + 1 for i in range(90)]  # > rms_norm.MAX_ROWS tokens
+    for i, prompt in enumerate(PROMPTS):
+        table, other = [20 + 4 * i + j for j in range(4)], list(range(40, 64))
+        stacked.forward_batch([ScheduledSegment("d", prompt, 0, table, True, GREEDY)])
+        _, mixed = stacked.forward_batch([  # one decode row beside a fresh 90-token prefill
+            ScheduledSegment("d", [7 + i], len(prompt), table, True, GREEDY),
+            ScheduledSegment("p", long_prompt, 0, other, True, GREEDY)])
+        stacked.release(["d", "p"])
+        assert torch.equal(mixed[0], got[i]), i
+    assert stack_calls == [3]  # the mixed steps ran per op
+
+
+def test_lean_mlp_of_quantized_products_runs_the_stack_silu(tiny_model_paths):
+    from langchain_ascend.engine.cpu.lean_layer import lean_mlp
+
+    runner = _runner(tiny_model_paths["llama"], torch.float32, "q4_1", stack=True)
+    mlp = runner.model.model.layers[0].mlp
+    x = 4 * torch.randn(1, 70, runner.model.config.hidden_size)
+    gate_up = mlp.lean_gate_up.linear.forward(x)  # (1, 70, 2I)
+    act = native_stack.silu_mul(gate_up)  # (1, 70, I)
+    gate, up = gate_up.split(mlp.lean_gate_up.sizes, dim=-1)
+    torch.testing.assert_close(act, torch.nn.functional.silu(gate) * up)  # same up to a bit
+    with torch.inference_mode():
+        assert torch.equal(lean_mlp(mlp, x), mlp.down_proj.forward(act))
+    solo = torch.cat([native_stack.silu_mul(gate_up[:, t:t + 1]) for t in range(70)], dim=1)
+    assert torch.equal(solo, act)  # each row the same whatever the rows beside it
