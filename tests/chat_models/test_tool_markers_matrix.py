@@ -69,7 +69,7 @@ def test_forced_calls_agree_across_speculation_and_call_paths(kind, fmt):
     references: dict[bool, list] = {}
     for speculation in SPECULATION:
         llm = AscendChatModel(
-            model=str(path), device="cpu", temperature=0, max_tokens=32,
+            model=str(path), device="cpu", temperature=0, max_tokens=48,
             speculative_decoding=speculation, tool_call_format=setting,
         ).bind_tools([get_weather], tool_choice="required")
         invoked = llm.invoke(PROMPTS[0])
