@@ -68,7 +68,8 @@ def reference_matmul(x: torch.Tensor, qw: QuantizedWeight,
     if rows_per_chunk >= qw.out_features:
         return torch.nn.functional.linear(x, formats.dequantize(qw),
                                           None if bias is None else bias.float())  # (M, N)
-    out = torch.empty(x.shape[0], qw.out_features, dtype=torch.float32)  # (M, N)
+    out = torch.empty(x.shape[0], qw.out_features, dtype=torch.float32,
+                      device=x.device)  # (M, N)
     for start in range(0, qw.out_features, rows_per_chunk):
         stop = min(start + rows_per_chunk, qw.out_features)
         torch.matmul(x, dequantized_rows(qw, start, stop).T, out=out[:, start:stop])
