@@ -216,10 +216,13 @@ class LLMEngine(EngineDriver):
             max_model_len=min(max_context_length, self._kv.capacity_tokens),
         )
         # Greedy identity with drafting holds where a pass of several rows rounds like a pass
-        # of one: float32. In bfloat16/float16 the batched products round differently and a
-        # near-tie can flip (measured on CPU bf16), so "auto" drafts only in float32;
-        # "prompt_lookup" drafts in any dtype.
-        self._scheduler.auto_drafting = str(self.dtype) == "torch.float32"
+        # of one: float32 float weights. In bfloat16/float16 the batched products round
+        # differently and a near-tie can flip (measured on CPU bf16); with quantized weights
+        # the activations are rounded to int8, which turns the verify pass's last-bit
+        # attention differences into flips (measured on SmolLM2 gguf). So "auto" drafts only
+        # there; "prompt_lookup" drafts in any dtype and format.
+        quantized = bool(getattr(runner, "weights", {}).get("quantized_bytes"))
+        self._scheduler.auto_drafting = str(self.dtype) == "torch.float32" and not quantized
         measure = getattr(runner, "measure_draft_row_cost", None)
         if measure is not None and self._scheduler.auto_drafting:
             self._scheduler.draft_row_cost = float(measure())
@@ -227,9 +230,9 @@ class LLMEngine(EngineDriver):
                         "(speculative_decoding='auto' drafts while acceptance beats it)",
                         self._scheduler.draft_row_cost, self.device, self.dtype)
         elif not self._scheduler.auto_drafting:
-            logger.info("speculative_decoding='auto' does not draft in %s (multi-row passes "
+            logger.info("speculative_decoding='auto' does not draft in %s%s (multi-row passes "
                         "round differently from one-row passes); 'prompt_lookup' does",
-                        self.dtype)
+                        self.dtype, " with quantized weights" if quantized else "")
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._runner_lock = threading.Lock()

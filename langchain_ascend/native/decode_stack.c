@@ -153,7 +153,7 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
                  const void *sin, const int64_t *slots, const int32_t *tables,
                  int64_t table_stride, const int64_t *seq_lens, int64_t M, int64_t D,
                  int64_t H, int64_t KVH, int64_t Dh, int64_t I, int64_t NB, int64_t BS,
-                 int64_t num_splits, void *scratch, int threads) {
+                 int64_t split_keys, void *scratch, int threads) {
     if ((dtype != 0 && dtype != 1) || M < 1 || D % 8 || Dh % 16 || KVH < 1 || H % KVH)
         return 2;
     const size_t el = dtype == 0 ? 4 : 2;
@@ -193,11 +193,11 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
                              sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
         if (dtype == 0)
             RUN(paged_decode_f32(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
-                                 KVH, Dh, NB, BS, p->window, (float)p->scale, num_splits,
+                                 KVH, Dh, NB, BS, p->window, (float)p->scale, split_keys,
                                  threads));
         else
             RUN(paged_decode_bf16(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
-                                  KVH, Dh, NB, BS, p->window, (float)p->scale, num_splits,
+                                  KVH, Dh, NB, BS, p->window, (float)p->scale, split_keys,
                                   threads));
         RUN(product(dtype, p->o_fmt, p->q_variant, p->o_tiles, att, p->o_bias, o, D, q_size, M,
                     threads));

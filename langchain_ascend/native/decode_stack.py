@@ -113,7 +113,7 @@ def scratch_elements(rows: int, hidden: int, heads: int, kv_heads: int, head_dim
 def run_stack(layers: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
               slot_mapping: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
               *, heads: int, kv_heads: int, head_dim: int, intermediate: int,
-              num_blocks: int, block_size: int, num_splits: int, scratch: torch.Tensor) -> None:
+              num_blocks: int, block_size: int, split_keys: int, scratch: torch.Tensor) -> None:
     """Run every layer of ``layers`` (a ctypes array of :class:`DecodeLayer`) on ``hidden``.
 
     Args:
@@ -154,7 +154,7 @@ def run_stack(layers: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.T
     status = kernel(code, layers, len(layers), hidden.data_ptr(), cos.data_ptr(),
                     sin.data_ptr(), slot_mapping.data_ptr(), block_tables.data_ptr(),
                     block_tables.stride(0), seq_lens.data_ptr(), rows, size, heads, kv_heads,
-                    head_dim, intermediate, num_blocks, block_size, num_splits,
+                    head_dim, intermediate, num_blocks, block_size, split_keys,
                     scratch.data_ptr(), torch.get_num_threads())
     if status == 0:
         return

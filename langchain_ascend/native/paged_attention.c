@@ -6,8 +6,9 @@
  * seq_lens[b] slots named by its row of the int32 block table (B, W); with a sliding window
  * only the last `window` of them (window 0: all).
  *
- * Work is split into B * KVH * num_splits items (a request, a KV head and a range of its
- * blocks) spread over the calling thread's OpenMP team (torch's libgomp pool, see build.py).
+ * Work is split into B * KVH * num_splits items (a request, a KV head and a range of
+ * split_keys keys from the row's first key, so a row's rounding never depends on the other
+ * rows of the call: batched and solo decodes give the same bits) spread over the calling thread's OpenMP team (torch's libgomp pool, see build.py).
  * An item holds the G = H / KVH query rows of its KV head in float32 and walks its blocks,
  * merging runs of consecutive block ids into chunks of up to KEY_BLOCK keys, with a running
  * max / sum / weighted value sum per row (online softmax). The items of one (request, head)
@@ -190,10 +191,19 @@ DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16x8)
 #define DEFINE_PAGED(NAME, TYPE, CHUNK, TO_F32, FROM_F32)                                        \
     int NAME(const TYPE *q, const TYPE *cache, const int32_t *tables, int64_t table_stride,     \
              const int64_t *seq_lens, TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D,   \
-             int64_t NB, int64_t BS, int64_t window, float scale, int64_t num_splits,            \
+             int64_t NB, int64_t BS, int64_t window, float scale, int64_t split_keys,            \
              int num_threads) {                                                                  \
         if (D % 8 || KVH < 1 || H % KVH) return 2;                                               \
-        if (num_splits < 1) num_splits = 1;                                                      \
+        /* Fixed key ranges of split_keys (whole blocks) from each row's first key: a row's */   \
+        /* sums never depend on the other rows of the call (batch-invariant rounding). */        \
+        if (split_keys < BS) split_keys = BS;                                                    \
+        split_keys = (split_keys + BS - 1) / BS * BS;                                            \
+        int64_t longest = 1;                                                                     \
+        for (int64_t b = 0; b < B; b++) {                                                        \
+            int64_t span = window > 0 && seq_lens[b] > window ? window : seq_lens[b];            \
+            longest = span > longest ? span : longest;                                           \
+        }                                                                                        \
+        const int64_t num_splits = (longest + split_keys - 1) / split_keys;                      \
         const int64_t G = H / KVH, head_stride = NB * BS * D, kv_stride = KVH * head_stride;    \
         const int64_t items = B * KVH * num_splits;                                              \
         float *part = (float *)malloc(sizeof(float) * items * G * (D + 2));                      \
@@ -213,9 +223,7 @@ DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16x8)
                 int64_t sp = it % num_splits;                                                    \
                 int64_t len = seq_lens[b];                                                       \
                 int64_t first = window > 0 && len > window ? len - window : 0;                   \
-                int64_t span = len - first;                                                      \
-                int64_t per = (span + num_splits - 1) / num_splits;                              \
-                per = (per + BS - 1) / BS * BS;                                                  \
+                const int64_t per = split_keys;                                                  \
                 int64_t s0 = first + sp * per, s1 = s0 + per < len ? s0 + per : len;             \
                 float *base = part + it * G * (D + 2);                                           \
                 State st = {base, base + G * D, base + G * D + G, scratch};                     \

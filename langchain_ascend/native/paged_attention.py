@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 KERNEL = "paged_attention"
 OP_NAME = "langchain_ascend::paged_decode_attention"
-MIN_KEYS_PER_SPLIT = 256
-"""Keys one work item streams at least (fewer: more merging than streaming)."""
+SPLIT_KEYS = 256
+"""Keys of one work item's range (whole blocks): fixed, so each row is cut the same way
+whatever the batch and the row's result does not depend on the other rows."""
 
 
 def _kernel(dtype: torch.dtype) -> Any:
@@ -49,11 +50,6 @@ def unavailable_reason() -> str:
     return build.load(KERNEL).reason
 
 
-def num_splits(work_items: int, max_keys: int, num_threads: int) -> int:
-    """Key ranges per (request, KV head): enough items for two per thread, each of at least
-    :data:`MIN_KEYS_PER_SPLIT` keys (pure function)."""
-    wanted = -(-2 * num_threads // max(1, work_items))
-    return max(1, min(wanted, max_keys // MIN_KEYS_PER_SPLIT))
 
 
 def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
@@ -67,8 +63,7 @@ def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
 
 
 def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
-                 seq_lens: torch.Tensor, scale: float, window: int = 0,
-                 max_seq_len: int | None = None) -> torch.Tensor | None:
+                 seq_lens: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor | None:
     """Attention of each request's one query token over its cached keys.
 
     Args:
@@ -79,8 +74,6 @@ def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torc
         seq_lens: ``(B,)`` int64 context lengths (the new token included).
         scale: Applied to ``q . k``.
         window: Sliding window (0: none): only the last ``window`` keys are attended.
-        max_seq_len: The largest of ``seq_lens`` when the caller knows it (sizes the key
-            splits; default: read from ``seq_lens``).
 
     Returns:
         ``(B, H, D)`` in ``query``'s dtype, or None where the kernel does not apply.
@@ -101,12 +94,11 @@ def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torc
     kv_heads, blocks, block_size = kv_cache.shape[1], kv_cache.shape[2], kv_cache.shape[3]
     query = query.contiguous()
     out = torch.empty_like(query)
-    longest = int(seq_lens.max()) if max_seq_len is None else max_seq_len
     threads = torch.get_num_threads()
     status = _kernel(query.dtype)(
         query.data_ptr(), kv_cache.data_ptr(), block_tables.data_ptr(), block_tables.stride(0),
         seq_lens.data_ptr(), out.data_ptr(), batch, heads, kv_heads, dim, blocks, block_size,
-        window, scale, num_splits(batch * kv_heads, longest, threads), threads)
+        window, scale, SPLIT_KEYS, threads)
     if status == 1:
         raise MemoryError("paged decode attention kernel: out of memory for its scratch")
     if status == 3:
@@ -138,8 +130,7 @@ def _register_op() -> Any:
         "(Tensor query, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, float scale, "
         "int window) -> Tensor"))
     def op(query, kv_cache, block_tables, seq_lens, scale, window):  # noqa: ANN001, ANN202
-        out = paged_decode(query, kv_cache, block_tables, seq_lens, scale, window,
-                           max_seq_len=block_tables.shape[1] * kv_cache.shape[3])
+        out = paged_decode(query, kv_cache, block_tables, seq_lens, scale, window)
         if out is None:
             raise ValueError("paged_decode_attention: the native kernel does not apply to "
                              f"query {tuple(query.shape)} {query.dtype} and cache "

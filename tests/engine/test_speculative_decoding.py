@@ -174,3 +174,23 @@ def test_auto_drafts_in_float32_only(tiny_model_paths):
         assert lookup.stats.num_draft_tokens > 0
     finally:
         engine.shutdown()
+
+
+def test_auto_does_not_draft_with_quantized_weights_but_prompt_lookup_does():
+    """Quantized activations turn a verify pass's last-bit differences into flips, so "auto"
+    keeps greedy text exact by not drafting; an explicit "prompt_lookup" still drafts."""
+    from langchain_ascend.testing import build_model
+
+    engine = LLMEngine(build_model("tiny", "qwen2"), device="cpu", dtype="float32",
+                       num_blocks=64, block_size=16, quantization="int8")
+    try:
+        prompt = engine.tokenizer.encode("one two three four five six " * 6)
+        drafted = {}
+        for mode in ("auto", "prompt_lookup"):
+            out = engine.generate(prompt, SamplingParams(max_tokens=48, ignore_eos=True,
+                                                         speculation=mode))
+            drafted[mode] = out.stats.num_draft_tokens
+        assert drafted["auto"] == 0
+        assert drafted["prompt_lookup"] > 0
+    finally:
+        engine.shutdown()

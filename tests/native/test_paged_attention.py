@@ -89,20 +89,33 @@ def test_sliding_window_attends_only_the_last_keys(dtype):
     torch.testing.assert_close(out[2], full[2])  # shorter than the window: all keys
 
 
-def test_split_count_does_not_change_the_result(monkeypatch):
+def test_split_size_does_not_change_the_result(monkeypatch):
     query, cache, tables, seq_lens = make_step([2000])
     outs = []
-    for splits in (1, 3, 8):
-        monkeypatch.setattr(paged_attention, "num_splits", lambda *a, s=splits: s)
+    for keys in (4096, 256, 64):
+        monkeypatch.setattr(paged_attention, "SPLIT_KEYS", keys)
         outs.append(paged_attention.paged_decode(query, cache, tables, seq_lens, 0.1))
     torch.testing.assert_close(outs[0], outs[1], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(outs[0], outs[2], atol=1e-6, rtol=1e-5)
 
 
-def test_num_splits_gives_every_thread_work_on_long_contexts_only():
-    assert paged_attention.num_splits(3, 4096, 2) == 2
-    assert paged_attention.num_splits(3, 300, 2) == 1  # too few keys to split
-    assert paged_attention.num_splits(48, 4096, 2) == 1  # enough items already
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_gets_the_same_bits_alone_and_in_any_batch(dtype, threads):
+    """Batch invariance: the key ranges are fixed per row, so a request decoding beside others
+    (longer, shorter, many) rounds exactly as it does alone."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        lens = [700, 3000, 40, 1500, 2, 700]
+        query, cache, tables, seq_lens = make_step(lens, dtype=dtype)
+        batched = paged_attention.paged_decode(query, cache, tables, seq_lens, 0.125)
+        for b in range(len(lens)):
+            alone = paged_attention.paged_decode(query[b:b + 1], cache, tables[b:b + 1],
+                                                 seq_lens[b:b + 1], 0.125)
+            assert torch.equal(alone[0], batched[b]), f"row {b} (length {lens[b]})"
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_a_block_id_outside_the_cache_is_a_typed_error():

@@ -89,7 +89,7 @@ class CPUBackend(TorchRefBackend):
             return super()._decode(query, kv_cache, group, scale, window)
         block_tables, lens = group.paged
         out = paged_attention.paged_decode(query, kv_cache, block_tables, lens, scale,
-                                           window or 0, max_seq_len=max(group.seq_lens))
+                                           window or 0)
         if out is None:  # not expected: the dtype and head size were checked at start
             raise RuntimeError("paged decode attention kernel does not apply to this cache")
         return out

@@ -186,12 +186,11 @@ class NativeDecodeStack:
         decodes = step.metadata.decodes
         block_tables, seq_lens = decodes.paged
         cache = caches[0]  # (2, KVH, NB, BS, Dh), the same shape for every layer
-        splits = paged_attention.num_splits(rows * kv_heads, max(decodes.seq_lens),
-                                            torch.get_num_threads())
         decode_stack.run_stack(
             self.layers, hidden, cos, sin, step.metadata.slot_mapping, block_tables, seq_lens,
             heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
-            num_blocks=cache.shape[2], block_size=cache.shape[3], num_splits=splits,
+            num_blocks=cache.shape[2], block_size=cache.shape[3],
+            split_keys=paged_attention.SPLIT_KEYS,
             scratch=self._scratch)
 
 

@@ -122,7 +122,7 @@ def test_stack_refuses_bad_tensors_with_typed_errors(tiny_model_paths):
     scratch = torch.empty(native_stack.scratch_elements(1, size, heads, kv_heads, head_dim,
                                                         intermediate))
     args = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
-                num_blocks=cache.shape[2], block_size=cache.shape[3], num_splits=1,
+                num_blocks=cache.shape[2], block_size=cache.shape[3], split_keys=256,
                 scratch=scratch)
     hidden, cos, sin = torch.randn(1, size), torch.ones(1, head_dim), torch.zeros(1, head_dim)
     tables, lens = torch.zeros(1, 2, dtype=torch.int32), torch.tensor([1])
