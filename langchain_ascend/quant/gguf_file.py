@@ -205,10 +205,21 @@ class GGUFFile:
         view = self._blob[info.start:info.start + info.nbytes]  # (nbytes,)
         return view.reshape(rows, info.nbytes // rows)
 
+    def read(self, name: str) -> np.ndarray:
+        """A fresh ``(rows, row_bytes)`` uint8 copy of a tensor's bytes, read from the file
+        (not through the memory map: the copy is all this process holds of it, the page cache
+        is not counted in its memory)."""
+        info = self.tensors[name]
+        rows = int(np.prod(info.shape[:-1])) if len(info.shape) > 1 else 1
+        data = np.fromfile(self.path, dtype=np.uint8, count=info.nbytes, offset=info.start)
+        if data.size != info.nbytes:
+            raise GGUFFormatError(f"{self.path}: tensor {name!r} ends early (truncated file?)")
+        return data.reshape(rows, info.nbytes // rows)
+
     def floats(self, name: str) -> np.ndarray:
         """A tensor de-quantized to float32, in its torch shape (a fresh array)."""
         info = self.tensors[name]
-        data = self.raw(name)
+        data = self.read(name)
         if info.ggml_type in FLOAT_TYPES:
             values = data.view(FLOAT_TYPES[info.ggml_type]).astype(np.float32)
         elif info.ggml_type == GGML_BF16:

@@ -164,8 +164,9 @@ class _Filler:
         rows, cols = info.shape
         order = _row_order(self.gguf.architecture, info.name, self.config, rows)
         if _FORMAT_OF_TYPE.get(info.ggml_type) == fmt:
-            raw = np.asarray(self.gguf.raw(info.name))  # (N, row bytes), memory-mapped
-            blocks = raw[order] if order is not None else raw.copy()  # (N, row bytes), a copy
+            blocks = self.gguf.read(info.name)  # (N, row bytes), read from the file
+            if order is not None:
+                blocks = blocks[order]
             return formats.QuantizedWeight(fmt, rows, cols, torch.from_numpy(blocks))
         weight = torch.from_numpy(np.ascontiguousarray(self.gguf.floats(info.name)))  # (N, K)
         if order is not None:
