@@ -1,7 +1,13 @@
 """Quantized linear weights (issue 23).
 
 - ``formats``: GGUF's Q4_0 / Q4_1 / Q8_0 blocks (:class:`QuantizedWeight`), quantize and
-  de-quantize in pure torch.
+  de-quantize in pure torch;
+- ``linear`` / ``embedding``: ``QuantizedLinear`` and ``QuantizedEmbedding`` (weights kept as
+  blocks), ``replace_linears``;
+- ``gguf_file`` / ``gguf_config`` / ``gguf_model``: a GGUF file's tensor table and bytes, its
+  transformers config, and the model built from its blocks (``load_gguf_model``);
+- ``quantize_model``: ``int8`` / ``int4`` at load for float models, ``weight_summary``;
+- ``load``: the model runner's loader for every ``quantization`` mode.
 
 The native products that run the blocks as they are live in ``langchain_ascend.native.
 qmatmul``.
