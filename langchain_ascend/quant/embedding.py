@@ -22,7 +22,8 @@ class QuantizedEmbedding(nn.Module):
     """``embedding(ids)`` from a ``(num_embeddings, embedding_dim)`` weight kept as blocks.
 
     Args:
-        qweight: The table, one row per token, in a block format.
+        qweight: The table, one row per token, in a block format (any layout; kept in the
+            file's ``"gguf"`` layout, where a row is looked up by itself).
         dtype: The dtype of the returned rows (the model's).
         padding_idx: Kept for attribute compatibility with ``nn.Embedding``.
 
@@ -38,6 +39,7 @@ class QuantizedEmbedding(nn.Module):
     def __init__(self, qweight: QuantizedWeight, *, dtype: torch.dtype = torch.float32,
                  padding_idx: int | None = None) -> None:
         super().__init__()
+        qweight = formats.to_layout(qweight, "gguf")
         self.num_embeddings = qweight.out_features
         self.embedding_dim = qweight.in_features
         self.padding_idx = padding_idx

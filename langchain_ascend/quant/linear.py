@@ -54,9 +54,9 @@ _NATIVE: Any = _UNSET
 
 
 def dequantized_rows(qw: QuantizedWeight, start: int, stop: int) -> torch.Tensor:
-    """Float32 ``(stop - start, in_features)``: rows ``start:stop`` of ``qw`` de-quantized."""
-    part = formats.QuantizedWeight(qw.fmt, stop - start, qw.in_features, qw.blocks[start:stop])
-    return formats.dequantize(part)  # (rows, K)
+    """Float32 ``(stop - start, in_features)``: rows ``start:stop`` of ``qw`` de-quantized
+    (any layout; ``"x8"`` bounds in whole groups of 8 rows)."""
+    return formats.dequantize(formats.rows(qw, start, stop))  # (rows, K)
 
 
 def reference_matmul(x: torch.Tensor, qw: QuantizedWeight,
@@ -64,7 +64,8 @@ def reference_matmul(x: torch.Tensor, qw: QuantizedWeight,
     """``x (M, K) @ dequantize(qw).T (+ bias)`` in float32, de-quantizing
     :data:`FALLBACK_CHUNK_VALUES` weights at a time: ``(M, N)`` float32."""
     x = x.to(torch.float32)  # (M, K)
-    rows_per_chunk = max(1, FALLBACK_CHUNK_VALUES // qw.in_features)
+    group = formats.ROWS_PER_GROUP if qw.layout == "x8" else 1
+    rows_per_chunk = max(1, FALLBACK_CHUNK_VALUES // qw.in_features // group) * group
     if rows_per_chunk >= qw.out_features:
         return torch.nn.functional.linear(x, formats.dequantize(qw),
                                           None if bias is None else bias.float())  # (M, N)
@@ -103,6 +104,7 @@ class QuantizedLinear(nn.Module):
         self.in_features = qweight.in_features
         self.out_features = qweight.out_features
         self.fmt = qweight.fmt
+        self.layout = qweight.layout
         self.register_buffer("blocks", qweight.blocks, persistent=False)
         self._qweight = qweight
         if bias is not None:
@@ -120,7 +122,7 @@ class QuantizedLinear(nn.Module):
         blocks = self.blocks
         if self._qweight.blocks is not blocks:
             self._qweight = formats.QuantizedWeight(self.fmt, self.out_features,
-                                                    self.in_features, blocks)
+                                                    self.in_features, blocks, self.layout)
         return self._qweight
 
     @property
@@ -145,7 +147,7 @@ class QuantizedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"fmt={self.fmt}, bias={self.bias is not None}")
+                f"fmt={self.fmt}, layout={self.layout}, bias={self.bias is not None}")
 
 
 def use_reference(model: nn.Module, reference: bool = True) -> int:

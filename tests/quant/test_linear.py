@@ -126,3 +126,22 @@ def test_shared_blocks_are_counted_once() -> None:
     model = nn.ModuleDict({"embed": QuantizedEmbedding(qw), "head": QuantizedLinear(qw),
                            "other": QuantizedLinear(formats.quantize(_weight(8, 32), "q4_0"))})
     assert quantized_weight_bytes(model) == formats.nbytes(qw) + 8 * 18
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_x8_layout(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights re-laid in x8 (8 output rows interleaved): the fallback slices whole groups,
+    the layout survives a new ``blocks`` buffer, an embedding keeps the file's layout."""
+    qw = formats.quantize(_weight(48, 64, seed=4), fmt)
+    x8 = formats.to_layout(qw, "x8")
+    x = torch.randn(3, 64)
+    expected = torch.nn.functional.linear(x, formats.dequantize(qw))
+    monkeypatch.setattr(linear, "FALLBACK_CHUNK_VALUES", 64 * 12)  # 12 rows -> 8-row slices
+    layer = QuantizedLinear(x8)
+    layer.use_native = False
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+    layer.blocks = x8.blocks.clone()
+    assert layer.qweight.layout == "x8" and layer.qweight.blocks is layer.blocks
+    embedding = QuantizedEmbedding(x8)
+    assert embedding.qweight.layout == "gguf"
+    torch.testing.assert_close(embedding(torch.tensor([0, 47])), formats.dequantize(qw)[[0, 47]])
