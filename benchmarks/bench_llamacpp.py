@@ -1,0 +1,203 @@
+"""Ours vs llama.cpp on the same GGUF file: decode speed, agent hops, concurrent sessions, RSS.
+
+The peer is ``ChatLlamaCpp`` (langchain_community) over llama-cpp-python on the very same
+``.gguf`` file, with the same number of threads, greedy, in the same process. Both sides
+generate exactly the requested number of tokens (ours ``ignore_eos``; the peer's end-of-text
+tokens get a logit bias of -1e9), so the work is the same.
+
+Workloads, for each ``quantization`` mode of ours (``gguf``: the file's own blocks; ``int8``;
+``int4``; ``none``: de-quantized float):
+
+* ``decode``: one long reply (``--decode-tokens``, default 256) to a short prompt; tokens/s;
+* ``agent``: the 5-hop agent of ``bench_agent.py`` (a ~2,000-token system prompt of tool
+  schemas, 32 tokens per hop, a tool result appended after each): ``cold`` is the first task
+  in a fresh model (nothing cached on either side), ``warm`` a later task with another question
+  (ours finds the system prompt in its prefix cache; llama.cpp keeps the KV of its previous
+  prompt and reuses the longest common prefix, which is the system prompt too);
+* ``sessions``: ``--sessions`` (16) conversations sharing the system prompt, one 32-token hop
+  each: ours one ``abatch`` (continuous batching), the peer serial ``invoke`` calls;
+* ``rss``: the peak resident memory of a fresh process that loads the model and runs one
+  agent task, for each side in a process of its own (``--skip-rss`` to leave it out).
+
+Run: ``python benchmarks/bench_llamacpp.py [--model smollm2|FILE.gguf] [--modes gguf,int8]
+[--dtype float32|bfloat16] [--threads 2]``. Needs llama-cpp-python
+(``../shared/tools/build-llama-cpp-python.sh .venv``); without it the script says so and exits.
+Prints one line per measurement, the ratios, and a final JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench_agent import run_hops, system_prompt
+from langchain_core.messages import HumanMessage, SystemMessage
+
+NEW_TOKENS = 32
+QUESTIONS = ("Plan my trip to Beijing next week.",
+             "Which flights to Shanghai leave on Friday?",
+             "Is it going to rain in Paris on Saturday morning?",
+             "Check the inventory of winter jackets in the Osaka store.")
+
+
+def gguf_path(model: str) -> str:
+    if model == "smollm2":
+        from langchain_ascend.testing import smollm2_gguf_path
+
+        return str(smollm2_gguf_path())
+    return model
+
+
+def build_ours(path: str, mode: str, dtype: str, max_tokens: int, sessions: int):
+    from langchain_ascend import AscendChatModel
+
+    ours = AscendChatModel(model=path, quantization=None if mode == "none" else mode,
+                           dtype=dtype, device="cpu", temperature=0.0, ignore_eos=True,
+                           max_tokens=max_tokens, max_batch_size=max(16, sessions))
+    ours.warm_up()
+    return ours
+
+
+def build_peer(path: str, threads: int, max_tokens: int):
+    from langchain_community.chat_models import ChatLlamaCpp
+
+    peer = ChatLlamaCpp(model_path=path, n_ctx=8192, n_threads=threads, n_batch=512,
+                        temperature=0.0, max_tokens=max_tokens, verbose=False,
+                        model_kwargs={"n_threads_batch": threads})
+    eos = {peer.client.token_eos()}
+    eot = peer.client.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    eos |= set(eot) if len(eot) == 1 else set()
+    return peer.bind(logit_bias={int(t): -1e9 for t in eos})
+
+
+def tokens_per_s(chat, prompt: str, num_tokens: int) -> float:
+    t = time.perf_counter()
+    reply = chat.invoke([HumanMessage(prompt)], max_tokens=num_tokens)
+    seconds = time.perf_counter() - t
+    produced = (getattr(reply, "usage_metadata", None) or {}).get("output_tokens") or num_tokens
+    return produced / seconds
+
+
+def sessions_s(chat, sessions, *, batched: bool) -> float:
+    t = time.perf_counter()
+    if batched:
+        asyncio.run(chat.abatch(sessions))
+    else:
+        for s in sessions:
+            chat.invoke(s)
+    return time.perf_counter() - t
+
+
+def rss_probe(side: str, path: str, mode: str, dtype: str, threads: int) -> float:
+    """Peak RSS (MB) of a fresh process that loads one side and runs one agent task."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import sys, resource; sys.path.insert(0, {here!r})\n"
+        "import bench_llamacpp as b\n"
+        f"b.rss_child({side!r}, {path!r}, {mode!r}, {dtype!r}, {threads})\n"
+        "print('PEAK_RSS_MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    return float(out.rsplit("PEAK_RSS_MB", 1)[1].split()[0])
+
+
+def rss_child(side: str, path: str, mode: str, dtype: str, threads: int) -> None:
+    chat = (build_ours(path, mode, dtype, NEW_TOKENS, 16) if side == "ours"
+            else build_peer(path, threads, NEW_TOKENS))
+    text = system_prompt(_tokenizer(path))
+    run_hops(chat, [SystemMessage(text), HumanMessage(QUESTIONS[0])])
+
+
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2", help="'smollm2' or a .gguf file")
+    parser.add_argument("--modes", default="gguf,int8,int4,none")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--decode-tokens", type=int, default=256)
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--skip-rss", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("llama-cpp-python is not installed: build it with "
+              "../shared/tools/build-llama-cpp-python.sh .venv")
+        raise SystemExit(2) from None
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    path = gguf_path(args.model)
+    text = system_prompt(_tokenizer(path))
+    tasks = [[SystemMessage(text), HumanMessage(q)] for q in QUESTIONS]
+    sessions = [[SystemMessage(text), HumanMessage(
+        f"Session {i}: traveller {i} asks about flights from city {i} to Beijing on day {i + 1} "
+        f"of December with {i % 3 + 1} bags.")] for i in range(args.sessions)]
+    print(f"model {path}; threads {args.threads}; dtype {args.dtype}")
+
+    peer = build_peer(path, args.threads, NEW_TOKENS)
+    peer_cold, _ = run_hops(peer, tasks[0])
+    peer_warm, _ = run_hops(peer, tasks[1])
+    peer_decode = tokens_per_s(peer, "Tell me a long story about a river town.",
+                               args.decode_tokens)
+    peer_sessions = sessions_s(peer, sessions, batched=False)
+    result: dict = {"model": os.path.basename(path), "threads": args.threads,
+                    "dtype": args.dtype, "peer": {
+                        "decode_tok_s": round(peer_decode, 1), "agent_cold_s": round(peer_cold, 2),
+                        "agent_warm_s": round(peer_warm, 2),
+                        "sessions_s": round(peer_sessions, 2)}, "ours": {}}
+    print(f"llama.cpp: decode {peer_decode:.1f} tok/s, agent cold {peer_cold:.2f} s, warm "
+          f"{peer_warm:.2f} s, {args.sessions} sessions serial {peer_sessions:.2f} s")
+    del peer
+
+    for mode in args.modes.split(","):
+        t = time.perf_counter()
+        ours = build_ours(path, mode, args.dtype, NEW_TOKENS, args.sessions)
+        ready_s = time.perf_counter() - t
+        cold, _ = run_hops(ours, tasks[0])
+        warm, _ = run_hops(ours, tasks[2])
+        decode = tokens_per_s(ours, "Tell me a long story about a river town.",
+                              args.decode_tokens)
+        batched = sessions_s(ours, sessions, batched=True)
+        entry = {"ready_s": round(ready_s, 2), "decode_tok_s": round(decode, 1),
+                 "agent_cold_s": round(cold, 2), "agent_warm_s": round(warm, 2),
+                 "sessions_s": round(batched, 2),
+                 "decode_ratio": round(decode / peer_decode, 2),
+                 "agent_cold_ratio": round(peer_cold / cold, 2),
+                 "agent_warm_ratio": round(peer_warm / warm, 2),
+                 "sessions_ratio": round(peer_sessions / batched, 2)}
+        result["ours"][mode] = entry
+        print(f"ours {mode}: ready {ready_s:.1f} s; decode {decode:.1f} tok/s "
+              f"({entry['decode_ratio']}x); agent cold {cold:.2f} s ({entry['agent_cold_ratio']}x)"
+              f", warm {warm:.2f} s ({entry['agent_warm_ratio']}x); sessions {batched:.2f} s "
+              f"({entry['sessions_ratio']}x)")
+        del ours
+
+    if not args.skip_rss:
+        peer_rss = rss_probe("peer", path, "gguf", args.dtype, args.threads)
+        result["peer"]["peak_rss_mb"] = round(peer_rss, 1)
+        print(f"peak RSS llama.cpp: {peer_rss:.0f} MB")
+        for mode in args.modes.split(","):
+            rss = rss_probe("ours", path, mode, args.dtype, args.threads)
+            result["ours"][mode]["peak_rss_mb"] = round(rss, 1)
+            result["ours"][mode]["rss_over_peer_mb"] = round(rss - peer_rss, 1)
+            print(f"peak RSS ours {mode}: {rss:.0f} MB ({rss - peer_rss:+.0f} MB vs llama.cpp)")
+    print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
