@@ -55,6 +55,11 @@ _FLOAT_TYPES = frozenset({GGML_F32, GGML_F16, GGML_BF16})
 _HIGH_PRECISION_BITS = 6.25
 """Block types above this many bits per weight re-quantize to ``q8_0``, others to ``q4_1``
 (``Q6_K`` 6.56 and ``Q8_K`` -> ``q8_0``; ``Q4_K`` 4.5, ``Q5_K`` 5.5, ``Q5_1`` 6.0 -> ``q4_1``)."""
+SUPPORTED_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
+"""``general.architecture`` values this loader builds. transformers' GGUF loader transforms
+other architectures' tensors on the way (Gemma's norms stored minus one, fused or reshaped
+projections, MoE experts...), which this loader does not: it refuses them rather than build a
+wrong model (``quantization=None`` de-quantizes them through transformers)."""
 _PERMUTED_ARCHITECTURES = frozenset({"llama"})
 """Architectures whose GGUF q/k rows llama.cpp reordered (transformers' loader undoes the
 same ones: its ``LlamaTensorProcessor``)."""
@@ -296,7 +301,8 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
 
     Raises:
         ValueError: ``quantization`` is not one of :data:`QUANTIZATIONS`.
-        ModelSourceError: The file is unreadable, or a model weight has no tensor in it.
+        ModelSourceError: The file is unreadable, of an architecture not in
+            :data:`SUPPORTED_ARCHITECTURES`, or a model weight has no tensor in it.
     """
     import torch
 
@@ -310,6 +316,11 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
         gguf = GGUFFile(path)
     except (GGUFFormatError, OSError) as error:
         raise ModelSourceError(f"cannot read the GGUF file {path}: {error}") from error
+    if gguf.architecture not in SUPPORTED_ARCHITECTURES:
+        raise ModelSourceError(
+            f"{path} holds a {gguf.architecture!r} model, whose GGUF blocks this package does "
+            f"not run yet (it runs {', '.join(sorted(SUPPORTED_ARCHITECTURES))}); expected "
+            "quantization=None, which de-quantizes it through transformers")
     config = load_gguf_config(gguf) if config is None else config
     model = _skeleton(config, dtype)
     filler = _Filler(gguf, config, quantization, dtype)

@@ -235,3 +235,23 @@ def test_quantized_weights_are_frozen_dataclasses(files: dict[str, Path]) -> Non
     q_proj = model.model.layers[0].self_attn.q_proj
     assert isinstance(q_proj.qweight, formats.QuantizedWeight)
     assert q_proj.bias is not None and q_proj.bias.dtype == torch.float32
+
+
+def test_other_architectures_are_refused(tmp_path: Path) -> None:
+    """transformers transforms some architectures' tensors on the way (Gemma's norms...): the
+    loader refuses what it does not know rather than build a wrong model."""
+    import gguf
+
+    from langchain_ascend.engine.model_source.gguf_blocks import runs_gguf_blocks
+
+    path = tmp_path / "gemma.gguf"
+    writer = gguf.GGUFWriter(str(path), "gemma2")
+    writer.add_block_count(1)
+    writer.add_tensor("output_norm.weight", np.ones(32, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelSourceError, match="quantization=None"):
+        load_gguf_model(path)
+    assert not runs_gguf_blocks("gemma2") and runs_gguf_blocks("llama")

@@ -34,9 +34,14 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 
-from langchain_ascend.engine.model_source.gguf_blocks import blocks_folder, gguf_weights_file
+from langchain_ascend.engine.model_source.gguf_blocks import (
+    blocks_folder,
+    gguf_weights_file,
+    runs_gguf_blocks,
+)
 from langchain_ascend.engine.model_source.gguf_cache import (
     CACHE_ENV_VAR,
     CONVERTER_VERSION,
@@ -58,6 +63,8 @@ from langchain_ascend.engine.model_source.locate import (
     locate,
     source_string,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CACHE_ENV_VAR",
@@ -101,7 +108,9 @@ def resolve_model_source(
             safetensors (above); any other mode (``"auto"``, ``"gguf"``, ``"int8"``,
             ``"int4"``) gives a folder with the config, tokenizer and generation config only,
             whose weights the engine reads from the GGUF file itself (``gguf_blocks``: no
-            conversion). Ignored for an HF folder.
+            conversion); ``"auto"`` falls back to None for an architecture whose blocks the
+            engine does not run yet (``quant.gguf_model.SUPPORTED_ARCHITECTURES``). Ignored
+            for an HF folder.
 
     Returns:
         The :class:`ResolvedModel`; for a GGUF source its ``path`` is the cached folder.
@@ -118,6 +127,10 @@ def resolve_model_source(
         return ResolvedModel(path=located.target, kind=located.kind, source=source)
     info = inspect_gguf(located.target)
     check_architecture(info)
+    if quantization == "auto" and not runs_gguf_blocks(info.architecture):
+        logger.info("%s: the engine does not run %r GGUF blocks yet; de-quantizing it "
+                    "(quantization='auto' -> None)", info.path, info.architecture)
+        quantization = None
     if quantization not in (None, "none"):
         folder = blocks_folder(info, cache_root=gguf_cache_dir(cache_dir), progress=progress)
         return ResolvedModel(path=folder, kind="gguf", source=source, gguf_file=located.target)

@@ -39,6 +39,13 @@ WEIGHTS_IN_GGUF = "gguf"
 """``source.json``'s ``weights`` value of a folder whose weights are in the GGUF file."""
 
 
+def runs_gguf_blocks(architecture: str) -> bool:
+    """Whether the engine runs the blocks of a GGUF file of this ``general.architecture``."""
+    from langchain_ascend.quant.gguf_model import SUPPORTED_ARCHITECTURES
+
+    return architecture in SUPPORTED_ARCHITECTURES
+
+
 def gguf_weights_file(folder: str | os.PathLike[str]) -> Path | None:
     """The GGUF file holding ``folder``'s weights, or None for a folder with its own weights.
 
