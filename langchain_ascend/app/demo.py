@@ -328,7 +328,8 @@ def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "
     print(f"model: {model}" + ("  [RANDOM WEIGHTS: its words are noise; the machinery is real]"
                                if random_weights else ""), flush=True)
     with stages("model", ["source", "load, KV cache, compile"], enabled=progress) as advance:
-        source = resolve_model_source(model, progress=progress)  # GGUF: converted once, cached
+        # A GGUF runs its own blocks: the first use writes only its config and tokenizer.
+        source = resolve_model_source(model, progress=progress, quantization="auto")
         advance()
         # Greedy: the same answers on every run of the same model.
         llm = AscendChatModel(model=str(source.path), device=device, dtype=dtype,
