@@ -3,7 +3,8 @@
 The bars of the speculation issue that do not depend on timing: a restated tool result is
 token-identical with drafting on or off and most of it comes from accepted drafts; a forced
 tool call is the same call with jump-forward on or off, in at most half a pass per token.
-Speed is measured by ``benchmarks/bench_speculative.py``, not here.
+Speed is measured by ``benchmarks/bench_speculative.py``, not here. These run the float
+(de-quantized) model: ``"auto"`` does not draft with quantized weights.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ TRACK_ORDER = {"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def chat() -> AscendChatModel:
-    return AscendChatModel(**smollm2_chat_kwargs(max_tokens=96))
+    return AscendChatModel(**smollm2_chat_kwargs(max_tokens=96, quantization="none"))
 
 
 def test_a_restated_tool_result_is_identical_and_mostly_drafted(chat):
@@ -96,7 +97,8 @@ def test_preempted_replies_identical_on_and_off():
     # 24 blocks of 16 tokens cannot hold four ~160-token requests at once: as they grow,
     # some are preempted and recomputed
     small = AscendChatModel(**smollm2_chat_kwargs(max_tokens=64, num_kv_blocks=24,
-                                                  block_size=16, max_context_length=384))
+                                                  block_size=16, max_context_length=384,
+                                                  quantization="none"))
     off = small.batch(QUESTIONS, speculative_decoding="off")
     on = small.batch(QUESTIONS, speculative_decoding="prompt_lookup")
     assert [m.content for m in on] == [m.content for m in off]
