@@ -329,10 +329,10 @@ def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "
                                if random_weights else ""), flush=True)
     with stages("model", ["source", "load, KV cache, compile"], enabled=progress) as advance:
         # A GGUF runs its own blocks: the first use writes only its config and tokenizer.
-        source = resolve_model_source(model, progress=progress, quantization="auto")
+        resolve_model_source(model, progress=progress, quantization="auto")  # cached for the load
         advance()
         # Greedy: the same answers on every run of the same model.
-        llm = AscendChatModel(model=str(source.path), device=device, dtype=dtype,
+        llm = AscendChatModel(model=str(model), device=device, dtype=dtype,
                               max_tokens=max_tokens, temperature=0.0, stop=list(ANSWER_STOP))
         llm.warm_up()
         advance()
