@@ -18,11 +18,9 @@ import io
 import tokenize
 from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
 
-import langchain_ascend
+from package_graph import all_modules, find_cycle, is_type_checking
 
-PACKAGE_ROOT = Path(langchain_ascend.__file__).parent
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 PKG = "langchain_ascend."
@@ -67,32 +65,15 @@ ALLOWED_PRIVATE_USES: dict[tuple[str, str], str] = {
 
 
 # ---- reading the package ----------------------------------------------------------------------
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-@cache
-def all_modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE_ROOT.rglob("*.py"))}
-
-
 @cache
 def tree_of(name: str) -> ast.Module:
     return ast.parse(all_modules()[name].read_text(), filename=str(all_modules()[name]))
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
 def _walk_runtime(node: ast.AST) -> Iterator[ast.AST]:
     """Every node under ``node`` except the bodies of ``if TYPE_CHECKING:`` (never run)."""
     for child in ast.iter_child_nodes(node):
-        if _is_type_checking(child):
+        if is_type_checking(child):
             for other in child.orelse:  # type: ignore[attr-defined]
                 yield other
                 yield from _walk_runtime(other)
@@ -128,33 +109,6 @@ def imports_of(name: str) -> set[str]:
 
 def import_graph() -> dict[str, set[str]]:
     return {name: imports_of(name) for name in all_modules()}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``graph`` as ``[a, b, ..., a]``, or None."""
-    state: dict[str, int] = {}  # 1: on the stack, 2: done
-    stack: list[str] = []
-
-    def dfs(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state:
-                cycle = dfs(nxt)
-                if cycle:
-                    return cycle
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            cycle = dfs(node)
-            if cycle:
-                return cycle
-    return None
 
 
 def _docstring_lines(node: ast.AST) -> set[int]:
@@ -266,11 +220,6 @@ def test_no_import_cycle_counting_function_local_imports():
     assert not unneeded, f"known cycle edges that no longer close a cycle (remove them): {unneeded}"
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-
-
-def test_the_cycle_finder_finds_one():
-    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_function_local_imports_are_seen():

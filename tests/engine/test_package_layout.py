@@ -8,25 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import langchain_ascend
+from package_graph import all_modules, find_cycle, is_type_checking
 
-PACKAGE_ROOT = Path(langchain_ascend.__file__).parent
 MAX_LINES = 600
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def all_modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE_ROOT.rglob("*.py"))}
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def load_time_imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
@@ -38,7 +22,7 @@ def load_time_imports(path: Path, name: str, modules: dict[str, Path]) -> set[st
 
     def visit(body: list[ast.stmt]) -> None:
         for node in body:
-            if isinstance(node, ast.If) and _is_type_checking(node):
+            if isinstance(node, ast.If) and is_type_checking(node):
                 visit(node.orelse)
                 continue
             if isinstance(node, (ast.If, ast.Try, ast.With)):
@@ -58,32 +42,6 @@ def load_time_imports(path: Path, name: str, modules: dict[str, Path]) -> set[st
 
     visit(tree.body)
     return {m for m in found if m in modules and m != name}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}  # 1: on the stack, 2: done
-    stack: list[str] = []
-
-    def dfs(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state:
-                cycle = dfs(nxt)
-                if cycle:
-                    return cycle
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            cycle = dfs(node)
-            if cycle:
-                return cycle
-    return None
 
 
 def test_no_module_level_import_cycle():
