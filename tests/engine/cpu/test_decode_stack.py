@@ -24,20 +24,6 @@ def _runner(path, dtype, *, stack):
                            without=() if stack else [(stack_module, "native_decode_stack")])
 
 
-@pytest.fixture
-def stack_calls(monkeypatch):
-    """Every call of the native stack kernel wrapper, as ``(rows,)``."""
-    calls = []
-    run = native_stack.run_stack
-
-    def spy(layers, hidden, *args, **kwargs):
-        calls.append(hidden.shape[0])
-        return run(layers, hidden, *args, **kwargs)
-
-    monkeypatch.setattr(native_stack, "run_stack", spy)
-    return calls
-
-
 def _decode_logits(runner, prompts, tables):
     """Prefill ``prompts`` on ``tables``, then the logits of one pure-decode step."""
     runner.forward_batch([ScheduledSegment(f"r{i}", p, 0, tables[i], True, GREEDY)

@@ -46,20 +46,6 @@ def _runner(path, dtype, fmt, *, stack, only=None):
         return ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
 
 
-@pytest.fixture
-def stack_calls(monkeypatch):
-    """Every call of the native stack kernel wrapper, as ``rows``."""
-    calls = []
-    run = native_stack.run_stack
-
-    def spy(layers, hidden, *args, **kwargs):
-        calls.append(hidden.shape[0])
-        return run(layers, hidden, *args, **kwargs)
-
-    monkeypatch.setattr(native_stack, "run_stack", spy)
-    return calls
-
-
 def _decode_logits(runner, prompts, tables, first=0):
     """Prefill ``prompts`` on ``tables``, then the logits of one pure-decode step."""
     runner.forward_batch([ScheduledSegment(f"r{first + i}", p, 0, tables[i], True, GREEDY)
