@@ -86,6 +86,22 @@ def end_of_turn_token_ids(template: str, tokenizer: Any) -> list[int]:
     return ids
 
 
+def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
+    """EOS ids to stop at for a model made from a GGUF file: the generation config's, the
+    tokenizer's, and the end-of-turn token of the chat template (``<|im_end|>`` for
+    ChatML...) when the tokenizer has it."""
+    ids: list[int] = []
+    raw = getattr(generation_config, "eos_token_id", None)
+    for value in (raw if isinstance(raw, (list, tuple)) else [raw]):
+        if isinstance(value, int):
+            ids.append(value)
+    if isinstance(tokenizer.eos_token_id, int):
+        ids.append(tokenizer.eos_token_id)
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+    ids += end_of_turn_token_ids(template, tokenizer)
+    return list(dict.fromkeys(ids))
+
+
 def generation_defaults(model_path: str) -> dict[str, Any]:
     """Sampling defaults from ``generation_config.json``: its temperature, top-p and top-k
     where it samples (``do_sample``), greedy otherwise or without the file."""

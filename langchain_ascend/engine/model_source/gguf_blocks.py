@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from langchain_ascend.engine.model_source.gguf_cache import _cached_sha256, cache_key
+from langchain_ascend.engine import hf_config
+from langchain_ascend.engine.model_source.gguf_cache import cache_key, cached_sha256
 from langchain_ascend.engine.model_source.gguf_header import GGUFInfo
 from langchain_ascend.engine.model_source.support import (
     file_lock,
@@ -69,7 +70,7 @@ def gguf_weights_file(folder: str | os.PathLike[str]) -> Path | None:
 def blocks_folder(info: GGUFInfo, *, cache_root: Path, progress: bool) -> Path:
     """The cached weightless folder of ``info.path`` (config, tokenizer, generation config),
     written once under a lock when missing."""
-    sha = _cached_sha256(info.path, cache_root, progress=progress)
+    sha = cached_sha256(info.path, cache_root, progress=progress)
     final = cache_root / f"{cache_key(sha, info.path.name)}-blocks{BLOCKS_VERSION}"
     if _is_complete(final, info.path):
         return final
@@ -151,10 +152,8 @@ def gguf_tokenizer(gguf_path: Path, config: Any) -> Any:
 def _generation_config(config: Any, tokenizer: Any) -> Any:
     from transformers import GenerationConfig
 
-    from langchain_ascend.engine.model_source.gguf_convert import _eos_token_ids
-
     generation = GenerationConfig.from_model_config(config)
-    eos_ids = _eos_token_ids(generation, tokenizer)
+    eos_ids = hf_config.stop_token_ids(generation, tokenizer)
     if eos_ids:
         generation.eos_token_id = eos_ids[0] if len(eos_ids) == 1 else eos_ids
         if generation.pad_token_id is None:

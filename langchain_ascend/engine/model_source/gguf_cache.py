@@ -9,8 +9,8 @@ Layout (a folder's existence means "complete")::
     <cache>/gguf/index.json  (path, size, mtime -> sha256: skips re-hashing an unchanged file)
 
 A conversion writes into a temporary folder next to its final place and renames it into place
-under an advisory ``fcntl`` lock, so two processes never convert the same file twice, and a
-reader never sees half a folder; where ``fcntl`` is missing the rename race is still safe.
+under a file lock (``filelock``), so two processes never convert the same file twice, and a
+reader never sees half a folder.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.cache_dir import GGUF, cache_root
 from langchain_ascend.engine.model_source.gguf_convert import convert_gguf
 from langchain_ascend.engine.model_source.gguf_header import GGUFInfo
 from langchain_ascend.engine.model_source.support import (
@@ -35,11 +36,7 @@ from langchain_ascend.engine.model_source.support import (
 )
 from langchain_ascend.errors import ModelSourceError
 
-# The same variable as ``langchain_ascend.testing.cache.CACHE_ENV_VAR`` (a test keeps them
-# equal); not imported from there so the engine does not depend on the testing package.
-CACHE_ENV_VAR = "LANGCHAIN_ASCEND_CACHE"
-DEFAULT_CACHE_ROOT = Path("~/.cache/langchain_ascend")
-GGUF_CACHE_SUBDIR = "gguf"
+GGUF_CACHE_SUBDIR = GGUF
 
 # Bump when the conversion writes a different folder for the same file and library versions.
 CONVERTER_VERSION = 1
@@ -48,11 +45,12 @@ _HASH_CHUNK = 8 << 20  # bytes read per step while hashing
 
 
 def gguf_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The folder conversions are cached in: ``<cache_dir or $LANGCHAIN_ASCEND_CACHE or
-    ~/.cache/langchain_ascend>/gguf`` (not created)."""
-    chosen = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV_VAR)
-    root = Path(chosen) if chosen else DEFAULT_CACHE_ROOT
-    return root.expanduser().resolve() / GGUF_CACHE_SUBDIR
+    """The folder conversions are cached in: ``<root>/gguf``, the root being ``cache_dir``
+    when given, else the package's cache root (:func:`langchain_ascend.cache_dir.cache_root`:
+    ``$LANGCHAIN_ASCEND_CACHE``, ``$XDG_CACHE_HOME/langchain_ascend``,
+    ``~/.cache/langchain_ascend``); not created."""
+    root = Path(cache_dir).expanduser().resolve() if cache_dir is not None else cache_root()
+    return root / GGUF_CACHE_SUBDIR
 
 
 def cache_key(sha256: str, gguf_name: str) -> str:
@@ -84,7 +82,7 @@ def _stat_key(path: Path) -> dict[str, int]:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
 
 
-def _cached_sha256(path: Path, root: Path, *, progress: bool) -> str:
+def cached_sha256(path: Path, root: Path, *, progress: bool) -> str:
     """``path``'s sha256, taken from ``root/index.json`` when the file's (size, mtime, inode)
     are those recorded with it (a file rewritten in place changes its mtime), else hashed and
     recorded. A broken index is ignored and rewritten."""
@@ -127,7 +125,7 @@ def _is_complete(folder: Path) -> bool:
 
 def converted_folder(info: GGUFInfo, *, cache_root: Path, progress: bool) -> Path:
     """The cached HF folder of ``info.path``, converting (once, under a lock) when missing."""
-    sha = _cached_sha256(info.path, cache_root, progress=progress)
+    sha = cached_sha256(info.path, cache_root, progress=progress)
     final = cache_root / cache_key(sha, info.path.name)
     if _is_complete(final):
         return final
@@ -169,10 +167,9 @@ def converted_folder(info: GGUFInfo, *, cache_root: Path, progress: bool) -> Pat
 def _check_memory(info: GGUFInfo) -> None:
     """Refuse a conversion that cannot fit: de-quantizing holds every weight in float32, and
     running out of memory kills the process instead of raising."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # not POSIX: no check
-        return
+    import psutil
+
+    physical = int(psutil.virtual_memory().total)
     needed = 4 * info.num_elements
     if physical > 0 and needed > physical:
         raise ModelSourceError(

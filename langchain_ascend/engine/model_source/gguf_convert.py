@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from langchain_ascend.engine.hf_config import end_of_turn_token_ids
+from langchain_ascend.engine.hf_config import stop_token_ids
 from langchain_ascend.engine.model_source.gguf_header import GGUFInfo
 from langchain_ascend.engine.model_source.support import package_version, progress_bar
 from langchain_ascend.errors import ModelSourceError
@@ -133,7 +133,7 @@ def _convert_steps(gguf_path: Path, out_dir: Path, bar: Any) -> None:
             f"transformers kept {gguf_path}'s weights packed ({', '.join(packed)}); expected "
             "plain de-quantized float32 layers")
     _drop_quantizer(model)
-    eos_ids = _eos_token_ids(model.generation_config, tokenizer)
+    eos_ids = stop_token_ids(model.generation_config, tokenizer)
     if eos_ids:
         model.generation_config.eos_token_id = eos_ids[0] if len(eos_ids) == 1 else eos_ids
         if model.generation_config.pad_token_id is None:
@@ -190,18 +190,3 @@ def _drop_quantizer(model: Any) -> None:
             setattr(model, attribute, value)
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
-
-
-def _eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
-    """EOS ids to stop at: the generation config's, the tokenizer's, and the end-of-turn token
-    of the chat template (``<|im_end|>`` for ChatML...) when the tokenizer has it."""
-    ids: list[int] = []
-    raw = getattr(generation_config, "eos_token_id", None)
-    for value in (raw if isinstance(raw, (list, tuple)) else [raw]):
-        if isinstance(value, int):
-            ids.append(value)
-    if isinstance(tokenizer.eos_token_id, int):
-        ids.append(tokenizer.eos_token_id)
-    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
-    ids += end_of_turn_token_ids(template, tokenizer)
-    return list(dict.fromkeys(ids))

@@ -131,7 +131,41 @@ class _Cursor:
 
 
 def _parse_header(file: Path, blob: mmap.mmap, size: int) -> GGUFInfo:
-    from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUFValueType
+    cur = _Cursor(blob, size)
+    version = _read_version(cur)
+    num_tensors = cur.take("<Q")
+    keys, wanted = _read_metadata(cur)
+    architecture = wanted.get("general.architecture")
+    if not isinstance(architecture, str) or not architecture:
+        raise _CorruptGGUF("it has no general.architecture metadata")
+    total_elements = _check_tensor_table(cur, num_tensors, wanted.get("general.alignment"))
+    name_value = wanted.get("general.name")
+    return GGUFInfo(path=file, version=version, architecture=architecture,
+                    name=name_value if isinstance(name_value, str) else None,
+                    num_tensors=num_tensors, num_elements=total_elements,
+                    metadata_keys=tuple(keys), size=size)
+
+
+def _read_version(cur: _Cursor) -> int:
+    """The magic, then the format version (2 or 3; a byte-swapped one names big-endian)."""
+    if cur.size < 4 or bytes(cur.blob[:4]) != b"GGUF":
+        raise _CorruptGGUF("it does not start with the GGUF magic bytes")
+    cur.pos = 4
+    version = cur.take("<I")
+    if version not in (2, 3):
+        swapped = struct.unpack(">I", struct.pack("<I", version))[0]
+        detail = ("it is big-endian" if swapped in (2, 3)
+                  else f"format version {version} is not 2 or 3")
+        raise _CorruptGGUF(detail)
+    return version
+
+
+_WANTED_KEYS = ("general.architecture", "general.name", "general.alignment")
+
+
+def _read_metadata(cur: _Cursor) -> tuple[list[str], dict[str, Any]]:
+    """Every metadata key in file order, and the values of :data:`_WANTED_KEYS` found."""
+    from gguf.constants import GGUFValueType
 
     scalar = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
               GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
@@ -161,30 +195,24 @@ def _parse_header(file: Path, blob: mmap.mmap, size: int) -> GGUFInfo:
             return None
         return cur.take(scalar[kind])
 
-    cur = _Cursor(blob, size)
-    if size < 4 or bytes(blob[:4]) != b"GGUF":
-        raise _CorruptGGUF("it does not start with the GGUF magic bytes")
-    cur.pos = 4
-    version = cur.take("<I")
-    if version not in (2, 3):
-        swapped = struct.unpack(">I", struct.pack("<I", version))[0]
-        detail = ("it is big-endian" if swapped in (2, 3)
-                  else f"format version {version} is not 2 or 3")
-        raise _CorruptGGUF(detail)
-    num_tensors = cur.take("<Q")
     num_keys = cur.take("<Q")
     keys: list[str] = []
-    strings: dict[str, Any] = {}
+    wanted: dict[str, Any] = {}
     for _ in range(num_keys):
         key = cur.string()
         value = read_value(value_type(cur.take("<I")))
         keys.append(key)
-        if key in ("general.architecture", "general.name", "general.alignment"):
-            strings[key] = value
-    architecture = strings.get("general.architecture")
-    if not isinstance(architecture, str) or not architecture:
-        raise _CorruptGGUF("it has no general.architecture metadata")
-    alignment = strings.get("general.alignment") or GGUF_DEFAULT_ALIGNMENT
+        if key in _WANTED_KEYS:
+            wanted[key] = value
+    return keys, wanted
+
+
+def _check_tensor_table(cur: _Cursor, num_tensors: int, alignment: Any) -> int:
+    """Read the tensor table, check every tensor's data lies inside the file; the weights
+    of all tensors together."""
+    from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT
+
+    alignment = alignment or GGUF_DEFAULT_ALIGNMENT
     if not isinstance(alignment, int) or alignment <= 0:
         raise _CorruptGGUF(f"general.alignment={alignment!r} is not a positive integer")
     data_end = 0  # bytes of tensor data the table asks for, from the data section's start
@@ -204,14 +232,10 @@ def _parse_header(file: Path, blob: mmap.mmap, size: int) -> GGUFInfo:
         total_elements += num_elements
         data_end = max(data_end, offset + num_elements // block_size * type_size)
     data_start = -(-cur.pos // alignment) * alignment
-    if data_start + data_end > size:
+    if data_start + data_end > cur.size:
         raise _CorruptGGUF(f"its tensors need {data_start + data_end} bytes and the file has "
-                           f"{size}: the file is truncated")
-    name_value = strings.get("general.name")
-    return GGUFInfo(path=file, version=version, architecture=architecture,
-                    name=name_value if isinstance(name_value, str) else None,
-                    num_tensors=num_tensors, num_elements=total_elements,
-                    metadata_keys=tuple(keys), size=size)
+                           f"{cur.size}: the file is truncated")
+    return total_elements
 
 
 def _ggml_type(code: int) -> Any:
