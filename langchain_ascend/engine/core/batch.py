@@ -23,8 +23,8 @@ class ScheduledSegment:
         * ``sample`` is True when the segment ends at the request's last known token, so the
           logits of its last position produce the next token; False for a non-final chunk of a
           chunked prefill.
-        * ``output_token_ids`` are the request's generated tokens so far (for penalties/grammar
-          bookkeeping; read-only).
+        * ``output_token_ids`` are the request's generated tokens so far and
+          ``prompt_token_ids`` its prompt (the penalties' histories; read-only).
         * ``draft_token_ids`` (speculative decoding) are the last ``len(draft_token_ids)`` of
           ``token_ids``: guesses after the request's last known token, not yet part of the
           request. The step returns the greedy token after the pending token and after each
@@ -39,6 +39,7 @@ class ScheduledSegment:
     sample: bool
     sampling: SamplingParams
     output_token_ids: list[int] = field(default_factory=list)
+    prompt_token_ids: list[int] = field(default_factory=list)
     draft_token_ids: list[int] = field(default_factory=list)
 
     @property

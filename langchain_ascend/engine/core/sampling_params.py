@@ -22,6 +22,8 @@ MAX_SEED = 2**63 - 1
 SPECULATION_MODES: tuple[str, ...] = ("off", "prompt_lookup", "auto")
 """``SamplingParams.speculation`` values (see ``engine.core.speculation``)."""
 MAX_NUM_SPECULATIVE_TOKENS = 16
+MAX_ABS_PENALTY = 2.0
+"""Bound of ``presence_penalty`` / ``frequency_penalty`` (OpenAI's range, ``[-2, 2]``)."""
 
 
 @runtime_checkable
@@ -76,6 +78,20 @@ class SamplingParams:
         keep_special_token_ids: Special tokens the reply's text keeps (the tool-call and
             reasoning markers its parser reads), however they were produced: sampled,
             drafted or forced. Every other special token is left out of the text.
+        repetition_penalty: Hugging Face's: a token already in the prompt or the reply has
+            its logit divided by it when positive, multiplied when negative; 1 is off, > 1
+            discourages repeats. Applied before the greedy choice too.
+        presence_penalty: OpenAI's: subtracted once from the logit of every token the reply
+            already holds, in ``[-2, 2]``; 0 is off.
+        frequency_penalty: OpenAI's: subtracted from a token's logit once per time the reply
+            already holds it, in ``[-2, 2]``; 0 is off.
+        min_p: Keep only tokens whose probability (after temperature) is at least ``min_p``
+            times the most likely token's, in ``[0, 1]``; 0 is off. Sampled rows only.
+
+    A request with a penalty (:attr:`has_penalties`) takes no greedy shortcut: it never drafts
+    (``engine.core.speculation.can_draft``) and its logits always reach the sampler.
+    Grammar jump-forward stays on: a forced token is the grammar's only choice, which no
+    penalty can change.
     """
 
     max_tokens: int = 256
@@ -90,6 +106,10 @@ class SamplingParams:
     speculation: str = "off"
     num_speculative_tokens: int = 8
     keep_special_token_ids: frozenset[int] = frozenset()
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_p: float = 0.0
 
     def validate(self) -> None:
         """Check every field before the request runs, so no value fails inside a model step.
@@ -111,6 +131,7 @@ class SamplingParams:
         check_number("temperature", self.temperature, minimum=0)
         check_probability("top_p", self.top_p, open_min=True)
         check_int("top_k", self.top_k, minimum=0, what="0 (off) or a positive integer")
+        check_penalties(vars(self), allow_none=False)
         check_int("seed", self.seed, minimum=0, maximum=MAX_SEED, allow_none=True)
         self.stop = as_items("stop", self.stop, str_is_item=True, error=InvalidArgumentTypeError,
                              what="a string or a list of non-empty strings")
@@ -148,4 +169,30 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        """Whether a repetition, presence or frequency penalty changes this request's logits."""
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)
+
+
+def check_penalties(values: Any, *, allow_none: bool = True) -> None:
+    """Check the penalty and ``min_p`` values present in ``values`` (a mapping of field or
+    argument names; with ``allow_none`` None means "the default" and passes).
+
+    Raises:
+        InvalidArgumentTypeError: A value that is not a number (``min_p="0.1"``, a bool).
+        InvalidRequestError: ``repetition_penalty`` not > 0, a presence or frequency penalty
+            outside ``[-2, 2]``, ``min_p`` outside ``[0, 1]``, NaN or infinity.
+    """
+    if "repetition_penalty" in values:
+        check_number("repetition_penalty", values["repetition_penalty"], minimum=0,
+                     open_min=True, allow_none=allow_none)
+    for name in ("presence_penalty", "frequency_penalty"):
+        if name in values:
+            check_number(name, values[name], minimum=-MAX_ABS_PENALTY,
+                         maximum=MAX_ABS_PENALTY, allow_none=allow_none)
+    if "min_p" in values:
+        check_probability("min_p", values["min_p"], allow_none=allow_none)
 

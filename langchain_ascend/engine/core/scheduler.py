@@ -365,6 +365,7 @@ class Scheduler:
             sample=start + count == request.num_tokens,
             sampling=request.sampling,
             output_token_ids=request.output_token_ids,
+            prompt_token_ids=request.prompt_token_ids,
             draft_token_ids=drafts,
         )
 

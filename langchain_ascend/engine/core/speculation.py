@@ -42,9 +42,10 @@ FIRST_DRAFT_LENGTH = 2
 
 
 def can_draft(params: SamplingParams) -> bool:
-    """Whether a request with ``params`` may draft: speculation on, greedy, no grammar."""
+    """Whether a request with ``params`` may draft: speculation on, greedy, no grammar, no
+    penalty (a penalty makes each verified token's target depend on the drafts before it)."""
     return (params.speculation != "off" and params.num_speculative_tokens > 0
-            and params.greedy and params.constraint is None)
+            and params.greedy and params.constraint is None and not params.has_penalties)
 
 
 def accept_drafts(drafts: Sequence[int], targets: Sequence[int]) -> list[int]:

@@ -130,9 +130,10 @@ class ScreenedGreedyHead:
     def run(self, runner: Any, packed: PackedStep, params: Sequence[SamplingParams],
             ) -> tuple[list[int] | None, torch.Tensor | None]:
         """The logits-head strategy (``engine.worker.hooks.LogitsHead``): one plain greedy row
-        of an eager step is screened; a declined screen and every other step get the model's
-        own head."""
+        (no grammar, no penalty) of an eager step is screened; a declined screen and every
+        other step get the model's own head."""
         if not (len(params) == 1 and params[0].greedy and params[0].constraint is None
+                and not params[0].has_penalties
                 and not runner.compiler.enabled):
             return None, runner.compute_logits(*packed)  # (S, V)
         hidden = runner.compute_hidden(*packed)  # (1, hidden)

@@ -98,11 +98,12 @@ def build_layout(segments: Sequence[ScheduledSegment], block_size: int,
 
 
 def _check_drafts(segments: Sequence[ScheduledSegment]) -> None:
-    """Drafted tokens come only on sampling, greedy, unconstrained segments (``batch``)."""
+    """Drafted tokens come only on sampling, greedy, unconstrained, unpenalized segments
+    (``batch``)."""
     for seg in segments:
         drafts = seg.draft_token_ids
         if drafts and (not seg.sample or not seg.sampling.greedy
-                       or seg.sampling.constraint is not None
+                       or seg.sampling.constraint is not None or seg.sampling.has_penalties
                        or len(drafts) >= len(seg.token_ids)
                        or seg.token_ids[len(seg.token_ids) - len(drafts):] != drafts):
             raise ValueError(f"request {seg.request_id!r}: drafted tokens need a sampling, "
@@ -299,7 +300,8 @@ class ModelRunner:
                 if sample_indices:
                     assert logits is not None  # a head that chose no tokens gives logits
                     tokens = self.sampler.sample(
-                        logits, params, [seg.request_id for seg in row_segments])
+                        logits, params, [seg.request_id for seg in row_segments],
+                        [(seg.prompt_token_ids, seg.output_token_ids) for seg in row_segments])
                 else:
                     tokens = []
             start = 0

@@ -1,4 +1,4 @@
-"""Batched next-token choice: greedy, temperature, top-k, top-p, constraints.
+"""Batched next-token choice: penalties, greedy, temperature, top-k, top-p, min-p, constraints.
 
 One call per engine step over the ``(S, V)`` logits of the sampling segments, with ONE
 device->host copy (the final ``tolist()`` of the chosen ids). Greedy, temperature, top-k and
@@ -12,6 +12,9 @@ from OS entropy when unset, kept across steps until :meth:`Sampler.release`) tha
 the device in one batch (:func:`uniform_noise`). So a request's tokens depend only on its own
 logits and its own generator, never on which other requests share the batch.
 
+Penalties (repetition, presence, frequency: ``engine.worker.penalties``) change the logits of
+the rows that carry one before anything else, greedy rows included.
+
 Constraints: ``constraint.mask_logits(row)`` edits the request's logits row in place before
 the choice; ``constraint.accept_token(token)`` is called with the chosen id afterwards.
 """
@@ -24,20 +27,25 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.worker.penalties import apply_penalties
 
 if TYPE_CHECKING:
     import torch
 
 
 def filter_logits(logits: torch.Tensor, temperatures: Sequence[float], top_ks: Sequence[int],
-                  top_ps: Sequence[float]) -> torch.Tensor:
-    """Temperature-scale, then keep each row's top-k and top-p nucleus (pure function).
+                  top_ps: Sequence[float], min_ps: Sequence[float] | None = None,
+                  ) -> torch.Tensor:
+    """Temperature-scale, then keep each row's top-k, its top-p nucleus and the tokens at
+    least ``min_p`` times as likely as its best (in that order, as transformers' warpers;
+    pure function).
 
     Args:
         logits: ``(R, V)`` float32 logits of the sampled rows.
         temperatures: ``R`` positive temperatures.
         top_ks: ``R`` top-k values; 0 keeps every token.
         top_ps: ``R`` nucleus masses in (0, 1]; 1 keeps every token.
+        min_ps: ``R`` min-p shares in [0, 1]; 0 (or None for all rows) keeps every token.
 
     Returns:
         ``(R, V)`` scaled logits with filtered-out entries set to ``-inf``. The most likely
@@ -50,7 +58,8 @@ def filter_logits(logits: torch.Tensor, temperatures: Sequence[float], top_ks: S
     vocab = scaled.shape[-1]
     need_k = any(0 < k < vocab for k in top_ks)
     need_p = any(p < 1 for p in top_ps)
-    if not (need_k or need_p):
+    need_min_p = min_ps is not None and any(p > 0 for p in min_ps)
+    if not (need_k or need_p or need_min_p):
         return scaled  # (R, V)
     sorted_logits, order = scaled.sort(dim=-1, descending=True)  # (R, V)
     drop = torch.zeros_like(sorted_logits, dtype=torch.bool)  # (R, V)
@@ -63,6 +72,11 @@ def filter_logits(logits: torch.Tensor, temperatures: Sequence[float], top_ks: S
         mass_before = probs.cumsum(dim=-1) - probs  # (R, V) mass of strictly likelier tokens
         top_p = torch.tensor(top_ps, dtype=probs.dtype, device=device)  # (R,)
         drop |= mass_before >= top_p[:, None]
+    if need_min_p:
+        assert min_ps is not None
+        probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)  # (R, V)
+        min_p = torch.tensor(min_ps, dtype=probs.dtype, device=device)  # (R,)
+        drop |= probs < min_p[:, None] * probs[:, :1]  # column 0 holds each row's best
     drop[:, 0] = False
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(scaled).scatter_(-1, order, sorted_logits)  # (R, V)
@@ -124,13 +138,17 @@ class Sampler:
             self.req_to_generator.pop(request_id, None)
 
     def sample(self, logits: torch.Tensor, params: Sequence[SamplingParams],
-               request_ids: Sequence[str]) -> list[int]:
+               request_ids: Sequence[str],
+               histories: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
+               ) -> list[int]:
         """Pick the next token of every row.
 
         Args:
             logits: ``(S, V)`` next-token logits, one row per request (any float dtype).
             params: Each row's sampling parameters.
             request_ids: Each row's request id (keys the per-request generator).
+            histories: Each row's ``(prompt_ids, output_ids)`` so far; needed only when a row
+                has a penalty (:attr:`SamplingParams.has_penalties`).
 
         Returns:
             ``S`` token ids (the step's single device->host copy).
@@ -138,6 +156,7 @@ class Sampler:
         import torch
 
         logits = logits.float()  # (S, V); a copy for bf16/fp16, masks edit it in place
+        apply_penalties(logits, params, histories)  # rows with a penalty, in place
         constrained = [(i, p.constraint) for i, p in enumerate(params) if p.constraint is not None]
         for i, constraint in constrained:
             constraint.mask_logits(logits[i])
@@ -153,7 +172,7 @@ class Sampler:
             probs = filter_logits(
                 logits.index_select(0, rows),  # (R, V)
                 [p.temperature for p in picked], [p.top_k for p in picked],
-                [p.top_p for p in picked]).softmax(dim=-1)  # (R, V)
+                [p.top_p for p in picked], [p.min_p for p in picked]).softmax(dim=-1)  # (R, V)
             exponential = (-torch.log(uniform_noise(
                 torch.tensor(keys, dtype=torch.long, device=logits.device),
                 logits.shape[-1]))).clamp_min_(torch.finfo(torch.float32).tiny)  # (R, V) Exp(1) > 0
