@@ -427,6 +427,11 @@ class AscendChatModel(BaseChatModel):
             self._engines[name] = engine
         return engine
 
+    def get_engine(self) -> Any:
+        """The shared engine of this chat model's ``model`` (loaded on first use): its
+        ``stats()`` (KV blocks in use, running / waiting requests) for servers and tools."""
+        return self._engine_for()
+
     def warm_up(
         self,
         *,

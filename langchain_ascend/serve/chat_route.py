@@ -1,0 +1,108 @@
+"""``POST /v1/chat/completions``: one request -> the chat model's ``ainvoke`` / ``astream``
+-> OpenAI JSON or server-sent events.
+
+Errors the chat model raises while preparing (bad ``tool_choice``, a prompt over the context)
+surface before the response starts, as 400 JSON: a stream is opened only after its first
+chunk. A client that goes away mid-stream cancels the task reading ``astream``, which aborts
+the engine request and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from langchain_ascend.serve.convert import call_kwargs, to_messages
+from langchain_ascend.serve.errors import error_body, from_typed_error
+from langchain_ascend.serve.openai_types import ChatCompletionRequest
+from langchain_ascend.serve.responses import ChunkWriter, completion_object
+from langchain_ascend.serve.sse import DONE, HEADERS, MEDIA_TYPE, event
+from langchain_ascend.serve.state import ServerState
+from langchain_ascend.serve.web import FastAPI, JSONResponse, Response, StreamingResponse
+
+logger = logging.getLogger(__name__)
+
+
+def add_chat_route(app: FastAPI, state: ServerState) -> None:
+    """Register ``POST /v1/chat/completions`` on ``app``."""
+
+    @app.post("/v1/chat/completions", tags=["openai"], summary="Chat completion (OpenAI)")
+    async def chat_completions(body: ChatCompletionRequest) -> Response:
+        started = time.perf_counter()
+        state.check_chat_model(body.model)
+        kwargs = call_kwargs(body)
+        messages = to_messages(body.messages)
+        stop = kwargs.pop("stop", None)
+        state.admission.enter()
+        handed_over = False
+        try:
+            if not body.stream:
+                reply = await state.chat_model.ainvoke(messages, stop=stop, **kwargs)
+                state.metrics.count_usage(reply.usage_metadata)
+                return JSONResponse(completion_object(reply, model=state.served_model_name))
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            response = await open_stream(state, messages, stop, kwargs, include_usage, started)
+            handed_over = True
+            return response
+        finally:
+            if not handed_over:
+                state.admission.leave()
+
+
+async def open_stream(state: ServerState, messages: list[BaseMessage], stop: Any,
+                      kwargs: dict[str, Any], include_usage: bool,
+                      started: float) -> StreamingResponse:
+    """Start the reply and wait for its first chunk (errors so far are raised, as JSON);
+    the response then owns the stream and the admission slot."""
+    chunks = state.chat_model.astream(messages, stop=stop, **kwargs)
+    try:
+        first = await anext(chunks)
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        await chunks.aclose()
+        raise
+    state.metrics.ttft.observe(time.perf_counter() - started)
+    writer = ChunkWriter(model=state.served_model_name, include_usage=include_usage)
+    return StreamingResponse(stream_events(state, chunks, first, writer),
+                             media_type=MEDIA_TYPE, headers=HEADERS)
+
+
+async def stream_events(state: ServerState, chunks: AsyncIterator[Any], first: Any,
+                        writer: ChunkWriter) -> AsyncIterator[str]:
+    """The events of one reply, ``[DONE]`` last; a failure mid-stream is sent as an error
+    event. Leaves the admission slot and closes the chat model's stream however it ends."""
+    last = None
+    message = first
+    previous = time.perf_counter()
+    try:
+        while message is not None:
+            for chunk in writer.deltas(message):
+                yield event(chunk)
+            if message.usage_metadata:
+                last = message
+            try:
+                message = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            now = time.perf_counter()
+            state.metrics.inter_token.observe(now - previous)
+            previous = now
+        for chunk in writer.finish(last):
+            yield event(chunk)
+        yield DONE
+        state.metrics.count_usage(last.usage_metadata if last is not None else None)
+    except Exception as error:  # headers are sent: the error travels as an event
+        api_error = from_typed_error(error)
+        yield event(error_body(api_error.status, api_error.message, api_error.param,
+                               api_error.code))
+        yield DONE
+    finally:
+        try:
+            await chunks.aclose()  # type: ignore[attr-defined]
+        finally:
+            state.admission.leave()

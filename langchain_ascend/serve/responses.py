@@ -1,0 +1,158 @@
+"""LangChain replies -> OpenAI ``chat.completion`` objects and ``chat.completion.chunk`` deltas.
+
+:class:`ChunkWriter` keeps what the OpenAI stream contract needs across a reply's chunks:
+the role goes in the first delta only; each tool call opens with its ``index``, ``id``, ``type``
+and ``function.name`` (arguments ``""``), its arguments follow in the next delta of that
+``index``; exactly one chunk carries ``finish_reason`` (``"tool_calls"`` when calls were
+made); the usage chunk (``stream_options.include_usage``) has no choices.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def openai_usage(usage: Mapping[str, Any] | None) -> dict[str, Any]:
+    """LangChain ``usage_metadata`` as OpenAI usage (``cache_read`` -> ``cached_tokens``)."""
+    usage = usage or {}
+    prompt = int(usage.get("input_tokens", 0))
+    completion = int(usage.get("output_tokens", 0))
+    cached = int((usage.get("input_token_details") or {}).get("cache_read", 0) or 0)
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+    reasoning = (usage.get("output_token_details") or {}).get("reasoning")
+    if reasoning:
+        out["completion_tokens_details"] = {"reasoning_tokens": int(reasoning)}
+    return out
+
+
+def openai_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    return {"id": call["id"], "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": json.dumps(call["args"], ensure_ascii=False)}}
+
+
+def finish_reason_of(message: BaseMessage, has_calls: bool) -> str:
+    """OpenAI's finish reason: ``stop``, ``length`` or ``tool_calls``."""
+    reason = message.response_metadata.get("finish_reason") or "stop"
+    if reason == "stop" and has_calls:
+        return "tool_calls"
+    return reason if reason in ("stop", "length", "tool_calls") else "stop"
+
+
+def completion_object(message: AIMessage, *, model: str) -> dict[str, Any]:
+    """The non-streamed ``chat.completion`` of a reply. An invalid call (one the model wrote
+    but that does not parse) stays in the content as the model wrote it."""
+    content = message.content if isinstance(message.content, str) else ""
+    content += "".join(str(call.get("args") or "") for call in message.invalid_tool_calls)
+    calls = [openai_tool_call(call) for call in message.tool_calls]
+    reply: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else ""),
+                             "refusal": None}
+    if calls:
+        reply["tool_calls"] = calls
+    reasoning = message.additional_kwargs.get("reasoning_content")
+    if reasoning:
+        reply["reasoning_content"] = reasoning
+    return {
+        "id": completion_id(), "object": "chat.completion", "created": int(time.time()),
+        "model": model, "system_fingerprint": None,
+        "choices": [{"index": 0, "message": reply, "logprobs": None,
+                     "finish_reason": finish_reason_of(message, bool(calls))}],
+        "usage": openai_usage(message.usage_metadata),
+    }
+
+
+def valid_call_chunk(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A tool-call chunk's arguments when it is a valid call (a name and a JSON object)."""
+    if not chunk.get("name"):
+        return None
+    try:
+        args = json.loads(chunk.get("args") or "")
+    except json.JSONDecodeError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
+class ChunkWriter:
+    """Builds the ``chat.completion.chunk`` objects of one streamed reply."""
+
+    def __init__(self, *, model: str, include_usage: bool) -> None:
+        self.id = completion_id()
+        self.created = int(time.time())
+        self.model = model
+        self.include_usage = include_usage
+        self.num_calls = 0
+        self.role_sent = False
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                         "finish_reason": finish_reason}],
+        }
+        if self.include_usage:
+            body["usage"] = None
+        return body
+
+    def role(self) -> dict[str, Any]:
+        """The opening chunk: the role (and empty content), as OpenAI sends it."""
+        self.role_sent = True
+        return self.chunk({"role": "assistant", "content": ""})
+
+    def deltas(self, message: BaseMessage) -> list[dict[str, Any]]:
+        """The chunks of one ``AIMessageChunk`` (content, reasoning, tool calls)."""
+        out = [] if self.role_sent else [self.role()]
+        content = message.content if isinstance(message.content, str) else ""
+        calls = []
+        for call in getattr(message, "tool_call_chunks", []):
+            args = valid_call_chunk(call)
+            if args is None:  # what the model wrote, unparsed: text, as invalid calls are
+                content += str(call.get("args") or "")
+            else:
+                calls.append((call, args))
+        reasoning = message.additional_kwargs.get("reasoning_content")
+        if reasoning:
+            out.append(self.chunk({"reasoning_content": reasoning}))
+        if content:
+            out.append(self.chunk({"content": content}))
+        for call, args in calls:
+            out.extend(self.call_chunks(call, args))
+        return out
+
+    def call_chunks(self, call: Mapping[str, Any], args: dict[str, Any]) -> list[dict[str, Any]]:
+        """One call as two deltas: its opening (index, id, name) and its arguments."""
+        index = self.num_calls
+        self.num_calls += 1
+        opening = {"index": index, "id": call.get("id"), "type": "function",
+                   "function": {"name": call["name"], "arguments": ""}}
+        arguments = {"index": index,
+                     "function": {"arguments": json.dumps(args, ensure_ascii=False)}}
+        return [self.chunk({"tool_calls": [opening]}), self.chunk({"tool_calls": [arguments]})]
+
+    def finish(self, last: BaseMessage | None) -> list[dict[str, Any]]:
+        """The closing chunks: the one ``finish_reason`` and, when asked, the usage."""
+        out = [] if self.role_sent else [self.role()]
+        reason = "stop" if last is None else finish_reason_of(last, self.num_calls > 0)
+        out.append(self.chunk({}, finish_reason=reason))
+        if self.include_usage:
+            usage = getattr(last, "usage_metadata", None) if last is not None else None
+            out.append({"id": self.id, "object": "chat.completion.chunk",
+                        "created": self.created, "model": self.model,
+                        "system_fingerprint": None, "choices": [],
+                        "usage": openai_usage(usage)})
+        return out
