@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import platform
-from langchain_ascend.engine.worker.hooks import (
+from langchain_ascend.engine.worker.hook_types import (
     HookOptions,
     LogitsHead,
     ModelHooks,

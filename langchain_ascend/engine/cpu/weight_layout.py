@@ -57,7 +57,7 @@ from typing import Any
 from langchain_ascend import platform
 from langchain_ascend.engine.cpu.quantized_layout import pack_quantized_linears
 from langchain_ascend.engine.cpu.swap import restore_forward, swap_forward, swapped_by
-from langchain_ascend.engine.worker.hooks import WEIGHT_LAYOUTS
+from langchain_ascend.engine.worker.hook_types import WEIGHT_LAYOUTS
 from langchain_ascend.native import matvec
 
 logger = logging.getLogger(__name__)
