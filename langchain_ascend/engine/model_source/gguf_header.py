@@ -13,6 +13,7 @@ import dataclasses
 import mmap
 import os
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ class GGUFInfo:
             times 4 bytes).
         metadata_keys: Every metadata key, in file order.
         size: File size in bytes.
+        values: The scalar and string metadata values by key (arrays are skipped, not read):
+            ``"llama.context_length"``, ``"tokenizer.chat_template"``...
     """
 
     path: Path
@@ -43,6 +46,7 @@ class GGUFInfo:
     num_elements: int
     metadata_keys: tuple[str, ...]
     size: int
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def has_tokenizer(self) -> bool:
@@ -143,7 +147,7 @@ def _parse_header(file: Path, blob: mmap.mmap, size: int) -> GGUFInfo:
     return GGUFInfo(path=file, version=version, architecture=architecture,
                     name=name_value if isinstance(name_value, str) else None,
                     num_tensors=num_tensors, num_elements=total_elements,
-                    metadata_keys=tuple(keys), size=size)
+                    metadata_keys=tuple(keys), size=size, values=wanted)
 
 
 def _read_version(cur: _Cursor) -> int:
@@ -160,11 +164,9 @@ def _read_version(cur: _Cursor) -> int:
     return version
 
 
-_WANTED_KEYS = ("general.architecture", "general.name", "general.alignment")
-
-
 def _read_metadata(cur: _Cursor) -> tuple[list[str], dict[str, Any]]:
-    """Every metadata key in file order, and the values of :data:`_WANTED_KEYS` found."""
+    """Every metadata key in file order, and the scalar and string values by key (arrays are
+    skipped, not read)."""
     from gguf.constants import GGUFValueType
 
     scalar = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
@@ -202,7 +204,7 @@ def _read_metadata(cur: _Cursor) -> tuple[list[str], dict[str, Any]]:
         key = cur.string()
         value = read_value(value_type(cur.take("<I")))
         keys.append(key)
-        if key in _WANTED_KEYS:
+        if value is not None:
             wanted[key] = value
     return keys, wanted
 
