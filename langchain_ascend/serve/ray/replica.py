@@ -142,6 +142,12 @@ class EngineReplica:
             raise RuntimeError(f"replica {self.replica_id}: GET /health answered {status}: "
                                f"{body[:200].decode('utf-8', 'replace')}")
 
+    async def probe(self, path: str) -> tuple[str, int, str]:
+        """``(replica id, status, body text)`` of ``GET path`` on this replica's app (the
+        front's ``/health`` and ``/metrics`` ask every replica through this)."""
+        status, body = await _get(self.app, path)
+        return self.replica_id, status, body.decode("utf-8", "replace")
+
     def whoami(self) -> str:
         """This replica's id (tests and tooling)."""
         return self.replica_id
