@@ -6,14 +6,21 @@
  * seq_lens[b] slots named by its row of the int32 block table (B, W); with a sliding window
  * only the last `window` of them (window 0: all).
  *
- * Work is split into B * KVH * num_splits items (a request, a KV head and a range of
- * split_keys keys from the row's first key, so a row's rounding never depends on the other
- * rows of the call: batched and solo decodes give the same bits) spread over the calling thread's OpenMP team (torch's libgomp pool, see build.py).
- * An item holds the G = H / KVH query rows of its KV head in float32 and walks its blocks,
- * merging runs of consecutive block ids into chunks of up to KEY_BLOCK keys, with a running
- * max / sum / weighted value sum per row (online softmax). The items of one (request, head)
- * are merged by their log-sum-exp at the end. The request's K/V for this step must already be
- * in the cache (the caller writes them first).
+ * Each row's keys are cut into fixed ranges of split_keys keys from the row's first key, so a
+ * row's rounding never depends on the other rows of the call: batched and solo decodes give
+ * the same bits. In each range the rows that read the same slots -- the same positions and
+ * block ids, e.g. decodes sharing a cached prefix such as an agent's system prompt, or the
+ * rows of one speculative verify pass -- form one work item, which walks those keys once and
+ * lets every member attend each chunk while it is in cache: shared blocks are read once per
+ * step, not once per row, and each member still runs exactly the chunks it runs alone. Items
+ * times KVH heads are spread over the calling thread's OpenMP team (torch's libgomp pool, see
+ * build.py), largest first.
+ *
+ * A member holds the G = H / KVH query rows of its KV head in float32; an item walks its
+ * blocks, merging runs of consecutive block ids into chunks of up to KEY_BLOCK keys, with a
+ * running max / sum / weighted value sum per row (online softmax). A row's ranges are merged
+ * by their log-sum-exp at the end, in range order. The step's K/V must already be in the
+ * cache (the caller writes them first).
  *
  * Queries and outputs are (B, H, D) in the cache's dtype; bfloat16 outputs are rounded to
  * nearest even. Return codes: 0 success, 1 out of memory, 2 D not a multiple of 8 or H not a
@@ -186,9 +193,174 @@ static inline void softmax_update(float *row, int64_t n, int64_t D, int64_t r, S
 DEFINE_CHUNK(chunk_f32, float, load_f32)
 DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16x8)
 
-/* The whole call for one cache type. Q_LOAD(ptr, i) reads query value i as float; OUT_STORE
-   writes one float into the output. */
-#define DEFINE_PAGED(NAME, TYPE, CHUNK, TO_F32, FROM_F32)                                        \
+
+/* What every work item of one call reads. */
+typedef struct {
+    const int32_t *tables;
+    const int64_t *seq_lens;
+    int64_t table_stride, B, H, KVH, D, NB, BS, G, window, split_keys, num_splits;
+    float scale;
+} Call;
+
+/* A work item before its KV head is chosen: the rows rows[first .. first + count) that read
+   the same slots in key range sp. */
+typedef struct {
+    int64_t sp, first, count;
+} Item;
+
+/* Key range [s0, s1) of row b in range sp, split_keys keys from its first key (s0 >= s1:
+   the row has no key there). */
+static inline void row_range(const Call *c, int64_t b, int64_t sp, int64_t *s0, int64_t *s1) {
+    int64_t len = c->seq_lens[b];
+    int64_t first = c->window > 0 && len > c->window ? len - c->window : 0;
+    *s0 = first + sp * c->split_keys;
+    *s1 = *s0 + c->split_keys < len ? *s0 + c->split_keys : len;
+}
+
+/* Whether rows a and b read the same slots in range sp: the same positions and the same
+   block ids over them (so the same chunks, key for key). The last block first: the one a
+   private tail differs in. */
+static int same_range(const Call *c, int64_t a, int64_t b, int64_t sp) {
+    int64_t a0, a1, b0, b1;
+    row_range(c, a, sp, &a0, &a1);
+    row_range(c, b, sp, &b0, &b1);
+    if (a0 != b0 || a1 != b1) return 0;
+    const int32_t *ta = c->tables + a * c->table_stride, *tb = c->tables + b * c->table_stride;
+    int64_t lo = a0 / c->BS, hi = (a1 - 1) / c->BS;
+    if (ta[hi] != tb[hi]) return 0;
+    for (int64_t i = lo; i < hi; i++)
+        if (ta[i] != tb[i]) return 0;
+    return 1;
+}
+
+/* Larger items first (they are scheduled dynamically: the long ones start early). */
+static int by_count_desc(const void *x, const void *y) {
+    const Item *a = x, *b = y;
+    if (a->count != b->count) return a->count > b->count ? -1 : 1;
+    if (a->sp != b->sp) return a->sp < b->sp ? -1 : 1;
+    return a->first < b->first ? -1 : a->first > b->first;
+}
+
+/* The call's items: in each key range, rows that read the same slots (decodes sharing a
+   cached prefix, a verify pass's rows) form one item, so those keys are read once for all of
+   them; each row still runs exactly the chunks it runs alone. rows (B * num_splits) receives
+   the members, items (B * num_splits) the items. Returns the number of items, -1 when out of
+   memory. */
+static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
+    int64_t *leader = (int64_t *)malloc(sizeof(int64_t) * c->B);
+    int64_t *gid = (int64_t *)malloc(sizeof(int64_t) * c->B);
+    if (!leader || !gid) { free(leader); free(gid); return -1; }
+    int64_t n_items = 0, placed = 0;
+    for (int64_t sp = 0; sp < c->num_splits; sp++) {
+        int64_t groups = 0;
+        for (int64_t b = 0; b < c->B; b++) {
+            int64_t s0, s1, g = 0;
+            row_range(c, b, sp, &s0, &s1);
+            gid[b] = -1;
+            if (s0 >= s1) continue;
+            while (g < groups && !same_range(c, leader[g], b, sp)) g++;
+            if (g == groups) leader[groups++] = b;
+            gid[b] = g;
+        }
+        Item *mine = items + n_items;
+        for (int64_t g = 0; g < groups; g++) mine[g] = (Item){sp, 0, 0};
+        for (int64_t b = 0; b < c->B; b++)
+            if (gid[b] >= 0) mine[gid[b]].count++;
+        for (int64_t g = 0; g < groups; g++) {
+            mine[g].first = placed;
+            leader[g] = placed;  /* now the next free place of group g */
+            placed += mine[g].count;
+        }
+        for (int64_t b = 0; b < c->B; b++)
+            if (gid[b] >= 0) rows[leader[gid[b]]++] = b;
+        n_items += groups;
+    }
+    free(leader);
+    free(gid);
+    qsort(items, (size_t)n_items, sizeof(Item), by_count_desc);
+    return n_items;
+}
+
+/* One item on KV head h: each member's state (in part, at its row's place) and float query
+   rows (qf, count * G * D), then the item's chunks, each attended by every member in turn
+   while its keys are in cache. Returns 0, or 3 on a block id outside the cache. */
+#define DEFINE_ITEM(NAME, TYPE, CHUNK, TO_F32)                                                   \
+    static int NAME(const Call *c, const TYPE *q, const TYPE *cache, const Item *item,          \
+                    const int64_t *rows, int64_t h, float *part, float *sc, float *qf,           \
+                    State *st) {                                                                 \
+        const int64_t G = c->G, D = c->D, BS = c->BS, NB = c->NB;                                \
+        for (int64_t i = 0; i < item->count; i++) {                                              \
+            int64_t b = rows[item->first + i];                                                   \
+            float *base = part + ((b * c->KVH + h) * c->num_splits + item->sp) * G * (D + 2);    \
+            st[i] = (State){base, base + G * D, base + G * D + G, sc};                           \
+            const TYPE *qb = q + (b * c->H + h * G) * D;                                         \
+            float *qi = qf + i * G * D;                                                          \
+            for (int64_t j = 0; j < G * D; j++) qi[j] = TO_F32(qb[j]);                           \
+            for (int64_t r = 0; r < G; r++) { st[i].m[r] = -INFINITY; st[i].l[r] = 0.f; }        \
+            memset(st[i].acc, 0, sizeof(float) * G * D);                                         \
+        }                                                                                        \
+        int64_t lead = rows[item->first], s0, s1;                                                \
+        row_range(c, lead, item->sp, &s0, &s1);                                                  \
+        const int32_t *table = c->tables + lead * c->table_stride;                               \
+        const int64_t head_stride = NB * BS * D;                                                 \
+        const TYPE *kh = cache + h * head_stride, *vh = cache + (c->KVH + h) * head_stride;      \
+        int64_t pos = s0;                                                                        \
+        while (pos < s1) {                                                                       \
+            int64_t blk = table[pos / BS];                                                       \
+            if (blk < 0 || blk >= NB) return 3;                                                  \
+            int64_t slot = blk * BS + pos % BS;                                                  \
+            int64_t n = BS - pos % BS;                                                           \
+            /* extend over following blocks stored right after this one */                      \
+            while (n < KEY_BLOCK && pos + n < s1 && table[(pos + n) / BS] == blk + (n + pos % BS) / BS \
+                   && blk + (n + pos % BS) / BS < NB)                                            \
+                n += BS;                                                                         \
+            if (n > KEY_BLOCK) n = KEY_BLOCK;                                                    \
+            if (pos + n > s1) n = s1 - pos;                                                      \
+            for (int64_t i = 0; i < item->count; i++)                                            \
+                CHUNK(qf + i * G * D, kh + slot * D, vh + slot * D, n, G, D, c->scale, &st[i]); \
+            pos += n;                                                                            \
+        }                                                                                        \
+        return 0;                                                                                \
+    }
+#define IDENTITY(x) (x)
+DEFINE_ITEM(item_f32, float, chunk_f32, IDENTITY)
+DEFINE_ITEM(item_bf16, uint16_t, chunk_bf16, bf16_to_f32)
+
+/* Row b's output: its ranges' states merged by their log-sum-exp, in range order (only the
+   ranges holding its keys: the same merge alone and in any batch), into merged (D). Returns
+   0 where the row sees no key (its output is then 0). */
+static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int64_t r,
+                     float *merged) {
+    const int64_t G = c->G, D = c->D;
+    int64_t len = c->seq_lens[b];
+    int64_t span = c->window > 0 && len > c->window ? c->window : len;
+    int64_t own = (span + c->split_keys - 1) / c->split_keys;
+    const float *row = part + (b * c->KVH + h) * c->num_splits * G * (D + 2);
+    float mx = -INFINITY;
+    for (int64_t sp = 0; sp < own; sp++) {
+        float m = row[sp * G * (D + 2) + G * D + r];
+        mx = m > mx ? m : mx;
+    }
+    if (mx == -INFINITY) return 0;
+    float total = 0.f;
+    memset(merged, 0, sizeof(float) * D);
+    for (int64_t sp = 0; sp < own; sp++) {
+        const float *base = row + sp * G * (D + 2);
+        float m = base[G * D + r], l = base[G * D + G + r];
+        if (m == -INFINITY) continue;
+        float w = expf(m - mx);
+        total += w * l;
+        for (int64_t d = 0; d < D; d++) merged[d] += w * base[r * D + d];
+    }
+    float inv = 1.f / total;
+    for (int64_t d = 0; d < D; d++) merged[d] *= inv;
+    return 1;
+}
+
+/* The whole call for one cache type: rows grouped into items, the items attended over the
+   calling thread's OpenMP team, each row's ranges merged; FROM_F32 writes one float of the
+   output. */
+#define DEFINE_PAGED(NAME, TYPE, ITEM, FROM_F32)                                                 \
     int NAME(const TYPE *q, const TYPE *cache, const int32_t *tables, int64_t table_stride,     \
              const int64_t *seq_lens, TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D,   \
              int64_t NB, int64_t BS, int64_t window, float scale, int64_t split_keys,            \
@@ -203,59 +375,39 @@ DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16x8)
             int64_t span = window > 0 && seq_lens[b] > window ? window : seq_lens[b];            \
             longest = span > longest ? span : longest;                                           \
         }                                                                                        \
-        const int64_t num_splits = (longest + split_keys - 1) / split_keys;                      \
-        const int64_t G = H / KVH, head_stride = NB * BS * D, kv_stride = KVH * head_stride;    \
-        const int64_t items = B * KVH * num_splits;                                              \
-        float *part = (float *)malloc(sizeof(float) * items * G * (D + 2));                      \
-        if (!part) return 1;                                                                     \
+        const Call c = {tables, seq_lens, table_stride, B, H, KVH, D, NB, BS, H / KVH, window,   \
+                        split_keys, (longest + split_keys - 1) / split_keys, scale};             \
+        const int64_t G = c.G, slots = B * c.num_splits;                                         \
+        float *part = (float *)malloc(sizeof(float) * slots * KVH * G * (D + 2));                \
+        int64_t *rows = (int64_t *)malloc(sizeof(int64_t) * slots);                              \
+        Item *items = (Item *)malloc(sizeof(Item) * slots);                                      \
+        int64_t n_items = part && rows && items ? group_rows(&c, rows, items) : -1;              \
+        if (n_items < 0) { free(part); free(rows); free(items); return 1; }                      \
+        int64_t widest = 1;                                                                      \
+        for (int64_t i = 0; i < n_items; i++) widest = items[i].count > widest ? items[i].count : widest; \
         int failed = 0, bad_block = 0;                                                           \
         _Pragma("omp parallel num_threads(num_threads)")                                        \
         {                                                                                        \
-            float *scratch = (float *)malloc(sizeof(float) * G * (KEY_BLOCK + D));               \
-            if (!scratch) {                                                                      \
+            float *sc = (float *)malloc(sizeof(float) * G * (KEY_BLOCK + widest * D));           \
+            State *st = (State *)malloc(sizeof(State) * widest);                                 \
+            if (!sc || !st) {                                                                    \
                 _Pragma("omp atomic write")                                                      \
                 failed = 1;                                                                      \
             }                                                                                    \
             _Pragma("omp for schedule(dynamic, 1)")                                             \
-            for (int64_t it = 0; it < items; it++) {                                             \
-                if (!scratch) continue;                                                          \
-                int64_t b = it / (KVH * num_splits), h = (it / num_splits) % KVH;               \
-                int64_t sp = it % num_splits;                                                    \
-                int64_t len = seq_lens[b];                                                       \
-                int64_t first = window > 0 && len > window ? len - window : 0;                   \
-                const int64_t per = split_keys;                                                  \
-                int64_t s0 = first + sp * per, s1 = s0 + per < len ? s0 + per : len;             \
-                float *base = part + it * G * (D + 2);                                           \
-                State st = {base, base + G * D, base + G * D + G, scratch};                     \
-                float *qf = scratch + G * KEY_BLOCK;                                             \
-                const TYPE *qb = q + (b * H + h * G) * D;                                        \
-                for (int64_t i = 0; i < G * D; i++) qf[i] = TO_F32(qb[i]);                       \
-                for (int64_t r = 0; r < G; r++) { st.m[r] = -INFINITY; st.l[r] = 0.f; }          \
-                memset(st.acc, 0, sizeof(float) * G * D);                                        \
-                const int32_t *table = tables + b * table_stride;                                \
-                const TYPE *kh = cache + h * head_stride, *vh = cache + kv_stride + h * head_stride; \
-                int64_t pos = s0;                                                                \
-                while (pos < s1) {                                                               \
-                    int64_t blk = table[pos / BS];                                               \
-                    if (blk < 0 || blk >= NB) {                                                  \
-                        _Pragma("omp atomic write")                                              \
-                        bad_block = 1;                                                           \
-                        break;                                                                   \
-                    }                                                                            \
-                    int64_t slot = blk * BS + pos % BS;                                          \
-                    int64_t n = BS - pos % BS;                                                   \
-                    /* extend over following blocks stored right after this one */              \
-                    while (n < KEY_BLOCK && pos + n < s1 && table[(pos + n) / BS] == blk + (n + pos % BS) / BS   \
-                           && blk + (n + pos % BS) / BS < NB)                              \
-                        n += BS;                                                                 \
-                    if (n > KEY_BLOCK) n = KEY_BLOCK;                                            \
-                    if (pos + n > s1) n = s1 - pos;                                              \
-                    CHUNK(qf, kh + slot * D, vh + slot * D, n, G, D, scale, &st);                \
-                    pos += n;                                                                    \
+            for (int64_t u = 0; u < n_items * KVH; u++) {                                        \
+                if (!sc || !st) continue;                                                        \
+                if (ITEM(&c, q, cache, items + u / KVH, rows, u % KVH, part, sc,                 \
+                         sc + G * KEY_BLOCK, st)) {                                              \
+                    _Pragma("omp atomic write")                                                  \
+                    bad_block = 1;                                                               \
                 }                                                                                \
             }                                                                                    \
-            free(scratch);                                                                       \
+            free(sc);                                                                            \
+            free(st);                                                                            \
         }                                                                                        \
+        free(rows);                                                                              \
+        free(items);                                                                             \
         float *merged = (float *)malloc(sizeof(float) * D);                                      \
         if (failed || bad_block || !merged) {                                                    \
             free(part); free(merged); return failed || !merged ? 1 : 3;                          \
@@ -263,32 +415,14 @@ DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16x8)
         for (int64_t bh = 0; bh < B * KVH; bh++) {                                               \
             int64_t b = bh / KVH, h = bh % KVH;                                                  \
             for (int64_t r = 0; r < G; r++) {                                                    \
-                float mx = -INFINITY;                                                            \
-                for (int64_t sp = 0; sp < num_splits; sp++) {                                    \
-                    float *base = part + (bh * num_splits + sp) * G * (D + 2);                   \
-                    float m = base[G * D + r];                                                   \
-                    mx = m > mx ? m : mx;                                                        \
-                }                                                                                \
                 TYPE *o = out + (b * H + h * G + r) * D;                                         \
-                if (mx == -INFINITY) { for (int64_t d = 0; d < D; d++) o[d] = FROM_F32(0.f); continue; } \
-                float total = 0.f;                                                               \
-                memset(merged, 0, sizeof(float) * D);                                            \
-                for (int64_t sp = 0; sp < num_splits; sp++) {                                    \
-                    float *base = part + (bh * num_splits + sp) * G * (D + 2);                   \
-                    float m = base[G * D + r], l = base[G * D + G + r];                          \
-                    if (m == -INFINITY) continue;                                                \
-                    float w = expf(m - mx);                                                      \
-                    total += w * l;                                                              \
-                    for (int64_t d = 0; d < D; d++) merged[d] += w * base[r * D + d];            \
-                }                                                                                \
-                float inv = 1.f / total;                                                         \
-                for (int64_t d = 0; d < D; d++) o[d] = FROM_F32(merged[d] * inv);                \
+                int seen = merge_row(&c, part, b, h, r, merged);                                 \
+                for (int64_t d = 0; d < D; d++) o[d] = FROM_F32(seen ? merged[d] : 0.f);         \
             }                                                                                    \
         }                                                                                        \
         free(part);                                                                              \
         free(merged);                                                                            \
         return 0;                                                                                \
     }
-#define IDENTITY(x) (x)
-DEFINE_PAGED(paged_decode_f32, float, chunk_f32, IDENTITY, IDENTITY)
-DEFINE_PAGED(paged_decode_bf16, uint16_t, chunk_bf16, bf16_to_f32, f32_to_bf16)
+DEFINE_PAGED(paged_decode_f32, float, item_f32, IDENTITY)
+DEFINE_PAGED(paged_decode_bf16, uint16_t, item_bf16, f32_to_bf16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from _paged_attention_cases import make_case
 
@@ -12,78 +13,104 @@ from langchain_ascend.testing import needs_native_kernels
 needs_kernel = needs_native_kernels()
 
 
-@needs_kernel
-def test_cpu_backend_uses_the_kernel_on_every_decode_path_and_torch_elsewhere(monkeypatch):
+@pytest.fixture
+def paged_calls(monkeypatch):
+    """The seq_lens of each paged-kernel call (a list of lists)."""
     calls = []
-    attend = decode_attention.attend
-    monkeypatch.setattr(decode_attention, "attend",
-                        lambda *a: calls.append(a[1].shape[1]) or attend(*a))
-    # Decodes over one span of blocks, then over a shared prefix plus separate tails (runs).
-    for allocation in ("contiguous", "gapped"):
-        calls.clear()
-        case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, allocation=allocation,
-                         shared_prefix=32, backend_cls=CPUBackend)
-        assert case.backend.native
-        out, metadata = case.run()
-        torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        expected_calls = 1 if allocation == "contiguous" else len(metadata.decodes.runs)
-        assert len(calls) == expected_calls
-    # Unrelated contexts and single requests: the paged kernel, every request in one call.
-    paged = []
     decode = paged_attention.paged_decode
     monkeypatch.setattr(paged_attention, "paged_decode",
-                        lambda *a, **k: paged.append(a[3].tolist()) or decode(*a, **k))
-    for allocation in ("contiguous", "shuffled"):
-        calls.clear(), paged.clear()
-        case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4,
-                         pool_slack=200, allocation=allocation, backend_cls=CPUBackend)
+                        lambda *a, **k: calls.append(a[3].tolist()) or decode(*a, **k))
+    return calls
+
+
+@needs_kernel
+def test_every_decode_step_runs_the_paged_kernel_in_one_call(monkeypatch, paged_calls):
+    shared = []
+    attend = decode_attention.attend
+    monkeypatch.setattr(decode_attention, "attend", lambda *a: shared.append(1) or attend(*a))
+    # Decodes over a shared prefix (one span of blocks, or the prefix plus separate tails),
+    # unrelated contexts, single requests: every request over exactly its own keys.
+    steps = [(dict(segments=[(40, 1), (41, 1), (0, 5)], shared_prefix=32,
+                   allocation=allocation), [41, 42]) for allocation in ("contiguous", "gapped")]
+    steps += [(dict(segments=[(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], pool_slack=200,
+                    allocation=allocation), [8, 17, 1, 34])
+              for allocation in ("contiguous", "shuffled")]
+    steps.append((dict(segments=[(37, 1)], allocation="gapped"), [38]))
+    for kwargs, lens in steps:
+        paged_calls.clear()
+        case = make_case(block_size=4, backend_cls=CPUBackend, **kwargs)
         out, metadata = case.run()
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        assert metadata.decodes.paged is not None and not calls
-        assert paged == [[8, 17, 1, 34]]  # one call, each request over exactly its own keys
+        assert metadata.decodes.paged is not None
+        assert paged_calls == [lens], kwargs
     for window in (6, 100):  # a sliding window narrower or wider than the contexts
-        paged.clear()
+        paged_calls.clear()
         case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4,
                          pool_slack=200, window=window, backend_cls=CPUBackend)
         out, metadata = case.run(window)
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        assert len(paged) == 1
-    paged.clear()
-    single = make_case([(37, 1)], block_size=4, allocation="gapped", backend_cls=CPUBackend)
-    out, _ = single.run()
-    torch.testing.assert_close(out, single.expected, atol=1e-5, rtol=1e-5)
-    assert len(paged) == 1
+        assert len(paged_calls) == 1
+    assert not shared  # the shared-prefix kernel only stands in for a missing paged kernel
 
 
 @needs_kernel
-def test_cpu_backend_runs_bfloat16_decodes_through_the_paged_kernel(monkeypatch):
-    paged = []
-    decode = paged_attention.paged_decode
-    monkeypatch.setattr(paged_attention, "paged_decode",
-                        lambda *a, **k: paged.append(1) or decode(*a, **k))
-    for shared in (0, 32):  # shared prefixes too: bf16 has no shared-path kernel
-        paged.clear()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decodes_sharing_a_prefix_get_the_bits_of_each_alone(dtype):
+    """Batch invariance through the backend: requests sharing a cached prefix attend it in one
+    kernel call and each row is bit for bit what that request's decode alone gives."""
+    segments = [(300, 1), (301, 1), (333, 1), (0, 1), (290, 1)]
+    case = make_case(segments, block_size=16, shared_prefix=288, allocation="gapped",
+                     num_heads=6, num_kv_heads=2, head_dim=64, dtype=dtype,
+                     backend_cls=CPUBackend)
+    out, metadata = case.run()
+    assert metadata.decodes.paged is not None
+    scale = case.backend.head_dim ** -0.5
+    block_tables, lens = metadata.decodes.paged
+    for b in range(len(segments)):
+        alone = paged_attention.paged_decode(case.query[b:b + 1], case.kv_cache,
+                                             block_tables[b:b + 1], lens[b:b + 1], scale)
+        assert torch.equal(alone[0], out[b]), f"row {b}"
+
+
+@needs_kernel
+def test_without_the_paged_kernel_shared_prefixes_run_the_shared_kernel(monkeypatch):
+    calls = []
+    attend = decode_attention.attend
+    monkeypatch.setattr(decode_attention, "attend",
+                        lambda *a: calls.append(a[1].shape[1]) or attend(*a))
+    monkeypatch.setattr(paged_attention, "available", lambda dtype: False)
+    for allocation in ("contiguous", "gapped"):
+        calls.clear()
+        case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, allocation=allocation,
+                         shared_prefix=32, backend_cls=CPUBackend)
+        assert case.backend.native and not case.backend.paged_native
+        out, metadata = case.run()
+        torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+        expected_calls = 1 if allocation == "contiguous" else len(metadata.decodes.runs)
+        assert len(calls) == expected_calls
+
+
+@needs_kernel
+def test_cpu_backend_runs_bfloat16_decodes_through_the_paged_kernel(paged_calls):
+    for shared in (0, 32):
+        paged_calls.clear()
         case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, shared_prefix=shared,
                          dtype=torch.bfloat16, backend_cls=CPUBackend)
         assert case.backend.paged_native and not case.backend.native
         out, _ = case.run()
         torch.testing.assert_close(out.float(), case.expected.float(), atol=2e-2, rtol=2e-2)
-        assert paged == [1]
+        assert paged_calls == [[41, 42]]
 
 
 def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
     monkeypatch.setattr(decode_attention, "available", lambda: False)
-    case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, allocation="contiguous",
-                     shared_prefix=32, backend_cls=CPUBackend)
-    assert not case.backend.native
-    out, _ = case.run()
-    torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(paged_attention, "available", lambda dtype: False)
     for dtype in (torch.float32, torch.bfloat16):
-        case = make_case([(7, 1), (16, 1), (0, 9)], block_size=4, dtype=dtype,
-                         backend_cls=CPUBackend)
-        assert not case.backend.native and not case.backend.paged_native
-        out, metadata = case.run()
-        assert metadata.decodes.paged is None
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
-        torch.testing.assert_close(out.float(), case.expected.float(), atol=tol, rtol=tol)
+        for shared in (0, 32):
+            case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, dtype=dtype,
+                             shared_prefix=shared, backend_cls=CPUBackend)
+            assert not case.backend.native and not case.backend.paged_native
+            out, metadata = case.run()
+            assert metadata.decodes.paged is None
+            tol = 1e-5 if dtype == torch.float32 else 2e-2
+            torch.testing.assert_close(out.float(), case.expected.float(), atol=tol, rtol=tol)

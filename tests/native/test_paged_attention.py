@@ -118,6 +118,57 @@ def test_a_row_gets_the_same_bits_alone_and_in_any_batch(dtype, threads):
         torch.set_num_threads(previous)
 
 
+def shared_prefix_step(dtype, *, prefix_blocks=130, block_size=16, seed=1):
+    """Nine rows over one cache: five decodes sharing a prefix of ``prefix_blocks`` blocks
+    (private tails of different lengths, one row inside the prefix), then a verify pass's four
+    rows (one table, lengths p+1..p+4) that share the same prefix."""
+    gen = torch.Generator().manual_seed(seed)
+    prefix = prefix_blocks * block_size
+    lens = [prefix + 40, prefix + 3, prefix + 300, prefix - 100, prefix + 17]
+    lens += [prefix + 200 + i for i in range(4)]
+    tails = [-(-(n - prefix) // block_size) if n > prefix else 0 for n in lens]
+    num_blocks = prefix_blocks + sum(tails[:5]) + tails[-1] + 3
+    cache = torch.randn(2, 3, num_blocks, block_size, 64, generator=gen).to(dtype)
+    ids = list(range(prefix_blocks, num_blocks))
+    random.Random(seed).shuffle(ids)
+    width = prefix_blocks + max(tails)
+    tables = torch.zeros(len(lens), width, dtype=torch.int32)
+    tables[:, :prefix_blocks] = torch.arange(prefix_blocks, dtype=torch.int32)
+    verify_tail = [ids.pop() for _ in range(tails[-1])]
+    for b, n in enumerate(tails):
+        own = verify_tail[:n] if b >= 5 else [ids.pop() for _ in range(n)]
+        tables[b, prefix_blocks: prefix_blocks + n] = torch.tensor(own, dtype=torch.int32)
+    query = torch.randn(len(lens), 9, 64, generator=gen).to(dtype)
+    return query, cache, tables, torch.tensor(lens, dtype=torch.long)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("window", [0, 1000])
+def test_rows_sharing_a_prefix_get_the_bits_of_each_alone(dtype, threads, window):
+    """Rows reading the same blocks (a shared prefix, a verify pass's rows) are attended
+    together, keys read once for all of them, and each row still equals its decode alone."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        query, cache, tables, seq_lens = shared_prefix_step(dtype)
+        batched = paged_attention.paged_decode(query, cache, tables, seq_lens, 0.125, window)
+        expected = naive(query, cache, tables, seq_lens, 0.125, window)
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(batched.float(), expected, atol=tol, rtol=tol)
+        for b in range(len(seq_lens)):
+            alone = paged_attention.paged_decode(query[b:b + 1], cache, tables[b:b + 1],
+                                                 seq_lens[b:b + 1], 0.125, window)
+            assert torch.equal(alone[0], batched[b]), f"row {b} (length {int(seq_lens[b])})"
+        # the same rows in another order: the same bits, row for row
+        order = torch.randperm(len(seq_lens), generator=torch.Generator().manual_seed(3))
+        shuffled = paged_attention.paged_decode(query[order], cache, tables[order],
+                                                seq_lens[order], 0.125, window)
+        assert torch.equal(shuffled, batched[order])
+    finally:
+        torch.set_num_threads(previous)
+
+
 def test_a_block_id_outside_the_cache_is_a_typed_error():
     query, cache, tables, seq_lens = make_step([40])
     tables[0, 1] = cache.shape[2]

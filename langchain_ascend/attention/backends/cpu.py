@@ -3,17 +3,17 @@ by native kernels (``langchain_ascend.native``).
 
 A decode step on CPU streams every cached key and value once per layer; torch's CPU
 flash-attention op does that at about a third of the memory rate for the few query rows a
-decode has (the grouped query heads of each request). Two kernels replace it:
+decode has (the grouped query heads of each request). The paged kernel
+(``native.paged_attention``) replaces it for every decode step: each decoding request attends
+its own blocks through its row of an int32 block table, all requests in one call per layer --
+no gather, no per-request Python, sliding windows included, float32 and bfloat16. Decodes
+sharing a cached prefix (an agent's system prompt, a speculative verify pass's rows) read the
+shared blocks once for all of them inside that kernel, and every row is computed exactly as
+alone: a request's text does not depend on what it was batched with.
 
-* paged (``native.paged_attention``): every decoding request attends its own blocks through
-  its row of an int32 block table, all requests in one call per layer -- no gather, no
-  per-request Python, sliding windows included. Used for a single request and for decodes
-  over unrelated contexts, in float32 and bfloat16.
-* shared (``native.decode_attention``, float32): decodes sharing a cached prefix attend the
-  union of their blocks once per KV head with all their query rows (torch_ref's shared path;
-  each shared block read once, not once per request), run by run, merged by log-sum-exp.
-
-Everything else -- prefills, hosts where the kernels cannot be built -- runs torch_ref's code
+Where the paged kernel is not built here, torch_ref's decode paths run, its shared path
+through the older shared-prefix kernel (``native.decode_attention``, float32) when that one
+is. Everything else -- prefills, hosts where no kernel can be built -- runs torch_ref's code
 unchanged, so this backend is correct wherever torch_ref is.
 """
 
@@ -27,30 +27,20 @@ from langchain_ascend.attention.backends.torch_ref import (
     DecodeGroup,
     TorchRefBackend,
     decode_tables,
-    union_is_small,
 )
 from langchain_ascend.native import decode_attention, paged_attention
 
 logger = logging.getLogger(__name__)
 
 
-def prefers_shared(tables: list[list[int]], seq_lens: list[int], block_size: int) -> bool:
-    """Whether several decodes share enough blocks that reading their union once beats each
-    request reading its own blocks (torch_ref's rule; pure function)."""
-    if len(tables) < 2:
-        return False
-    return union_is_small(len({block for table in tables for block in table}), seq_lens,
-                          block_size)
-
-
 class CPUBackend(TorchRefBackend):
     """torch_ref with the native decode-attention kernels where they apply.
 
     Attributes:
-        native: Whether the shared-path kernel is used (float32 on CPU, built here, head size
-            a multiple of 8).
-        paged_native: Whether the paged kernel is used (float32 or bfloat16 on CPU, built
-            here, head size a multiple of 8).
+        native: Whether torch_ref's shared path runs the shared-prefix kernel (float32 on CPU,
+            built here, head size a multiple of 8; used only without the paged kernel).
+        paged_native: Whether the paged kernel runs every decode (float32 or bfloat16 on CPU,
+            built here, head size a multiple of 8).
     """
 
     name: ClassVar[str] = "cpu"
@@ -69,14 +59,12 @@ class CPUBackend(TorchRefBackend):
                         else f"{self.dtype} on {self.device}, head size {self.head_dim}")
 
     def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
-        """The paged path for one request or unrelated contexts; torch_ref's otherwise."""
+        """The paged path for every decode step (torch_ref's without the paged kernel)."""
         import torch
 
         if not self.paged_native:
             return super()._decode_group(layout)
         seq_lens, tables = decode_tables(layout)
-        if self.native and prefers_shared(tables, seq_lens, layout.block_size):
-            return super()._decode_group(layout)
         width = max(len(t) for t in tables)
         padded = [t + [t[0]] * (width - len(t)) for t in tables]
         block_tables = torch.tensor(padded, dtype=torch.int32)  # (B, W)

@@ -6,9 +6,9 @@ is a few milliseconds per step, a third of a batch-1 step of a 30-layer model. T
 model's (``LlamaModel`` etc.) ``forward`` is swapped for one that, on a pure-decode step the
 native stack can take, embeds the tokens, computes the rotary tables (the model's own
 modules), runs every layer in ``native.decode_stack`` and applies the final norm; any other
-call -- prefills, mixed steps, a shared-prefix step the CPU backend attends with its shared
-kernel, more rows than the native products take, plain transformers use -- runs the class's
-forward (the per-op lean path).
+call -- prefills, mixed steps, a step the CPU backend does not attend with its paged kernel,
+more rows than the native products take, plain transformers use -- runs the class's forward
+(the per-op lean path).
 
 The stack reads the same tiles, norms and caches as the per-op path and runs the same kernels,
 so its values are the per-op path's up to the SiLU's exponential and, for one float32 row, the
@@ -161,7 +161,8 @@ class NativeDecodeStack:
 
     def takes(self, step: Any, input_ids: Any) -> bool:
         """Whether this call is a pure-decode step the stack runs: the CPU backend's paged
-        path for every row (not its shared-prefix path), at most :attr:`max_rows` rows."""
+        path for every row (shared prefixes and verify passes included), at most
+        :attr:`max_rows` rows."""
         metadata = getattr(step, "metadata", None)
         decodes = getattr(metadata, "decodes", None)
         return (decodes is not None and not metadata.prefills and decodes.paged is not None
