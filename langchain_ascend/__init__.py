@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from langchain_ascend._version import __version__
 
 _LAZY = {
     "AscendChatModel": "langchain_ascend.chat_models",

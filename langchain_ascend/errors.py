@@ -153,3 +153,9 @@ class QuantizationError(LangChainAscendError, ValueError):
     format, an input width that is not a multiple of the 32-weight block, a tensor of the
     wrong dtype or shape, or blocks whose size does not match the format. The message names
     the format, the shapes and what was expected."""
+
+
+class MissingExtraError(LangChainAscendError, ImportError):
+    """An optional part of the package is used without the extra that installs it (the PNG
+    chart without matplotlib...). The message names the feature, the missing module and the
+    command that installs it: ``pip install 'langchain-ascend[<extra>]'``."""

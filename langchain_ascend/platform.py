@@ -274,13 +274,11 @@ def memory_info(device: torch.device) -> MemoryInfo:
 
 
 def _host_memory() -> tuple[int, int]:
-    try:
-        with open("/proc/meminfo") as fh:
-            fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in fh}
-        return fields.get("MemAvailable", fields["MemFree"]), fields["MemTotal"]
-    except (OSError, KeyError, ValueError, IndexError):
-        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return pages // 2, pages
+    """(available, total) bytes of host RAM, on every OS (psutil; Linux: MemAvailable)."""
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return int(memory.available), int(memory.total)
 
 
 def compile_backend(device: torch.device) -> str | None:

@@ -364,13 +364,19 @@ def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "
 
 
 def write_outputs(timeline: Any, out: Path, *, title: str) -> list[Path]:
-    """Write the timeline's trace, chart and summary table into ``out``."""
+    """Write the timeline's trace, chart and summary table into ``out``; without matplotlib
+    (the ``plot`` extra) print a one-line note and skip the chart."""
+    from langchain_ascend.errors import MissingExtraError
+
     out.mkdir(parents=True, exist_ok=True)
-    trace = timeline.write_chrome_trace(out / "trace.json")
-    png = timeline.write_png(out / "timeline.png", title=title)
+    written = [timeline.write_chrome_trace(out / "trace.json")]
+    try:
+        written.append(timeline.write_png(out / "timeline.png", title=title))
+    except MissingExtraError as exc:
+        print(f"note: no timeline.png: {exc}", flush=True)
     summary = out / "summary.txt"
     summary.write_text(timeline.summary() + "\n", encoding="utf-8")
-    return [trace, png, summary]
+    return [*written, summary]
 
 
 def run_demo(model: str | None = None, *, device: str = "auto", dtype: str = "auto",

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from langchain_ascend.cache_dir import COMPILE_CHOICE, NATIVE, cache_subdir
+
 Status = Literal["ok", "warn", "fail", "skip"]
 
 #: torch-npu release -> (the torch it pins, the CANN versions it is built for; empty: not
@@ -328,8 +330,9 @@ def check_native(host_problem: str | None, results: Mapping[str, str | None]) ->
     if failed:
         detail = "; ".join(f"{k}: {v}" for k, v in failed.items())
         return Finding(name, "warn", f"the torch path runs for {', '.join(failed)}: {detail}",
-                       "see the build error above; delete ~/.cache/langchain_ascend/native to "
-                       "rebuild")
+                       f"see the build error above; delete "
+                       f"{cache_subdir(NATIVE, override_env='LANGCHAIN_ASCEND_NATIVE_CACHE')} "
+                       "to rebuild")
     return Finding(name, "ok", f"built and loaded: {', '.join(results)}")
 
 
@@ -346,7 +349,8 @@ def check_compile(*, device_type: str, plan: str, compile_backend: str | None,
         return Finding(name, "ok", f"plan {plan}: compile='auto' compiles the static decode "
                        f"step for one bucket at warm-up with {compile_backend} and keeps it "
                        "only where it measured faster than eager with identical greedy tokens "
-                       "(decision cached in ~/.cache/langchain_ascend/compile_choice; "
+                       "(decision cached in "
+                       f"{cache_subdir(COMPILE_CHOICE, override_env='LANGCHAIN_ASCEND_COMPILE_CACHE')}; "
                        "engine.stats().decode_step says which); compile=True always compiles")
     if plan == "graphs":
         if device_type == "npu" and env.get("ASCEND_LAUNCH_BLOCKING") == "1":

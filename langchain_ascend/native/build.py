@@ -12,8 +12,8 @@ callers keep their torch path:
 * a C compiler (``$CC``, ``cc``, ``gcc`` or ``clang``) is there;
 * ``LANGCHAIN_ASCEND_NATIVE`` is not ``0``.
 
-Builds land in ``$LANGCHAIN_ASCEND_NATIVE_CACHE`` (default ``~/.cache/langchain_ascend/
-native``; a temporary folder when that is not writable) under a name hashed from the
+Builds land in ``$LANGCHAIN_ASCEND_NATIVE_CACHE`` (default ``native/`` of the package's cache
+root, :mod:`langchain_ascend.cache_dir`; a temporary folder when that is not writable) under a name hashed from the
 source, the shared headers of this folder, the compiler, the flags and the OpenMP library,
 written to a temporary name and renamed into place, so concurrent processes never load a
 half-written file.
@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from langchain_ascend.cache_dir import NATIVE, cache_subdir
 
 logger = logging.getLogger(__name__)
 
@@ -171,8 +173,7 @@ def source_bytes(source_path: Path) -> bytes:
 
 def cache_dir() -> Path:
     """A writable folder for builds (see the module docstring)."""
-    configured = os.environ.get(CACHE_ENV_VAR)
-    folder = Path(configured) if configured else Path.home() / ".cache" / "langchain_ascend" / "native"
+    folder = cache_subdir(NATIVE, override_env=CACHE_ENV_VAR)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if os.access(folder, os.W_OK):

@@ -3,8 +3,8 @@
 Hops are drawn as their phases (other / queue / prefill / decode, one colour each) and labelled
 with their tokens (``hop 2: 812 in, 640 cached -> 24 out``); tool calls are coloured by status
 and labelled with the tool's name (and retries); retrievals with their document count. The x
-axis is seconds since the timeline's first event. matplotlib is imported here only, on the
-Agg backend (no display needed).
+axis is seconds since the timeline's first event. matplotlib (the ``plot`` extra) is imported
+here only, when drawing, on the Agg backend (no display needed).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.extras import PLOT, import_extra
 from langchain_ascend.observe.records import HopSpan, RetrievalSpan, Snapshot, ToolSpan
 
 PHASE_COLOURS = {"other": "#c7c7c7", "queue": "#f2b134", "prefill": "#e4572e",
@@ -54,9 +55,13 @@ def tool_label(tool: ToolSpan) -> str:
 
 def write_png(snapshot: Snapshot, path: Path, *, title: str | None = None,
               dpi: int = 120) -> Path:
-    """Draw ``snapshot`` into ``path`` (parent folders created); returns ``path``."""
-    import matplotlib
+    """Draw ``snapshot`` into ``path`` (parent folders created); returns ``path``.
 
+    Raises:
+        MissingExtraError: matplotlib is not installed (``pip install
+            'langchain-ascend[plot]'``); an ``ImportError``.
+    """
+    matplotlib = import_extra("matplotlib", extra=PLOT, feature="the timeline chart (PNG)")
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch

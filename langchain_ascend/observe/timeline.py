@@ -325,7 +325,11 @@ class AscendTimeline(BaseCallbackHandler):
         return trace_dict(self.snapshot())
 
     def write_png(self, path: str | Path, *, title: str | None = None) -> Path:
-        """Draw the runs' hops and tool calls over time (matplotlib, Agg) into ``path``."""
+        """Draw the runs' hops and tool calls over time (matplotlib, Agg) into ``path``.
+
+        Needs the ``plot`` extra (``pip install 'langchain-ascend[plot]'``): a
+        :class:`~langchain_ascend.errors.MissingExtraError` (an ``ImportError``) without it.
+        """
         from langchain_ascend.observe.chart import write_png
 
         return write_png(self.snapshot(), Path(path), title=title)

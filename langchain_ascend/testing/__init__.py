@@ -2,8 +2,9 @@
 
 Nothing here downloads anything: tokenizers are trained on bundled/generated English text,
 model weights are drawn from a fixed seed, and the result is cached on disk once, in
-``$LANGCHAIN_ASCEND_CACHE`` or ``~/.cache/langchain_ascend/models`` (or an explicit
-``cache_dir``). Folder names carry a fingerprint of the builder code, bundled data, library
+``models/`` of the package's cache root (``$LANGCHAIN_ASCEND_CACHE``, else
+``$XDG_CACHE_HOME/langchain_ascend`` or ``~/.cache/langchain_ascend``), or an explicit
+``cache_dir``. Folder names carry a fingerprint of the builder code, bundled data, library
 versions and build parameters, so a changed builder builds anew. Builds go to a temporary
 folder renamed into place under a file lock, so concurrent processes are safe.
 

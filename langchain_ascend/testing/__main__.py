@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from langchain_ascend.testing.cache import CACHE_ENV_VAR
+from langchain_ascend.cache_dir import CACHE_ENV_VAR, MODELS, cache_subdir
 from langchain_ascend.testing.minilm import minilm_path
 from langchain_ascend.testing.model_builder import ARCHITECTURES, PRESETS, build_model
 from langchain_ascend.testing.tokenizer_builder import DEFAULT_VOCAB_SIZE, build_tokenizer
@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Build (once, cached) the offline test tokenizers and models.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    cache_help = f"cache folder (default: ${CACHE_ENV_VAR} or ~/.cache/langchain_ascend/models)"
+    cache_help = (f"cache folder (default: models/ of the cache root, here "
+                  f"{cache_subdir(MODELS)}; ${CACHE_ENV_VAR} moves the root)")
 
     build = commands.add_parser("build", help="build a model folder and print its path")
     build.add_argument("--preset", default="tiny", choices=sorted(PRESETS))

@@ -1,9 +1,9 @@
 """Cache folder, build fingerprints and race-safe atomic builds for the test artefacts.
 
 A build writes into a fresh temporary folder next to its final place and then renames it
-into place, so a reader never sees a half-written folder. An advisory ``fcntl`` lock per
-artefact keeps two processes from doing the same work twice; where ``fcntl`` is missing the
-rename race is still safe: the loser discards its copy and uses the winner's.
+into place, so a reader never sees a half-written folder. A file lock per artefact
+(``filelock``) keeps two processes from doing the same work twice; the rename alone would
+still be safe: the loser discards its copy and uses the winner's.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from importlib import metadata, resources
 from pathlib import Path
 
+from langchain_ascend.cache_dir import CACHE_ENV_VAR, MODELS, cache_subdir
 from langchain_ascend.engine.model_source.support import file_lock, make_shareable
 
-CACHE_ENV_VAR = "LANGCHAIN_ASCEND_CACHE"
-DEFAULT_CACHE_DIR = Path("~/.cache/langchain_ascend/models")
+__all__ = ["CACHE_ENV_VAR", "build_once", "builder_fingerprint", "resolve_cache_dir"]
 
 # Bump when the on-disk layout changes in a way the source fingerprint would not notice.
 BUILDER_VERSION = 1
@@ -36,18 +36,17 @@ _FINGERPRINTED_DISTRIBUTIONS = ("transformers", "tokenizers", "torch", "safetens
 
 
 def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Return the cache folder: the argument, else ``$LANGCHAIN_ASCEND_CACHE``, else the default.
+    """Return the test-model cache folder: the argument, else ``models/`` of the package's
+    cache root (``$LANGCHAIN_ASCEND_CACHE``, ``$XDG_CACHE_HOME/langchain_ascend`` or
+    ``~/.cache/langchain_ascend``: :func:`langchain_ascend.cache_dir.cache_root`).
 
     Args:
-        cache_dir: Explicit folder; ``None`` falls back to the environment, then to
-            ``~/.cache/langchain_ascend/models``.
+        cache_dir: Explicit folder; ``None`` falls back to ``<cache root>/models``.
 
     Returns:
         The absolute cache folder (created if missing).
     """
-    chosen = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV_VAR)
-    path = Path(chosen) if chosen else DEFAULT_CACHE_DIR
-    path = path.expanduser().resolve()
+    path = Path(cache_dir).expanduser().resolve() if cache_dir is not None else cache_subdir(MODELS)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -246,8 +246,9 @@ def build_model(
         chat_template: One of :data:`CHAT_TEMPLATES`: ``"tools"`` (Qwen2.5-style, renders
             tools) or ``"no_tools"`` (ChatML that ignores tools, like SmolLM2's). Same weights
             either way; a separate cache folder.
-        cache_dir: Cache folder; defaults to ``$LANGCHAIN_ASCEND_CACHE`` or
-            ``~/.cache/langchain_ascend/models``.
+        cache_dir: Cache folder; defaults to ``models/`` of the package's cache root
+            (``$LANGCHAIN_ASCEND_CACHE``, else ``$XDG_CACHE_HOME/langchain_ascend`` or
+            ``~/.cache/langchain_ascend``).
 
     Returns:
         Folder loadable with both ``AutoModelForCausalLM.from_pretrained`` and

@@ -166,8 +166,9 @@ def build_tokenizer(
 
     Args:
         vocab_size: Total number of tokens, added tokens included (``len(tokenizer)``).
-        cache_dir: Cache folder; defaults to ``$LANGCHAIN_ASCEND_CACHE`` or
-            ``~/.cache/langchain_ascend/models``.
+        cache_dir: Cache folder; defaults to ``models/`` of the package's cache root
+            (``$LANGCHAIN_ASCEND_CACHE``, else ``$XDG_CACHE_HOME/langchain_ascend`` or
+            ``~/.cache/langchain_ascend``).
 
     Returns:
         Folder loadable with ``AutoTokenizer.from_pretrained``.

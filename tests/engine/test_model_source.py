@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -257,8 +258,9 @@ def test_a_gguf_missing_a_tensor_is_refused_not_filled_with_noise(tmp_path, cach
 def test_a_model_too_big_for_memory_is_refused_before_loading(tmp_path, cache, monkeypatch,
                                                                fake_convert):
     path = write_gguf(tmp_path / "tiny.gguf")  # 48 weights = 192 bytes in float32
-    monkeypatch.setattr(gguf_cache.os, "sysconf",
-                        lambda name: 1 if name == "SC_PAGE_SIZE" else 100)
+    import psutil
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=100))
     assert_source_error(lambda: resolve_model_source(path, progress=False), str(path),
                         "GiB", "memory")
     assert fake_convert.calls == []
@@ -524,14 +526,18 @@ def test_cache_dir_argument_and_environment(tmp_path, monkeypatch):
     assert model_source.gguf_cache_dir() == (tmp_path / "env" / "gguf").resolve()
     assert model_source.gguf_cache_dir(tmp_path / "arg") == (tmp_path / "arg" / "gguf").resolve()
     monkeypatch.delenv(model_source.CACHE_ENV_VAR)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert model_source.gguf_cache_dir() == (
         Path("~/.cache/langchain_ascend/gguf").expanduser().resolve())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert model_source.gguf_cache_dir() == (tmp_path / "xdg" / "langchain_ascend/gguf").resolve()
 
 
 def test_cache_variable_is_the_testing_one():
+    from langchain_ascend.cache_dir import CACHE_ENV_VAR as ROOT_VAR
     from langchain_ascend.testing.cache import CACHE_ENV_VAR
 
-    assert model_source.CACHE_ENV_VAR == CACHE_ENV_VAR
+    assert model_source.CACHE_ENV_VAR == CACHE_ENV_VAR == ROOT_VAR
 
 
 def test_inspect_reads_the_header(tmp_path):

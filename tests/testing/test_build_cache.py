@@ -14,7 +14,6 @@ from langchain_ascend.testing import minilm_path, resolve_cache_dir
 from langchain_ascend.testing.__main__ import main
 from langchain_ascend.testing.cache import (
     CACHE_ENV_VAR,
-    DEFAULT_CACHE_DIR,
     TOKENIZER_SOURCES,
     build_once,
     builder_fingerprint,
@@ -22,14 +21,17 @@ from langchain_ascend.testing.cache import (
 
 
 def test_cache_dir_argument_beats_environment_beats_default(tmp_path, monkeypatch) -> None:
+    # $LANGCHAIN_ASCEND_CACHE is the package's cache ROOT: the test models go to its models/.
     monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "from_env"))
     assert resolve_cache_dir(tmp_path / "explicit") == (tmp_path / "explicit").resolve()
-    assert resolve_cache_dir() == (tmp_path / "from_env").resolve()
-    assert (tmp_path / "from_env").is_dir()
+    assert resolve_cache_dir() == (tmp_path / "from_env" / "models").resolve()
+    assert (tmp_path / "from_env" / "models").is_dir()
     monkeypatch.delenv(CACHE_ENV_VAR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert resolve_cache_dir() == (tmp_path / "xdg" / "langchain_ascend/models").resolve()
+    monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert resolve_cache_dir() == (tmp_path / "home" / ".cache/langchain_ascend/models").resolve()
-    assert DEFAULT_CACHE_DIR == Path("~/.cache/langchain_ascend/models")
 
 
 def test_fingerprint_depends_on_parameters_only_deterministically() -> None:

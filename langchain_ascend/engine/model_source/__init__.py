@@ -6,7 +6,7 @@ The engine loads a plain Hugging Face folder (``config.json``, weights, tokenize
 - a local folder with ``config.json`` (and weights) is used as it is (kind ``"folder"``);
 - a ``.gguf`` file, or a folder holding GGUF files, is de-quantized once through
   transformers' GGUF loader into float32 safetensors plus its tokenizer and generation config,
-  cached under ``$LANGCHAIN_ASCEND_CACHE/gguf`` (default ``~/.cache/langchain_ascend/gguf``)
+  cached under ``gguf/`` of the package's cache root (``langchain_ascend.cache_dir``)
   and keyed by the file's sha256 and the transformers version (kind ``"gguf"``);
 - an ``org/name`` string that is not a local path is looked up in the local Hugging Face cache
   (downloaded when the hub is not switched off with ``HF_HUB_OFFLINE`` /
@@ -37,15 +37,14 @@ from __future__ import annotations
 import logging
 import os
 
+from langchain_ascend.cache_dir import CACHE_ENV_VAR
 from langchain_ascend.engine.model_source.gguf_blocks import (
     blocks_folder,
     gguf_weights_file,
     runs_gguf_blocks,
 )
 from langchain_ascend.engine.model_source.gguf_cache import (
-    CACHE_ENV_VAR,
     CONVERTER_VERSION,
-    DEFAULT_CACHE_ROOT,
     GGUF_CACHE_SUBDIR,
     cache_key,
     converted_folder,
@@ -69,7 +68,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CACHE_ENV_VAR",
     "CONVERTER_VERSION",
-    "DEFAULT_CACHE_ROOT",
     "GGUF_CACHE_SUBDIR",
     "GGUFInfo",
     "ResolvedModel",
@@ -102,8 +100,9 @@ def resolve_model_source(
             path relative to the folder. Needed when the folder holds several; when given,
             the GGUF file is used even if the folder also has ``config.json``.
         progress: Show tqdm bars while hashing and converting (transformers' own bars too).
-        cache_dir: Root of the conversion cache; default ``$LANGCHAIN_ASCEND_CACHE``, else
-            ``~/.cache/langchain_ascend``. Conversions go to its ``gguf/`` folder.
+        cache_dir: Root of the conversion cache; default the package's cache root
+            (``$LANGCHAIN_ASCEND_CACHE``, ``$XDG_CACHE_HOME/langchain_ascend``,
+            ``~/.cache/langchain_ascend``). Conversions go to its ``gguf/`` folder.
         quantization: For a GGUF source: None or ``"none"`` de-quantizes it into float32
             safetensors (above); any other mode (``"auto"``, ``"gguf"``, ``"int8"``,
             ``"int4"``) gives a folder with the config, tokenizer and generation config only,

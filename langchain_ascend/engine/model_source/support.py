@@ -30,22 +30,14 @@ def progress_bar(enabled: bool, **kwargs: Any) -> Any:
 
 @contextlib.contextmanager
 def file_lock(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive ``fcntl`` lock on ``lock_path`` (created if missing) for the block.
+    """Hold an exclusive lock on ``lock_path`` (created if missing) for the block, across
+    processes and threads, on every OS (``filelock``: ``fcntl`` on POSIX, ``msvcrt`` on
+    Windows). Callers still publish with atomic renames, so readers never need the lock."""
+    from filelock import FileLock
 
-    Where ``fcntl`` is missing (not POSIX) it does nothing: callers publish with atomic renames,
-    which alone keep readers safe.
-    """
-    try:
-        import fcntl
-    except ImportError:
+    # thread_local=False: one lock object, held by whichever thread entered it.
+    with FileLock(str(lock_path), thread_local=False, is_singleton=False):
         yield
-        return
-    with open(lock_path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def make_shareable(folder: Path) -> None:

@@ -15,7 +15,7 @@ nothing is compiled (:func:`skip_reason`; on SmolLM2 on a 2-core CPU that saves 
 about two minutes). The measurement takes well under a second for a small model.
 
 The cache is one JSON file per decision under ``$LANGCHAIN_ASCEND_COMPILE_CACHE`` (default
-``~/.cache/langchain_ascend/compile_choice``), named by a hash of everything the decision
+``compile_choice/`` of the package's cache root, :mod:`langchain_ascend.cache_dir`), named by a hash of everything the decision
 depends on (:func:`choice_key`): the model (config, dtype, weight shapes, a checksum of a few
 weights, the CPU weight layout), the bucket, the compile backend, the torch and package
 versions, the CPU model and torch's thread count. A later process with the same key reads the
@@ -41,13 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_ascend.cache_dir import COMPILE_CHOICE, cache_subdir
+
 if TYPE_CHECKING:
     import torch
 
 logger = logging.getLogger(__name__)
 
 CACHE_ENV_VAR = "LANGCHAIN_ASCEND_COMPILE_CACHE"
-DEFAULT_CACHE_DIR = Path("~/.cache/langchain_ascend/compile_choice")
 BUDGET_ENV_VAR = "LANGCHAIN_ASCEND_COMPILE_BUDGET_S"
 DEFAULT_BUDGET_S = 300.0
 MIN_SPEEDUP = 0.05
@@ -221,17 +222,17 @@ def choice_key(model_key: str, bucket: tuple[int, int], backend: str) -> dict[st
     """Everything a cached decision depends on (module docstring)."""
     import torch
 
-    import langchain_ascend
+    from langchain_ascend._version import __version__
 
     return {"model": model_key, "bucket": list(bucket), "backend": backend,
-            "torch": torch.__version__, "package": langchain_ascend.__version__,
+            "torch": torch.__version__, "package": __version__,
             "cpu": cpu_model(), "threads": torch.get_num_threads()}
 
 
 def cache_dir() -> Path:
-    """``$LANGCHAIN_ASCEND_COMPILE_CACHE``, else :data:`DEFAULT_CACHE_DIR` (not created)."""
-    raw = os.environ.get(CACHE_ENV_VAR)
-    return Path(raw).expanduser() if raw else DEFAULT_CACHE_DIR.expanduser()
+    """``$LANGCHAIN_ASCEND_COMPILE_CACHE``, else ``<cache root>/compile_choice``
+    (:func:`langchain_ascend.cache_dir.cache_subdir`; not created)."""
+    return cache_subdir(COMPILE_CHOICE, override_env=CACHE_ENV_VAR)
 
 
 def cache_path(key: dict[str, Any]) -> Path:
