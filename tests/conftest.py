@@ -1,7 +1,8 @@
 """Shared pytest fixtures: tiny offline models built once per cache (see langchain_ascend.testing).
 
-Models are cached in ``$LANGCHAIN_ASCEND_CACHE`` when set, else in the default
-``~/.cache/langchain_ascend/models``, so only the first session pays for the build.
+Models are cached in ``models/`` of the package's cache root (``$LANGCHAIN_ASCEND_CACHE`` when
+set, as ``.ci/run`` does: ``.cache/`` of the clone; else ``$XDG_CACHE_HOME/langchain_ascend`` or
+``~/.cache/langchain_ascend``), so only the first session pays for the build.
 """
 
 from __future__ import annotations
