@@ -14,6 +14,8 @@ _COMMANDS = {
     "info": "show which device 'auto' picks and why the others were not",
     "doctor": "check the environment (torch/torch-npu/CANN, devices, memory, kernels); "
               "see `langchain-ascend doctor --help`",
+    "serve": "serve a model over an OpenAI-compatible HTTP API (see `langchain-ascend serve "
+             "--help`; needs the 'serve' extra)",
 }
 
 
@@ -55,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         from langchain_ascend.app.doctor import main as doctor_main
 
         return doctor_main(rest)
+    if command == "serve":
+        from langchain_ascend.serve.cli import main as serve_main
+
+        return serve_main(rest)
     return _info(rest)
 
 

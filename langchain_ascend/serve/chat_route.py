@@ -34,7 +34,7 @@ def add_chat_route(app: FastAPI, state: ServerState) -> None:
     async def chat_completions(body: ChatCompletionRequest) -> Response:
         started = time.perf_counter()
         state.check_chat_model(body.model)
-        kwargs = call_kwargs(body)
+        kwargs = call_kwargs(body, penalties=state.has_penalties)
         messages = to_messages(body.messages)
         stop = kwargs.pop("stop", None)
         state.admission.enter()
@@ -83,7 +83,7 @@ async def stream_events(state: ServerState, chunks: AsyncIterator[Any], first: A
         while message is not None:
             for chunk in writer.deltas(message):
                 yield event(chunk)
-            if message.usage_metadata:
+            if message.usage_metadata or message.response_metadata.get("finish_reason"):
                 last = message
             try:
                 message = await anext(chunks)

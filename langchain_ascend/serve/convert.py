@@ -26,8 +26,9 @@ def unsupported(param: str, message: str) -> APIError:
     return APIError(400, message, param=param, code="unsupported_parameter")
 
 
-def check_supported(request: ChatCompletionRequest) -> None:
-    """Fields OpenAI has that this server honours only at their no-op value.
+def check_supported(request: ChatCompletionRequest, *, penalties: bool = False) -> None:
+    """Fields OpenAI has that this server honours only at their no-op value (the penalties
+    too when the chat model has none: ``penalties=False``).
 
     Raises:
         APIError: 400 naming the field (``n`` > 1, ``logprobs``, penalties, ``logit_bias``,
@@ -40,7 +41,7 @@ def check_supported(request: ChatCompletionRequest) -> None:
     if request.top_logprobs:
         raise unsupported("top_logprobs", "top_logprobs are not supported")
     for name in ("frequency_penalty", "presence_penalty"):
-        if getattr(request, name):
+        if getattr(request, name) and not penalties:
             raise unsupported(name, f"{name} is not supported (only 0)")
     if request.logit_bias:
         raise unsupported("logit_bias", "logit_bias is not supported")
@@ -162,9 +163,10 @@ def response_format_of(request: ChatCompletionRequest) -> dict[str, Any] | None:
             "json_schema": {"name": body.name, "schema": body.schema_, "strict": body.strict}}
 
 
-def call_kwargs(request: ChatCompletionRequest) -> dict[str, Any]:
-    """The chat model call arguments of a request (``stop`` included)."""
-    check_supported(request)
+def call_kwargs(request: ChatCompletionRequest, *, penalties: bool = False) -> dict[str, Any]:
+    """The chat model call arguments of a request (``stop`` included); ``penalties``: the
+    chat model takes ``presence_penalty`` / ``frequency_penalty``."""
+    check_supported(request, penalties=penalties)
     kwargs: dict[str, Any] = {}
     if request.tools:
         kwargs["tools"] = [tool.model_dump(exclude_none=True) for tool in request.tools]
@@ -179,7 +181,9 @@ def call_kwargs(request: ChatCompletionRequest) -> dict[str, Any]:
     max_tokens = request.max_completion_tokens or request.max_tokens
     if max_tokens is not None:
         kwargs["max_tokens"] = max_tokens
-    for name in ("temperature", "top_p", "seed"):
+    names = ("temperature", "top_p", "seed") + (
+        ("presence_penalty", "frequency_penalty") if penalties else ())
+    for name in names:
         value = getattr(request, name)
         if value is not None:
             kwargs[name] = value

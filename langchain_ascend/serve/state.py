@@ -35,6 +35,12 @@ class ServerState:
     metrics: ServerMetrics
     created: int
 
+    @property
+    def has_penalties(self) -> bool:
+        """The chat model takes OpenAI's ``presence_penalty`` / ``frequency_penalty``."""
+        fields = getattr(type(self.chat_model), "model_fields", {})
+        return "presence_penalty" in fields and "frequency_penalty" in fields
+
     def engine(self) -> Any:
         """The chat model's engine (loads the model on first use)."""
         return self.chat_model.get_engine()

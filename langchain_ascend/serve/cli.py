@@ -1,0 +1,130 @@
+"""``langchain-ascend serve``: load and warm the model, then serve the OpenAI-compatible app.
+
+The port opens only once the model is loaded, its KV cache allocated and one request run
+(progress bars as the demo's). SIGTERM or Ctrl-C: uvicorn stops accepting connections,
+lets in-flight requests finish for up to ``--graceful-timeout`` seconds, then the process
+exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from typing import Any
+
+API_KEY_ENV = "LANGCHAIN_ASCEND_API_KEY"
+DESCRIPTION = ("serve a model over an OpenAI-compatible HTTP API (chat completions, "
+               "embeddings, models, the agent of --config), one shared engine for all clients")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's options (``langchain-ascend serve --help``)."""
+    p = argparse.ArgumentParser(prog="langchain-ascend serve", description=DESCRIPTION)
+    p.add_argument("--model", help="the chat model: an HF folder, a .gguf file, or a hub id "
+                   "in the local cache (default: the --config file's model.path)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, "
+                   "this machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--device", default="auto", help="auto | npu[:N] | cuda[:N] | cpu")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--quantization", default="auto",
+                   choices=["auto", "gguf", "int8", "int4", "none"],
+                   help="how the weights are held (see AscendChatModel.quantization)")
+    p.add_argument("--served-model-name", help="the model id clients send (default: the "
+                   "model's file or folder name)")
+    p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1 routes "
+                   f"(default: ${API_KEY_ENV}; unset: no key)")
+    p.add_argument("--config", help="agent_config.yaml: builds the chat model and the agent "
+                   "of POST /v1/agent (tools by import path under tools.imports)")
+    p.add_argument("--max-waiting", type=int, default=256, help="requests queued beyond the "
+                   "engine's batch before new ones get 429 (default 256)")
+    p.add_argument("--max-batch-size", type=int, default=None,
+                   help="requests decoded together (default: the chat model's, 64)")
+    p.add_argument("--max-context-length", type=int, default=None,
+                   help="most tokens per request (default: the model's)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="default reply budget when a request sets none")
+    p.add_argument("--embeddings-model", help="the /v1/embeddings model (default: the "
+                   "config's, else the bundled all-MiniLM-L6-v2)")
+    p.add_argument("--no-embeddings", action="store_true", help="serve no /v1/embeddings")
+    p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
+                   help="largest request body (default 8 MiB; 413 beyond)")
+    p.add_argument("--graceful-timeout", type=float, default=30.0,
+                   help="seconds in-flight requests get to finish after SIGTERM (default 30)")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    return p
+
+
+def chat_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``AscendChatModel`` arguments of the options given."""
+    kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype,
+                              "quantization": args.quantization}
+    for name in ("max_batch_size", "max_context_length", "max_tokens"):
+        if getattr(args, name) is not None:
+            kwargs[name] = getattr(args, name)
+    return kwargs
+
+
+def load_parts(args: argparse.Namespace) -> dict[str, Any]:
+    """Build and warm the chat model, embeddings and agent (under progress bars)."""
+    from langchain_ascend.app.demo import stages
+
+    parts: dict[str, Any] = {"agent": None, "embeddings": None}
+    steps = ["config" if args.config else "model", "load, KV cache, warm-up", "embeddings"]
+    with stages("serve", steps, enabled=not args.no_progress) as advance:
+        if args.config:
+            from langchain_ascend.config import load_agent_config
+
+            components = load_agent_config(args.config)
+            parts["agent"] = components.agent
+            parts["embeddings"] = components.embeddings
+        if args.model or not args.config:
+            from langchain_ascend.chat_models import AscendChatModel
+
+            parts["chat_model"] = AscendChatModel(**chat_model_kwargs(args))
+        else:
+            parts["chat_model"] = components.chat_model
+        advance()
+        parts["chat_model"].warm_up()
+        advance()
+        if not args.no_embeddings and (parts["embeddings"] is None or args.embeddings_model):
+            from langchain_ascend.embeddings import AscendEmbeddings
+
+            kwargs = {"model": args.embeddings_model} if args.embeddings_model else {}
+            parts["embeddings"] = AscendEmbeddings(device=args.device, **kwargs)
+        if args.no_embeddings:
+            parts["embeddings"] = None
+        advance()
+    return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until SIGTERM / Ctrl-C; 0 after a clean (drained) shutdown."""
+    args = build_parser().parse_args(argv)
+    from langchain_ascend.serve.app import create_app
+    from langchain_ascend.serve.web import uvicorn
+
+    parts = load_parts(args)
+    app = create_app(parts["chat_model"], embeddings=parts["embeddings"],
+                     served_model_name=args.served_model_name,
+                     api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+                     max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes,
+                     agent=parts["agent"])
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=args.graceful_timeout)
+    server = uvicorn.Server(config)
+    state = app.server_state
+    print(f"serving {state.served_model_name!r} at http://{args.host}:{args.port}/v1 "
+          f"(docs: /docs)", flush=True)
+    # uvicorn drains on SIGTERM, then re-raises it to the handler found before it started:
+    # make that one a no-op so a drained shutdown ends in exit status 0.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    parts["chat_model"].get_engine().shutdown()
+    return 0
