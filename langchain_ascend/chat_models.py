@@ -29,7 +29,6 @@ from langchain_core.output_parsers.openai_tools import (
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
-from langchain_core.utils import from_env
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
@@ -51,6 +50,7 @@ from langchain_ascend.chat.template import load_chat_template
 from langchain_ascend.chat.tool_support import ToolCallFormatSetting
 from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.model_env import required_model_from_env
 from langchain_ascend.structured.grammars import GrammarSpec
 from langchain_ascend.structured.selection import grammar_backend, warm_up_specs
 from langchain_ascend.validation import (
@@ -189,17 +189,13 @@ class AscendChatModel(BaseChatModel):
 
     model: str = Field(
         alias="model_name",
-        default_factory=from_env(
-            "LANGCHAIN_ASCEND_CHAT_MODEL",
-            error_message="AscendChatModel needs model= (a local folder or hub id of a chat "
-            "model), or the LANGCHAIN_ASCEND_CHAT_MODEL environment variable",
-        ),
+        default_factory=required_model_from_env,
     )
     """The chat model's weights and tokenizer: a local HF folder, a ``.gguf`` file or a folder
     of them (its blocks run as they are, or de-quantized once into the package cache: see
     ``quantization`` and ``langchain_ascend.engine.model_source``), or a hub id
-    ``"org/name"`` found in the local Hugging Face cache; default
-    ``$LANGCHAIN_ASCEND_CHAT_MODEL``. Checked when the chat model is built
+    ``"org/name"`` found in the local Hugging Face cache; default ``$LANGCHAIN_ASCEND_MODEL``
+    (``$LANGCHAIN_ASCEND_CHAT_MODEL``, deprecated, still read). Checked when the chat model is built
     (``ModelSourceError`` naming the path), loaded on the first call or ``warm_up()``."""
 
     gguf_file: str | None = None

@@ -162,7 +162,7 @@ class ModelConfig(Section):
 
     path: PathText | None = None
     """``AscendChatModel.model``: a HF folder, a ``.gguf`` file or folder, or a hub id in the
-    local HF cache; default ``$LANGCHAIN_ASCEND_CHAT_MODEL``."""
+    local HF cache; default ``$LANGCHAIN_ASCEND_MODEL``."""
 
     gguf_file: str | None = None
     chat_template: PathText | None = None

@@ -27,7 +27,7 @@ class TestAscendChatModelUnit(ChatModelUnitTests):
     def init_from_env_params(self) -> tuple[dict, dict, dict]:
         path = str(build_model("tiny", "qwen3"))
         return (
-            {"LANGCHAIN_ASCEND_CHAT_MODEL": path},
+            {"LANGCHAIN_ASCEND_MODEL": path},
             {"device": "cpu"},
             {"model": path, "device": "cpu"},
         )

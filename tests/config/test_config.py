@@ -80,7 +80,7 @@ def test_model_keys_reach_the_chat_model(tiny_qwen2_path):
 def test_unset_model_keys_keep_the_chat_model_defaults(tiny_qwen2_path, monkeypatch):
     from langchain_ascend.chat_models import AscendChatModel
 
-    monkeypatch.setenv("LANGCHAIN_ASCEND_CHAT_MODEL", str(tiny_qwen2_path))
+    monkeypatch.setenv("LANGCHAIN_ASCEND_MODEL", str(tiny_qwen2_path))
     chat = load_config({"model": None}).chat_model
     reference = AscendChatModel()
     assert chat.model == str(tiny_qwen2_path)
@@ -350,7 +350,7 @@ def test_load_agent_config_builds_a_default_agent(tiny_qwen2_path, monkeypatch):
     pytest.importorskip("langchain_ascend.agent")
     from langchain_ascend.config import load_agent_config
 
-    monkeypatch.setenv("LANGCHAIN_ASCEND_CHAT_MODEL", str(tiny_qwen2_path))
+    monkeypatch.setenv("LANGCHAIN_ASCEND_MODEL", str(tiny_qwen2_path))
     parts = load_agent_config({"npu": {"device": "cpu"}})
     assert parts.agent.max_hops == 8 and parts.agent.system_prompt is None
     assert parts.tool_executor is not None and parts.embeddings is None

@@ -1,5 +1,5 @@
 """The shipped examples/agent_config.yaml loads and builds what it says (tiny model swapped in
-through $LANGCHAIN_ASCEND_CHAT_MODEL, which the example's unset model.path falls back to)."""
+through $LANGCHAIN_ASCEND_MODEL, which the example's unset model.path falls back to)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_the_examples_rejected_keys_are_rejected(tmp_path, commented, path):
 
 
 def test_example_builds_its_components(tiny_qwen2_path, monkeypatch):
-    monkeypatch.setenv("LANGCHAIN_ASCEND_CHAT_MODEL", str(tiny_qwen2_path))
+    monkeypatch.setenv("LANGCHAIN_ASCEND_MODEL", str(tiny_qwen2_path))
     parts = load_config(EXAMPLE)
     assert parts.chat_model.model == str(tiny_qwen2_path)
     assert parts.chat_model.max_tokens == 256 and parts.chat_model.temperature == 0
@@ -57,7 +57,7 @@ def test_example_builds_the_agent(tiny_qwen2_path, monkeypatch):
     pytest.importorskip("langchain_ascend.agent")
     from langchain_ascend.config import load_agent_config
 
-    monkeypatch.setenv("LANGCHAIN_ASCEND_CHAT_MODEL", str(tiny_qwen2_path))
+    monkeypatch.setenv("LANGCHAIN_ASCEND_MODEL", str(tiny_qwen2_path))
     parts = load_agent_config(EXAMPLE)
     assert parts.agent.max_hops == 4
     assert parts.agent.system_prompt.startswith("You answer questions about langchain-ascend")
