@@ -1,13 +1,23 @@
 """``langchain-ascend`` console script: ``demo`` runs the demo agent, ``info`` the device check,
-``doctor`` the environment checks.
+``doctor`` the environment checks; ``--version`` prints the package version.
 
-Each command owns its options: ``langchain-ascend demo --help`` lists the demo's.
+Each command owns its options: ``langchain-ascend demo --help`` lists the demo's. A
+:class:`~langchain_ascend.errors.LangChainAscendError` a command raises (a missing model, a bad
+config file, a missing extra...) is printed as one line on stderr,
+``langchain-ascend: error: <message>``, and the exit status is 2 (argparse's for bad usage);
+any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from langchain_ascend._version import __version__
+from langchain_ascend.errors import LangChainAscendError
+
+PROG = "langchain-ascend"
+ERROR_EXIT = 2
 
 _COMMANDS = {
     "demo": "run the demo agent (see `langchain-ascend demo --help`)",
@@ -23,8 +33,15 @@ def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="langchain-ascend",
         description="; ".join(f"{name}: {text}" for name, text in _COMMANDS.items()))
+    parser.add_argument("--version", "-V", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("command", choices=sorted(_COMMANDS))
     return parser
+
+
+def error_line(exc: BaseException) -> str:
+    """``langchain-ascend: error: <message>`` on one line (a message's lines joined)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{PROG}: error: {text}"
 
 
 def _info(argv: list[str]) -> int:
@@ -32,7 +49,6 @@ def _info(argv: list[str]) -> int:
     parser.add_argument("device", nargs="?", default="auto",
                         help="the device string to resolve (default: auto)")
     args = parser.parse_args(argv)
-    from langchain_ascend import __version__
     from langchain_ascend.platform import describe
 
     info = describe(args.device)
@@ -44,11 +60,21 @@ def _info(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``langchain-ascend <command> ...``; returns the exit status (module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in _COMMANDS:
-        _top_parser().parse_args(argv[:1] or ["--help"])  # prints usage/help and exits
-        return 2
-    command, rest = argv[0], argv[1:]
+        # --version / --help print and exit; anything else is a usage error (exit 2)
+        _top_parser().parse_args(argv[:1] or ["--help"])
+        return ERROR_EXIT
+    try:
+        return _run(argv[0], argv[1:])
+    except LangChainAscendError as exc:
+        print(error_line(exc), file=sys.stderr, flush=True)
+        return ERROR_EXIT
+
+
+def _run(command: str, rest: list[str]) -> int:
+    """Run one command with its own arguments."""
     if command == "demo":
         from langchain_ascend.app.demo import main as demo_main
 

