@@ -111,6 +111,7 @@ class GGUFFile:
         self._pos = 0
         self.metadata: dict[str, Any] = {}
         self.tensors: dict[str, TensorInfo] = {}
+        self._value_starts: dict[str, int] = {}  # key -> byte offset of its value's type
         self._parse()
 
     # ------------------------------------------------------------------ parsing
@@ -129,7 +130,7 @@ class GGUFFile:
         start, self._pos = self._pos, self._pos + length
         if self._pos > self._blob.size:
             raise GGUFFormatError(f"{self.path}: a string at byte {start} runs past the end")
-        return bytes(self._blob[start:self._pos]).decode("utf-8", errors="replace")
+        return str(self._bytes[start:self._pos], "utf-8", errors="replace")  # no memmap slice
 
     def _value(self, kind: int) -> Any:
         if kind in _SCALARS:
@@ -169,6 +170,7 @@ class GGUFFile:
         num_tensors, num_keys = self._take("<Q"), self._take("<Q")
         for _ in range(num_keys):
             key = self._string()
+            self._value_starts[key] = self._pos
             self.metadata[key] = self._value(self._take("<I"))
         table = []
         for _ in range(num_tensors):
@@ -192,6 +194,24 @@ class GGUFFile:
             self.tensors[name] = info
 
     # ------------------------------------------------------------------ access
+
+    def array(self, key: str) -> list[Any]:
+        """Every element of the metadata array ``key``, decoded (``metadata`` holds only the
+        length of a string array or of a long numeric one): the vocabulary
+        (``tokenizer.ggml.tokens``), the merges, the token types...
+
+        Raises:
+            KeyError: The file has no such key.
+            GGUFFormatError: ``key`` is not an array.
+        """
+        self._pos = self._value_starts[key]
+        if self._take("<I") != _ARRAY:
+            raise GGUFFormatError(f"{self.path}: metadata {key!r} is not an array")
+        item, count = self._take("<I"), self._take("<Q")
+        if item in _SCALARS:
+            values = struct.unpack_from(f"<{count}{_SCALARS[item][1]}", self._bytes, self._pos)
+            return list(values)
+        return [self._value(item) for _ in range(count)]
 
     @property
     def architecture(self) -> str:

@@ -7,7 +7,8 @@ Layout (a folder's existence means "complete")::
         config.json  generation_config.json  tokenizer.json  tokenizer_config.json ...
         source.json  ({"weights": "gguf", "gguf_file": <the file>, ...})
 
-Writing it takes the tokenizer's conversion only (seconds, once per file): no tensor is read.
+Writing it takes the config and the tokenizer, built from the file's metadata
+(``gguf_tokenizer``: under a second of CPU for SmolLM2, once per file): no tensor is read.
 The model runner sees ``source.json`` (:func:`gguf_weights_file`) and builds the model from the
 GGUF file itself (``langchain_ascend.quant.gguf_model``). The folder is keyed like the
 de-quantized conversion (content hash, transformers version) and written the same way: into a
@@ -26,6 +27,7 @@ from typing import Any
 from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.model_source.gguf_cache import cache_key, cached_sha256
 from langchain_ascend.engine.model_source.gguf_header import GGUFInfo
+from langchain_ascend.engine.model_source.gguf_tokenizer import gguf_tokenizer
 from langchain_ascend.engine.model_source.support import (
     file_lock,
     make_shareable,
@@ -121,11 +123,12 @@ def write_blocks_folder(gguf_path: Path, out_dir: Path) -> None:
     from langchain_ascend.quant.gguf_file import GGUFFile, GGUFFormatError
 
     try:
-        config = load_gguf_config(GGUFFile(gguf_path))
+        gguf = GGUFFile(gguf_path)
+        config = load_gguf_config(gguf)
     except (GGUFFormatError, OSError) as error:
         raise ModelSourceError(f"cannot read the GGUF file {gguf_path}: {error}") from error
     try:
-        tokenizer = gguf_tokenizer(gguf_path, config)
+        tokenizer = gguf_tokenizer(gguf_path, config.model_type, gguf)
     except Exception as error:  # noqa: BLE001 - never let a raw transformers error out
         raise ModelSourceError(
             f"transformers could not build the tokenizer of {gguf_path} "
@@ -135,18 +138,6 @@ def write_blocks_folder(gguf_path: Path, out_dir: Path) -> None:
     config.save_pretrained(out_dir)
     generation.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-
-
-def gguf_tokenizer(gguf_path: Path, config: Any) -> Any:
-    """The GGUF file's tokenizer, as ``AutoTokenizer.from_pretrained(folder, gguf_file=...)``
-    builds it, told the model type so transformers does not rebuild the whole config first."""
-    from transformers import AutoTokenizer
-    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
-
-    kwargs: dict[str, Any] = {"gguf_file": gguf_path.name}
-    if config.model_type in TOKENIZER_MAPPING_NAMES:
-        kwargs["tokenizer_type"] = config.model_type
-    return AutoTokenizer.from_pretrained(str(gguf_path.parent), **kwargs)
 
 
 def _generation_config(config: Any, tokenizer: Any) -> Any:
