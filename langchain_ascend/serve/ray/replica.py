@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import ray
 from ray import serve
 
 from langchain_ascend.serve.ray.asgi_call import ForwardedRequest, ResponseStart, call_asgi
@@ -52,7 +53,7 @@ def build_server_app(model: str, chat_model_kwargs: Mapping[str, Any] | None = N
     from langchain_ascend.serve.app import create_app
 
     chat_model = AscendChatModel(model=model, **dict(chat_model_kwargs or {}))
-    chat_model.get_engine()
+    chat_model.warm_up()
     return create_app(chat_model, **server_kwargs)
 
 
@@ -148,6 +149,7 @@ class EngineReplica:
         status, body = await _get(self.app, path)
         return self.replica_id, status, body.decode("utf-8", "replace")
 
-    def whoami(self) -> str:
-        """This replica's id (tests and tooling)."""
-        return self.replica_id
+    def whoami(self) -> tuple[str, str]:
+        """``(replica id, Ray actor name)`` of this replica (tests and tooling: the actor name
+        is what ``ray.get_actor(name, namespace="serve")`` finds, e.g. to kill it)."""
+        return self.replica_id, ray.get_runtime_context().get_actor_name()
