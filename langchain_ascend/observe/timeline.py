@@ -59,13 +59,18 @@ class AscendTimeline(BaseCallbackHandler):
             :class:`~langchain_ascend.errors.DeviceUnavailableError` otherwise.
         profile_dir: Where the profiler writes (default ``./ascend_profile``).
 
+    As a context manager it watches every run started inside the block, as langchain_core's
+    ``get_usage_metadata_callback()`` does (a ``ContextVar`` configure hook,
+    :mod:`langchain_ascend.observe.attach`): no ``callbacks=`` to thread through.
+
     Example:
         .. code-block:: python
 
             from langchain_ascend import AscendTimeline
 
-            timeline = AscendTimeline()
-            agent.invoke({"messages": [...]}, config={"callbacks": [timeline]})
+            with AscendTimeline() as timeline:
+                agent.invoke({"messages": [...]})
+            # or: agent.invoke(..., config={"callbacks": [timeline]})
             print(timeline.summary())
             timeline.write_chrome_trace("trace.json")   # chrome://tracing or ui.perfetto.dev
             timeline.write_png("timeline.png")
@@ -89,6 +94,7 @@ class AscendTimeline(BaseCallbackHandler):
         self._attempts: dict[str, str] = {}  # tool run id -> ToolSpan key
         self._retrievals: dict[str, RetrievalSpan] = {}
         self._profiler: Any = None
+        self._attachments: list[Any] = []  # observe.attach.Attachment per open ``with``
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -341,9 +347,14 @@ class AscendTimeline(BaseCallbackHandler):
 
         return summary_table(self.snapshot())
 
-    # ------------------------------------------------------------------ NPU profiler
+    # ------------------------------------------------------------------ context manager
 
     def __enter__(self) -> AscendTimeline:
+        """Watch every run started inside the block (no ``callbacks=`` needed), and start
+        the NPU profiler with ``profile_npu``."""
+        from langchain_ascend.observe.attach import attach
+
+        self._attachments.append(attach(self))
         if self.profile_npu:
             from langchain_ascend.observe.npu_profile import start_profiler
 
@@ -351,9 +362,15 @@ class AscendTimeline(BaseCallbackHandler):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from langchain_ascend.observe.attach import detach
+
         profiler, self._profiler = self._profiler, None
-        if profiler is not None:
-            profiler.stop()
+        try:
+            if profiler is not None:
+                profiler.stop()
+        finally:
+            if self._attachments:
+                detach(self._attachments.pop())
 
 
 # ---------------------------------------------------------------------- helpers
