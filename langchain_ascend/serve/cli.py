@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 from typing import Any
+
+from langchain_ascend.serve.ray.cli import add_ray_options
 
 API_KEY_ENV = "LANGCHAIN_ASCEND_API_KEY"
 DESCRIPTION = ("serve a model over an OpenAI-compatible HTTP API (chat completions, "
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_ray_options(p)
     return p
 
 
@@ -101,18 +105,36 @@ def load_parts(args: argparse.Namespace) -> dict[str, Any]:
     return parts
 
 
+def make_app(args: argparse.Namespace, parts: dict[str, Any]) -> Any:
+    """The app over the loaded parts, with the options given."""
+    from langchain_ascend.serve.app import create_app
+
+    return create_app(parts["chat_model"], embeddings=parts["embeddings"],
+                      served_model_name=args.served_model_name,
+                      api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+                      max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes,
+                      agent=parts["agent"])
+
+
+def app_from_argv(argv: list[str]) -> Any:
+    """The app exactly as ``serve`` builds it from ``argv``, without progress bars (each
+    replica of ``serve --ray`` runs this)."""
+    args = build_parser().parse_args([*argv, "--no-progress"])
+    return make_app(args, load_parts(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the server until SIGTERM / Ctrl-C; 0 after a clean (drained) shutdown."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    from langchain_ascend.serve.app import create_app
+    if args.ray:
+        from langchain_ascend.serve.ray.cli import run_ray
+
+        return run_ray(args, argv)
     from langchain_ascend.serve.web import uvicorn
 
     parts = load_parts(args)
-    app = create_app(parts["chat_model"], embeddings=parts["embeddings"],
-                     served_model_name=args.served_model_name,
-                     api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
-                     max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes,
-                     agent=parts["agent"])
+    app = make_app(args, parts)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.graceful_timeout)
     server = uvicorn.Server(config)

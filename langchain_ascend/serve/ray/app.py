@@ -76,6 +76,7 @@ def build_ray_app(
     health_check_period_s: float = 5.0,
     health_check_timeout_s: float = 30.0,
     front_replicas: int = 1,
+    max_body_bytes: int | None = None,
     app_builder: str | Callable[..., Any] | None = None,
     app_kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
@@ -100,6 +101,8 @@ def build_ray_app(
         health_check_period_s / health_check_timeout_s: Ray's replica health checks (each
             asks the replica's ``GET /health``).
         front_replicas: Replicas of the front deployment.
+        max_body_bytes: Largest body the front reads (413 beyond; default: the server's
+            ``max_body_bytes`` in ``server_kwargs``, else 8 MiB).
         app_builder: Builds each replica's ASGI app (``"module:function"`` or a function);
             default: the server's app over ``AscendChatModel(model=model, ...)``.
         app_kwargs: The builder's arguments, replacing those made from ``model``,
@@ -117,6 +120,7 @@ def build_ray_app(
         health_check_period_s, health_check_timeout_s))
     front = FrontDeployment.options(num_replicas=check_count("front_replicas", front_replicas),
                                     max_ongoing_requests=1024)
-    max_body = dict(server_kwargs or {}).get("max_body_bytes", 8 * 1024 * 1024)
+    if max_body_bytes is None:
+        max_body_bytes = dict(server_kwargs or {}).get("max_body_bytes", 8 * 1024 * 1024)
     return front.bind(engine.bind(app_builder or build_server_app, dict(app_kwargs)),
-                      max_body_bytes=max_body)
+                      max_body_bytes=check_count("max_body_bytes", max_body_bytes))
