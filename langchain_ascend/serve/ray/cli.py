@@ -104,7 +104,6 @@ def run_ray(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         _wait_for_signal()
     finally:
-        serve.delete(APP_NAME)
-        serve.shutdown()
+        serve.shutdown()  # deletes the application: replicas finish in-flight requests first
         ray.shutdown()
     return 0

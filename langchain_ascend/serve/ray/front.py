@@ -157,8 +157,8 @@ class FrontDeployment:
         try:
             answers = await self.engine.broadcast("probe", path).results_async(
                 timeout_s=BROADCAST_TIMEOUT_S, return_exceptions=True)
-        except TimeoutError as error:
-            return {"(broadcast)": error}
+        except (TimeoutError, *_REPLICA_LOST) as error:  # none deployed yet, or none answers
+            return {"(engine)": error}
         results: dict[str, Any] = {}
         for index, answer in enumerate(answers):
             if isinstance(answer, BaseException):
