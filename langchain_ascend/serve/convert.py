@@ -181,7 +181,7 @@ def call_kwargs(request: ChatCompletionRequest, *, penalties: bool = False) -> d
     max_tokens = request.max_completion_tokens or request.max_tokens
     if max_tokens is not None:
         kwargs["max_tokens"] = max_tokens
-    names = ("temperature", "top_p", "seed") + (
+    names = ("temperature", "top_p", "seed", "ignore_eos") + (
         ("presence_penalty", "frequency_penalty") if penalties else ())
     for name in names:
         value = getattr(request, name)

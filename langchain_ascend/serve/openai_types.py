@@ -118,6 +118,9 @@ class ChatCompletionRequest(Strict):
     n: int | None = Field(default=None, ge=1)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    # vLLM's extra sampling parameter (not OpenAI's): generate past the end-of-text tokens,
+    # so every reply is max_tokens long (benchmarks).
+    ignore_eos: bool | None = None
     # Accepted only at their no-op value (checked in convert.check_supported).
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
