@@ -20,6 +20,7 @@ from langchain_ascend.config.schema import (
     VectorStoreConfig,
 )
 from langchain_ascend.config.source import ConfigError, Source, read_raw, validate
+from langchain_ascend.config.tool_imports import import_tools
 
 # model-section keys that are not AscendChatModel fields of the same name.
 _NOT_CHAT_FIELDS = {"path", "kv_cache_policy"}
@@ -84,6 +85,7 @@ def load_agent_config(source: Source, *,
             the file and line, and what is allowed.
     """
     config = read_config(source)
+    tools = [*import_tools(config.tools.imports if config.tools else None), *(tools or [])]
     out = _build(config, tools, chat_model=True, executor=True)
     from langchain_ascend.agent import create_ascend_agent
 
@@ -105,6 +107,7 @@ def load_config(source: Source, *, tools: Sequence[Any] | None = None) -> AgentC
             run (no ``tools=[...]`` and no vectorstore).
     """
     config = read_config(source)
+    tools = [*import_tools(config.tools.imports if config.tools else None), *(tools or [])]
     if config.tools is not None and not tools and config.vectorstore is None:
         raise ConfigError.one("the tools section has no tool to run: pass tools=[...] in code",
                               path="tools")
@@ -211,6 +214,7 @@ def build_executor(section: ToolsConfig, npu: NpuConfig, device: str,
     from langchain_ascend.tools import NPUStreamToolExecutor
 
     fields = section.model_dump(exclude_unset=True)
+    fields.pop("imports", None)  # the tools themselves, not an executor option
     return NPUStreamToolExecutor(list(tools or []),
                                  device=device if npu.stream.enable_async else None, **fields)
 

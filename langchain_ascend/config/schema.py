@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 Device = Literal["auto", "npu", "cuda", "cpu"]
+IMPORT_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$"
+"""A tool's import path (``tools.imports``): a dotted module path, then ``:name`` or ``.name``."""
 SpeculativeMode = Literal["auto", "prompt_lookup", "off"]
 
 
@@ -209,8 +211,15 @@ class ModelConfig(Section):
 
 
 class ToolsConfig(Section):
-    """``tools``: ``NPUStreamToolExecutor`` options (the tools themselves are code: pass
-    ``tools=[...]``)."""
+    """``tools``: ``NPUStreamToolExecutor`` options, and the tools themselves by import path
+    (``imports``) or in code (``tools=[...]``)."""
+
+    imports: list[Annotated[str, Field(pattern=IMPORT_PATH)]] | None = Field(
+        default=None, min_length=1)
+    """The agent's tools as ``"package.module:name"`` (a LangChain tool, a function or a
+    list of them), imported when the agent is built (``config.tool_imports``); added before
+    the tools passed in code. ``langchain-ascend serve --config`` has no other way to get
+    tools."""
 
     timeout_ms: float | None = Field(default=None, gt=0)
     retry_times: int | None = Field(default=None, ge=0)

@@ -1,0 +1,88 @@
+"""``langchain-ascend serve`` as a real process: the key from the environment, and SIGTERM
+draining the request in flight before a clean exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import httpx
+import pytest
+from serve_helpers import free_port, sse_events, wait_until
+
+from langchain_ascend.serve.cli import build_parser
+
+
+def test_help_lists_every_option():
+    text = build_parser().format_help()
+    for option in ("--model", "--host", "--port", "--device", "--dtype", "--quantization",
+                   "--served-model-name", "--api-key", "--config", "--max-waiting"):
+        assert option in text
+    assert build_parser().parse_args([]).host == "127.0.0.1"
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def server_process(tiny_qwen2_path):
+    port = free_port()
+    env = {**os.environ, "LANGCHAIN_ASCEND_API_KEY": "k3y",
+           "LANGCHAIN_ASCEND_COMPILE_BUDGET_S": "0"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "langchain_ascend.app.cli", "serve", "--model",
+         str(tiny_qwen2_path), "--device", "cpu", "--port", str(port), "--no-embeddings",
+         "--no-progress", "--served-model-name", "tiny", "--log-level", "warning",
+         "--graceful-timeout", "60", "--max-context-length", "1024"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_until(lambda: healthy(url) or process.poll() is not None, timeout=240) \
+                or process.poll() is not None:
+            output = process.communicate(timeout=10)[0] if process.poll() is not None else ""
+            pytest.fail(f"the server did not come up: {output[-2000:]}")
+        yield process, url
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def test_sigterm_drains_the_stream_in_flight_and_exits_0(server_process):
+    process, url = server_process
+    assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401
+    headers = {"Authorization": "Bearer k3y"}
+    models = httpx.get(f"{url}/v1/models", headers=headers, timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    started = threading.Event()
+    payloads: list[str] = []
+
+    def stream() -> None:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "A long story"}],
+                "max_tokens": 200, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers,
+                          timeout=120) as response:
+            for line in response.iter_lines():
+                payloads.append(line)
+                started.set()
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    assert started.wait(60)
+    process.send_signal(signal.SIGTERM)
+    reader.join(timeout=120)
+    assert process.wait(timeout=120) == 0
+    events = sse_events(payloads)
+    assert events[-1] == "[DONE]"
+    finishes = [json.loads(e)["choices"][0]["finish_reason"] for e in events[:-1]
+                if json.loads(e)["choices"]]
+    assert [f for f in finishes if f] and finishes[-1] in ("stop", "length")
+    assert not healthy(url)
