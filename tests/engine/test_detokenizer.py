@@ -122,3 +122,55 @@ def test_kept_special_tokens_are_text_and_other_specials_are_dropped():
     assert keeping(ids) == "<tool_call>13"
     detok = IncrementalDetokenizer(keeping)
     assert "".join(feed(detok, ids)) == "<tool_call>13"
+
+
+# ---------------------------------------------------------------- DecodeStream vs the window
+
+
+def stream_and_window(tokenizer, ids, **kwargs):
+    """The deltas of the DecodeStream path and of the Python window on the same ids."""
+    from langchain_ascend.engine.detokenizer import stream_backend
+
+    assert stream_backend(tokenizer) is not None  # the tiny tokenizer is a fast one
+    keep, special = kwargs.pop("keep", ()), kwargs.pop("special_ids", ())
+    return [feed(IncrementalDetokenizer(TextDecoder(tokenizer, keep, special,
+                                                    streaming=streaming), **kwargs), ids)
+            for streaming in (True, False)]
+
+
+def test_the_stream_gives_the_window_s_deltas(tokenizer):
+    ids = tokenizer.encode(TEXT)
+    streamed, windowed = stream_and_window(tokenizer, ids)
+    assert streamed == windowed and "".join(streamed) == TEXT
+    streamed, windowed = stream_and_window(tokenizer, ids, stop=["stop here"])
+    assert streamed == windowed and "".join(streamed) == "héllo 你好世界 🙂 "
+
+
+def test_the_stream_keeps_kept_specials_and_drops_the_others(tokenizer):
+    eos = tokenizer.eos_token_id
+    special = {t for t in tokenizer.all_special_ids}
+    ids = tokenizer.encode("a b") + [eos] + tokenizer.encode(" c")
+    streamed, windowed = stream_and_window(tokenizer, ids)
+    assert streamed == windowed and tokenizer.eos_token not in "".join(streamed)
+    streamed, windowed = stream_and_window(tokenizer, ids, keep={eos}, special_ids=special)
+    assert streamed == windowed and tokenizer.eos_token in "".join(streamed)
+
+
+def test_invalid_bytes_are_flushed_and_the_stream_goes_on(tokenizer):
+    lone = tokenizer.encode("你")[0]  # the first byte of a 3-byte character, again and again
+    ids = [lone] * 6 + tokenizer.encode(" and then 世界")
+    streamed, windowed = stream_and_window(tokenizer, ids)
+    assert streamed == windowed
+    assert "\ufffd" in "".join(streamed) and "".join(streamed).endswith(" and then 世界")
+
+
+def test_tokenizers_that_decode_otherwise_do_not_stream(tokenizer):
+    from langchain_ascend.engine.detokenizer import stream_backend
+
+    assert stream_backend(_MarkerTokenizer()) is None
+    assert TextDecoder(tokenizer, streaming=False).stream() is None
+    tokenizer.clean_up_tokenization_spaces = True
+    try:
+        assert stream_backend(tokenizer) is None
+    finally:
+        tokenizer.clean_up_tokenization_spaces = False
