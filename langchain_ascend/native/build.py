@@ -19,6 +19,8 @@ written to a temporary name and renamed into place, so concurrent processes neve
 half-written file.
 """
 
+# Kept over torch.utils.cpp_extension (issue 28): plain C built by cc against torch's own
+# libgomp in seconds, no ninja or torch C++ headers, loaded with ctypes under any torch version.
 from __future__ import annotations
 
 import ctypes

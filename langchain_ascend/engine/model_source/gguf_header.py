@@ -7,6 +7,8 @@ file, which catches a truncated download. The ``gguf`` package supplies the valu
 quantization-size tables.
 """
 
+# Kept over gguf.GGUFReader (issue 28): SmolLM2's Q4_1 header read in 0.44 s here vs 36 s
+# through GGUFReader, which builds numpy views of every metadata array (2-core VM, under load).
 from __future__ import annotations
 
 import dataclasses
