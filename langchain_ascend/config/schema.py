@@ -214,19 +214,18 @@ class ToolsConfig(Section):
     """``tools``: ``NPUStreamToolExecutor`` options, and the tools themselves by import path
     (``imports``) or in code (``tools=[...]``)."""
 
-    imports: list[Annotated[str, Field(pattern=IMPORT_PATH)]] | None = Field(
-        default=None, min_length=1)
-    """The agent's tools as ``"package.module:name"`` (a LangChain tool, a function or a
-    list of them), imported when the agent is built (``config.tool_imports``); added before
-    the tools passed in code. ``langchain-ascend serve --config`` has no other way to get
-    tools."""
-
     timeout_ms: float | None = Field(default=None, gt=0)
     retry_times: int | None = Field(default=None, ge=0)
     enable_parallel: bool | None = None
     max_concurrency: int | None = Field(default=None, ge=1)
     retry_on_timeout: bool | None = None
     retry_backoff_ms: float | None = Field(default=None, ge=0)
+    imports: list[Annotated[str, Field(pattern=IMPORT_PATH)]] | None = Field(
+        default=None, min_length=1)
+    """The agent's tools as ``"package.module:name"`` (a LangChain tool, a function or a
+    list of them), imported when the agent is built (``config.tool_imports``); added before
+    the tools passed in code. ``langchain-ascend serve --config`` has no other way to get
+    tools."""
 
 
 class EmbeddingsConfig(Section):
