@@ -168,3 +168,14 @@ def test_embeddings_float_and_base64(client):
     decoded = client.embeddings.create(model="minilm", input="hello")  # SDK asks base64
     assert decoded.data[0].embedding == pytest.approx(floats.data[0].embedding, abs=1e-6)
     assert floats.usage.prompt_tokens >= 2
+
+
+def test_cached_tokens_never_exceed_the_prompt(client):
+    """A forced call's reply starts with forced text the prefix cache may also hold: the
+    usage still counts only prompt tokens as cached."""
+    for _ in range(2):
+        reply = client.chat.completions.create(
+            model=MODEL, messages=USER, tools=TOOLS, max_tokens=48,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        usage = reply.usage
+        assert usage.prompt_tokens_details.cached_tokens <= usage.prompt_tokens

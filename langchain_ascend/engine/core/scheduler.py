@@ -199,7 +199,9 @@ class Scheduler:
             self.kv.record_prefix_lookup(request.num_tokens, num_hit_tokens)
             if request.first_scheduled_time is None:
                 request.first_scheduled_time = self.clock()
-                request.num_cached_tokens = num_hit_tokens
+                # A reply that starts with forced text has those tokens already, and a hit
+                # may cover them too: only the prompt's share is "cached prompt tokens".
+                request.num_cached_tokens = min(num_hit_tokens, request.num_prompt_tokens)
             num_new[request.request_id] = count
             order.append(request)
             budget -= count
