@@ -9,69 +9,45 @@ KV cache and the batch. Importing this module imports no torch.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import fields
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.chat_models import LangSmithParams
+from langchain_core.language_models.model_profile import ModelProfile
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
-from langchain_core.output_parsers.openai_tools import (
-    JsonOutputKeyToolsParser,
-    PydanticToolsParser,
-)
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
-from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from langchain_ascend.chat.arguments import normalize_init_args
 from langchain_ascend.chat.batching import batch_configs
-from langchain_ascend.chat.checks import check_sampling, stop_list
+from langchain_ascend.chat.engines import load_engine, load_tokenizer
+from langchain_ascend.chat.fields import EngineFields, SamplingFields
 from langchain_ascend.chat.messages import to_template_tools, tool_names_of
+from langchain_ascend.chat.metadata import identifying_params, ls_params
 from langchain_ascend.chat.prepare import (
     ChatSettings,
     PreparedRequest,
-    chat_tokenizer,
     normalize_tool_choice,
     prepare_request,
-    prompt_token_ids,
-    tool_support_for,
 )
+from langchain_ascend.chat.profile import profile_for
 from langchain_ascend.chat.results import chat_result, chunk_text, generation_chunk
+from langchain_ascend.chat.structured_output import structured_output
 from langchain_ascend.chat.template import load_chat_template
+from langchain_ascend.chat.token_count import count_prompt_tokens, text_token_ids
 from langchain_ascend.chat.tool_support import ToolCallFormatSetting
-from langchain_ascend.engine.detokenizer import special_tokens_of
-from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.chat.warm_up import warm_up_engine
 from langchain_ascend.model_env import required_model_from_env
-from langchain_ascend.structured.grammars import GrammarSpec
-from langchain_ascend.structured.selection import grammar_backend, warm_up_specs
-from langchain_ascend.validation import (
-    check_count,
-    check_device,
-    check_dtype,
-    check_flag,
-    check_probability,
-)
 
-# Constructor arguments other chat models take that mean nothing for a local model; accepted
-# (and ignored) so ``ChatOpenAI(...)``-style code keeps working.
-_IGNORED_INIT_ARGS = frozenset(
-    {"api_key", "base_url", "timeout", "max_retries", "organization", "request_timeout"}
-)
-_ALIASES = {"max_new_tokens": "max_tokens", "stop_sequences": "stop", "model_name": "model"}
-_ENGINE_COUNTS = ("max_context_length", "block_size", "num_kv_blocks", "max_batch_size",
-                  "max_num_batched_tokens")
-_FLAGS = ("enable_prefix_caching", "parse_reasoning", "streaming")
 
-class AscendChatModel(BaseChatModel):
+class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
     """Chat model running a Hugging Face decoder LM on langchain-ascend's engine.
 
     A drop-in for ``ChatHuggingFace`` / ``ChatOpenAI`` in chains, agents and langgraph graphs.
@@ -85,15 +61,24 @@ class AscendChatModel(BaseChatModel):
         ``pip install langchain-ascend`` (``[npu]`` extra plus CANN for Ascend). Weights load
         with ``AutoModelForCausalLM.from_pretrained(model)``: a local folder or a hub id.
 
-    Key init args (sampling):
-        model: Local path or hub id of a chat/instruct model (it needs a chat template).
+    Key init args (sampling; ``chat.fields.SamplingFields``):
+        model: Local path or hub id of a chat/instruct model (it needs a chat template);
+            also ``model_path=``, ``model_id=``, ``model_name=``.
         temperature: 0 = greedy; ``None`` = the model's ``generation_config.json`` default.
         max_tokens: Most tokens to generate; ``None`` = up to the context limit.
-        top_p, top_k, seed, stop: As usual; ``seed`` makes sampling reproducible per call.
+        top_p, top_k, min_p, seed, stop: As usual; ``seed`` makes sampling reproducible.
+        repetition_penalty: Hugging Face's (``None``: the generation config's, as ``generate``
+            applies it); ``presence_penalty`` / ``frequency_penalty``: OpenAI's, in [-2, 2].
 
-    Key init args (engine):
-        device, dtype, max_context_length, block_size, num_kv_blocks,
-        kv_cache_memory_fraction, enable_prefix_caching, max_batch_size.
+    Key init args (engine; ``chat.fields.EngineFields``):
+        device, dtype, max_context_length (also ``n_ctx=``, ``max_model_len=``), block_size,
+        num_kv_blocks, kv_cache_memory_fraction, enable_prefix_caching, max_batch_size,
+        model_kwargs (``{"revision": ...}`` for a hub id).
+
+        .. code-block:: python
+
+            llm = AscendChatModel(model_path="/models/SmolLM2.gguf", n_ctx=4096,
+                                  repetition_penalty=1.1)
 
     Models without a chat template:
         A base model, or a GGUF file without ``tokenizer.chat_template``, needs one:
@@ -161,22 +146,34 @@ class AscendChatModel(BaseChatModel):
         ``{"raw", "parsed", "parsing_error"}``.
 
     Reasoning models:
-        ``<think>…</think>`` goes to ``additional_kwargs["reasoning_content"]``; pass template
-        switches with ``chat_template_kwargs={"enable_thinking": False}``.
+        ``<think>…</think>`` goes to ``additional_kwargs["reasoning_content"]``;
+        ``reasoning=False`` / ``True`` switches thinking off / on (the template's
+        ``enable_thinking``), ``"low"``/``"medium"``/``"high"`` also sets ``reasoning_effort``;
+        other template switches go in ``chat_template_kwargs``.
+
+    Token counting and profile:
+        ``get_num_tokens_from_messages(messages, tools=...)`` renders the conversation with
+        the model's own chat template and tokenizer, as a call does: it equals that call's
+        ``usage_metadata["input_tokens"]``, offline (``trim_messages(token_counter=llm)``
+        works). ``llm.profile`` holds ``max_input_tokens`` (the context the engine allows),
+        ``tool_calling``, ``structured_output``, ``reasoning_output``...
 
     Response metadata:
         ``usage_metadata`` has ``input_tokens``, ``output_tokens``, ``total_tokens`` and
         ``input_token_details["cache_read"]`` (prompt tokens served from the prefix cache);
         ``response_metadata`` has ``finish_reason`` (``stop``/``length``/``tool_calls``),
-        ``model_name`` and ``timings`` (``queue``, ``time_to_first_token``, ``decode``,
+        ``model_name`` (the hub id, config name or GGUF ``general.name``, not a path),
+        ``model_provider`` (``"ascend"``) and ``timings`` (``queue``, ``time_to_first_token``, ``decode``,
         seconds).
 
     Per-call arguments:
-        ``invoke(..., max_tokens=, temperature=, top_p=, top_k=, seed=, stop=,
-        chat_template_kwargs=, model=)`` override the instance settings for one call
-        (``model=`` switches to another model's shared engine). ``api_key``, ``base_url``,
-        ``timeout`` and ``max_retries`` are accepted by the constructor for drop-in use and
-        ignored; any other unknown argument is an error.
+        ``invoke(..., max_tokens=, temperature=, top_p=, top_k=, min_p=, seed=, stop=,
+        repetition_penalty=, presence_penalty=, frequency_penalty=, reasoning=,
+        stream_usage=, chat_template_kwargs=, model=)`` override the instance settings for
+        one call (``model=`` switches to another model's shared engine). Arguments of remote
+        chat models (``api_key``, ``base_url``, ``timeout``, ``max_retries``...) are accepted
+        by the constructor with a warning that they have no effect; any other unknown
+        argument is an error (``chat.arguments``).
 
     Errors (all subclasses of ``langchain_ascend.errors.LangChainAscendError``):
         ``InvalidRequestError`` (empty conversation, a ``ToolMessage`` answering no call, bad
@@ -197,82 +194,6 @@ class AscendChatModel(BaseChatModel):
     ``"org/name"`` found in the local Hugging Face cache; default ``$LANGCHAIN_ASCEND_MODEL``
     (``$LANGCHAIN_ASCEND_CHAT_MODEL``, deprecated, still read). Checked when the chat model is built
     (``ModelSourceError`` naming the path), loaded on the first call or ``warm_up()``."""
-
-    gguf_file: str | None = None
-    """Which GGUF file of a folder (or hub snapshot) holding several to load."""
-
-    quantization: Literal["auto", "gguf", "int8", "int4", "none"] | None = "auto"
-    """How the weights are held: ``"auto"`` (a ``.gguf`` model's own blocks, as ``"gguf"``;
-    an HF folder's float weights), ``"gguf"`` (run the file's ``Q4_0`` / ``Q4_1`` / ``Q8_0``
-    blocks as they are, no conversion; other block types re-quantized to the nearest, logged),
-    ``"int8"`` / ``"int4"`` (every linear layer, LM head included, in 8-bit / 4-bit blocks of
-    32, quantized at load, from a GGUF file or an HF folder), None or ``"none"`` (float; a
-    GGUF file is de-quantized once into float32 in the package cache).
-    ``engine.stats().weights`` reports the format and bytes."""
-
-    device: str = "auto"
-    """``"auto"`` (NPU, else CUDA, else CPU), ``"npu"``, ``"npu:1"``, ``"cuda"``, ``"cpu"``."""
-
-    dtype: str = "auto"
-    """``"auto"`` (bfloat16 on NPU/CUDA, float32 on CPU), or ``"bfloat16"``, ``"float16"``…"""
-
-    max_tokens: int | None = Field(default=None, alias="max_new_tokens")
-    """Most tokens to generate per call; ``None`` = until the context limit."""
-
-    temperature: float | None = None
-    """Sampling temperature; 0 = greedy; ``None`` = the model's generation config (greedy when
-    it has none)."""
-
-    top_p: float | None = None
-    """Nucleus sampling mass in (0, 1]; ``None`` = the generation config's, else 1."""
-
-    top_k: int | None = None
-    """Keep only the k most likely tokens; ``None`` = the generation config's, else off."""
-
-    seed: int | None = None
-    """Seed for sampling (temperature > 0): the same seed gives the same reply."""
-
-    stop: list[str] | None = Field(default=None, alias="stop_sequences")
-    """Stop strings; the reply ends before the first one (not included)."""
-
-    max_context_length: int | None = None
-    """Most tokens (prompt + reply) per request; default the model's maximum."""
-
-    block_size: int | None = None
-    """Tokens per KV-cache block; default chosen by the attention backend (128 on Ascend)."""
-
-    num_kv_blocks: int | None = None
-    """KV-cache blocks to allocate; default: enough for ``max_batch_size`` requests of the full
-    context, at most 256k tokens, and at most ``kv_cache_memory_fraction`` of free memory."""
-
-    kv_cache_memory_fraction: float = 0.5
-    """Share of free device memory given to the KV cache when ``num_kv_blocks`` is unset."""
-
-    enable_prefix_caching: bool = True
-    """Reuse the KV cache of shared prompt prefixes across calls (agent hops, sessions)."""
-
-    max_batch_size: int = 64
-    """Most requests decoded together in one engine step."""
-
-    max_num_batched_tokens: int = 2048
-    """Token budget of one engine step (long prompts are prefilled in chunks)."""
-
-    compile: bool | Literal["auto"] = "auto"
-    """Compile the decode step (``"auto"``: where the platform benefits)."""
-
-    speculative_decoding: Literal["auto", "prompt_lookup", "off"] = "auto"
-    """Several tokens per pass: greedy replies draft from their own context (prompt lookup),
-    grammar replies jump over forced text; ``"auto"`` drafts where it pays and is exact
-    (float32), see ``engine.core.speculation``. Per call too; ``response_metadata
-    ["speculative"]`` reports it."""
-
-    num_speculative_tokens: int = 8
-    """Most drafted tokens per pass (0..16; the draft length adapts up to it); per call too."""
-
-    ignore_eos: bool = False
-    """Keep generating past the model's end-of-sequence tokens until ``max_tokens`` (for
-    benchmarks that need a fixed reply length). Grammar-constrained replies still end with
-    their grammar."""
 
     chat_template: str | Path | None = None
     """The chat template to render prompts with instead of the tokenizer's: the Jinja text
@@ -297,44 +218,27 @@ class AscendChatModel(BaseChatModel):
     parse_reasoning: bool = True
     """Move ``<think>…</think>`` to ``additional_kwargs["reasoning_content"]``."""
 
+    reasoning: bool | Literal["low", "medium", "high"] | None = None
+    """Thinking on (True) or off (False) through the template's ``enable_thinking``; an effort
+    level also sets ``reasoning_effort``; None: the template's default. Per call too."""
+
     streaming: bool = False
     """Let ``invoke`` stream internally (callbacks get ``on_llm_new_token``)."""
+
+    stream_usage: bool = True
+    """Whether the last streamed chunk carries ``usage_metadata``; per call too."""
 
     _engines: dict[str, Any] = PrivateAttr(default_factory=dict)
     _engines_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _chat_template_text: str | None = PrivateAttr(default=None)
+    _tokenizers: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
     def _check_unknown_args(cls, values: Any) -> Any:
         if not isinstance(values, dict):
             return values
-        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
-        unknown = set(values) - known - _IGNORED_INIT_ARGS
-        if unknown:
-            raise InvalidRequestError(
-                f"AscendChatModel got unknown argument(s) {sorted(unknown)}; see "
-                "help(AscendChatModel) for the supported ones"
-            )
-        values = {k: v for k, v in values.items() if k not in _IGNORED_INIT_ARGS}
-        # On the raw values, so a bool is refused before pydantic turns True into 1.
-        raw = {_ALIASES.get(k, k): v for k, v in values.items()}
-        check_sampling(raw)
-        for name in _ENGINE_COUNTS:
-            check_count(name, raw.get(name), allow_none=True)
-        check_probability("kv_cache_memory_fraction", raw.get("kv_cache_memory_fraction"),
-                          open_min=True, allow_none=True)
-        for name in _FLAGS:
-            check_flag(name, raw.get(name), allow_none=True)
-        check_device(raw.get("device", "auto"))
-        check_dtype(raw.get("dtype", "auto"))
-        template = raw.get("chat_template")
-        if template is not None and not isinstance(template, (str, os.PathLike)):
-            load_chat_template(template)  # raises the typed error naming chat_template=
-        for key in ("stop", "stop_sequences"):
-            if key in values:
-                values[key] = stop_list(values[key])
-        return values
+        return normalize_init_args(values, cls.model_fields)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -353,37 +257,10 @@ class AscendChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "device": self.device,
-            "dtype": self.dtype,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "seed": self.seed,
-            "stop": self.stop,
-            "chat_template_kwargs": self.chat_template_kwargs,
-            "chat_template": self._chat_template_text,
-        }
+        return identifying_params(self, self._chat_template_text)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
-        model = kwargs.get("model")
-        params = LangSmithParams(
-            ls_provider="ascend",
-            ls_model_name=model if isinstance(model, str) and model else self.model,
-            ls_model_type="chat",
-        )
-        temperature = kwargs.get("temperature", self.temperature)
-        if isinstance(temperature, (int, float)):
-            params["ls_temperature"] = float(temperature)
-        max_tokens = kwargs.get("max_tokens", self.max_tokens)
-        if isinstance(max_tokens, int):
-            params["ls_max_tokens"] = max_tokens
-        stops = stop if stop is not None else self.stop
-        if stops:
-            params["ls_stop"] = list(stops)
-        return params
+        return ls_params(self, stop, kwargs)
 
     # ------------------------------------------------------------------ engine
 
@@ -394,34 +271,24 @@ class AscendChatModel(BaseChatModel):
             engine = self._engines.get(name)
             if engine is not None and not engine.is_closed:
                 return engine
-        from langchain_ascend.engine.registry import get_engine
-
-        engine_kwargs: dict[str, Any] = {
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "kv_cache_memory_fraction": self.kv_cache_memory_fraction,
-            "max_batch_size": self.max_batch_size,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "compile": self.compile,
-            "quantization": self.quantization,
-        }
-        for key, value in (
-            ("max_context_length", self.max_context_length),
-            ("block_size", self.block_size),
-            ("num_blocks", self.num_kv_blocks),
-        ):
-            if value is not None:
-                engine_kwargs[key] = value
-        from langchain_ascend.engine.model_source import resolve_model_source
-
-        # gguf_file= belongs to this chat model's own model; a per-call model= override is a
-        # source of its own (a .gguf file, or a folder holding one GGUF file).
-        source = resolve_model_source(
-            name, gguf_file=self.gguf_file if name == self.model else None,
-            quantization=self.quantization)
-        engine = get_engine(source.path, device=self.device, dtype=self.dtype, **engine_kwargs)
+        engine = load_engine(self, name)
         with self._engines_lock:
             self._engines[name] = engine
         return engine
+
+    def _tokenizer_for(self, model: str) -> Any:
+        """What holds ``model``'s tokenizer for counting: its engine when loaded, else the
+        tokenizer alone (no weights are loaded to count tokens)."""
+        with self._engines_lock:
+            engine = self._engines.get(model)
+            if engine is not None and not engine.is_closed:
+                return engine
+            holder = self._tokenizers.get(model)
+        if holder is None:
+            holder = load_tokenizer(self, model)
+            with self._engines_lock:
+                self._tokenizers[model] = holder
+        return holder
 
     def get_engine(self) -> Any:
         """The shared engine of this chat model's ``model`` (loaded on first use): its
@@ -435,41 +302,38 @@ class AscendChatModel(BaseChatModel):
         schemas: Sequence[dict[str, Any] | type] | None = None,
     ) -> None:
         """Load the model, allocate the KV cache, compile the decode step and the grammars,
-        and run one tiny request, so the first real call is not the slow one.
+        and run one tiny request, so the first real call is not the slow one
+        (``chat.warm_up``).
 
         Args:
             tools: Tools whose forced-call grammar (``tool_choice="required"``) to pre-compile.
             schemas: Output schemas whose ``with_structured_output`` grammar to pre-compile.
         """
-        from langchain_ascend.engine.core.sampling_params import SamplingParams
+        warm_up_engine(self._engine_for(), self._settings(), tools, schemas)
 
-        engine = self._engine_for()
-        engine.warmup()
-        backend = self._grammar_backend(engine)
-        for spec in self._warm_up_specs(engine, tools, schemas):
-            backend.compile(spec)
-        prompt = prompt_token_ids(
-            chat_tokenizer(engine, self._settings(), self.model),
-            [{"role": "user", "content": "Hi"}], None,
-            self.chat_template_kwargs,
-        )[0]
-        engine.generate(prompt, SamplingParams(max_tokens=1))
+    # ------------------------------------------------------------------ tokens / profile
 
-    def _warm_up_specs(
-        self, engine: Any, tools: Sequence[Any] | None, schemas: Sequence[Any] | None
-    ) -> list[GrammarSpec]:
-        """The grammars ``warm_up`` compiles: what ``json_mode``, ``tool_choice="required"``,
-        each named tool, ``tool_choice="none"`` and ``with_structured_output(schema)`` ask for."""
-        support = tool_support_for(engine, self._settings(), self.model)
-        return warm_up_specs(
-            to_template_tools(tools or ()),
-            [convert_to_json_schema(s) for s in schemas or ()],
-            fmt=support.fmt,
-            special_tokens=set(special_tokens_of(engine.tokenizer)),
-        )
+    def get_token_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` in the model's own vocabulary (as prompts are tokenized)."""
+        if self.custom_get_token_ids is not None:
+            return self.custom_get_token_ids(text)
+        return text_token_ids(self._tokenizer_for(self.model).tokenizer, text)
 
-    def _grammar_backend(self, engine: Any) -> Any:
-        return grammar_backend(engine)
+    def get_num_tokens_from_messages(
+        self, messages: list[BaseMessage],
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool] | None = None,
+        **kwargs: Any,
+    ) -> int:
+        """Prompt tokens of a call with ``messages`` (and ``tools`` bound): the model's chat
+        template and tokenizer, as the call renders them (``chat.token_count``), so the count
+        equals its ``usage_metadata["input_tokens"]``. ``kwargs``: further call arguments
+        (``tool_choice``, ``chat_template_kwargs``, ``reasoning``...). Works offline."""
+        if tools:
+            kwargs["tools"] = to_template_tools(tools)
+        return count_prompt_tokens(messages, kwargs, self._settings(), self._tokenizer_for)
+
+    def _resolve_model_profile(self) -> ModelProfile | None:
+        return profile_for(self, load_chat_template(self.chat_template))
 
     def _settings(self) -> ChatSettings:
         values = {f.name: getattr(self, f.name) for f in fields(ChatSettings)
@@ -608,7 +472,7 @@ class AscendChatModel(BaseChatModel):
         strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, dict[str, Any] | Any]:
-        """Return a runnable whose output matches ``schema``.
+        """Return a runnable whose output matches ``schema`` (``chat.structured_output``).
 
         Args:
             schema: A pydantic class (v2 or v1), a TypedDict, a JSON schema or an OpenAI tool
@@ -622,49 +486,5 @@ class AscendChatModel(BaseChatModel):
         Returns:
             A pydantic instance for a pydantic schema, else a dict.
         """
-        if kwargs:
-            raise InvalidRequestError(f"unsupported with_structured_output arguments {sorted(kwargs)}")
-        is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
-        json_schema = convert_to_json_schema(schema)
-        ls_format = {"kwargs": {"method": method, "strict": strict}, "schema": json_schema}
-        parser: Runnable
-        if method == "function_calling":
-            tool_name = convert_to_openai_tool(schema)["function"]["name"]
-            llm = self.bind_tools(
-                [schema], tool_choice=tool_name, parallel_tool_calls=False,
-                ls_structured_output_format=ls_format,
-            )
-            if is_pydantic:
-                parser = PydanticToolsParser(tools=[schema], first_tool_only=True)  # type: ignore[list-item]
-            else:
-                parser = JsonOutputKeyToolsParser(key_name=tool_name, first_tool_only=True)
-        elif method in ("json_schema", "json_mode"):
-            if method == "json_schema":
-                response_format = {
-                    "type": "json_schema",
-                    "json_schema": {"name": json_schema.get("title", "output"),
-                                    "schema": json_schema},
-                }
-            else:
-                response_format = {"type": "json_object"}
-            llm = self.bind(response_format=response_format, ls_structured_output_format=ls_format)
-            parser = (
-                PydanticOutputParser(pydantic_object=schema)  # type: ignore[arg-type]
-                if is_pydantic
-                else JsonOutputParser()
-            )
-        else:
-            raise InvalidRequestError(
-                f"unknown method {method!r}: use 'json_schema', 'function_calling' or 'json_mode'"
-            )
-        if not include_raw:
-            return llm | parser
-        parser_assign = RunnablePassthrough.assign(
-            parsed=itemgetter("raw") | parser, parsing_error=lambda _: None
-        )
-        parser_none = RunnablePassthrough.assign(parsed=lambda _: None)
-        parser_with_fallback = parser_assign.with_fallbacks(
-            [parser_none], exception_key="parsing_error"
-        )
-        return RunnableMap(raw=llm) | parser_with_fallback
-
+        return structured_output(self, schema, method=method, include_raw=include_raw,
+                                 strict=strict, kwargs=kwargs)

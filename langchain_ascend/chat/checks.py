@@ -17,6 +17,7 @@ from langchain_ascend.engine.core.sampling_params import (
     MAX_NUM_SPECULATIVE_TOKENS,
     MAX_SEED,
     SPECULATION_MODES,
+    check_penalties,
 )
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError, InvalidTextError
 from langchain_ascend.validation import (
@@ -29,6 +30,9 @@ from langchain_ascend.validation import (
     check_text,
 )
 
+REASONING_EFFORTS = ("low", "medium", "high")
+"""The ``reasoning=`` effort levels (besides True / False / None)."""
+
 
 def check_sampling(values: Mapping[str, Any]) -> None:
     """Check the sampling values present in ``values`` (constructor fields or call kwargs).
@@ -37,7 +41,8 @@ def check_sampling(values: Mapping[str, Any]) -> None:
         InvalidArgumentTypeError: A value of the wrong type (``max_tokens=True``,
             ``top_k=2.7``, ``temperature="0.5"``).
         InvalidRequestError: A value out of range (``max_tokens=0``, ``temperature=inf`` or
-            NaN, ``top_p=0``, ``seed=-1`` or ``>= 2**63``).
+            NaN, ``top_p=0``, ``seed=-1`` or ``>= 2**63``, ``repetition_penalty=0``,
+            ``presence_penalty=3``, ``min_p=2``, ``reasoning="max"``).
     """
     if "max_tokens" in values:
         check_int("max_tokens", values["max_tokens"], minimum=1, allow_none=True)
@@ -56,6 +61,11 @@ def check_sampling(values: Mapping[str, Any]) -> None:
         check_choice("speculative_decoding", values["speculative_decoding"],
                      SPECULATION_MODES)
     check_flag("ignore_eos", values.get("ignore_eos"), allow_none=True)
+    check_flag("stream_usage", values.get("stream_usage"), allow_none=True)
+    check_penalties(values)
+    reasoning = values.get("reasoning")
+    if reasoning is not None and not isinstance(reasoning, bool):
+        check_choice("reasoning", reasoning, REASONING_EFFORTS + (True, False))
 
 
 def stop_list(stop: Any, name: str = "stop") -> list[str] | None:

@@ -101,20 +101,23 @@ def _template_tool_calls(message: AIMessage) -> list[dict[str, Any]]:
     ]
 
 
-def to_template_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+def to_template_messages(messages: Sequence[BaseMessage], *, strict: bool = True,
+                         ) -> list[dict[str, Any]]:
     """Convert a LangChain conversation into chat-template message dicts.
 
     Roles: system, user, assistant (with ``tool_calls`` as
     ``{"type": "function", "id", "function": {"name", "arguments": dict}}``), tool (with
     ``tool_call_id`` and ``name``); a ``ChatMessage`` keeps its role. An assistant message's
     ``additional_kwargs["reasoning_content"]`` is passed on for templates that render it.
+    With ``strict=False`` (token counting of a conversation's slices) an empty list is ``[]``
+    and a ``ToolMessage`` answering no earlier call is rendered as it is.
 
     Raises:
         InvalidRequestError: Empty conversation, unknown message type, or a ``ToolMessage``
             whose ``tool_call_id`` matches no tool call of an earlier assistant message.
         UnsupportedContentError: Non-text content.
     """
-    if not messages:
+    if not messages and strict:
         raise InvalidRequestError("messages is empty: a chat request needs at least one message")
     rendered: list[dict[str, Any]] = []
     call_names: dict[str, str] = {}
@@ -145,14 +148,14 @@ def to_template_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]
             if isinstance(reasoning, str) and reasoning:
                 entry["reasoning_content"] = reasoning
         elif isinstance(message, ToolMessage):
-            if message.tool_call_id not in call_names:
+            if message.tool_call_id not in call_names and strict:
                 raise InvalidRequestError(
                     f"message {index}: ToolMessage with tool_call_id={message.tool_call_id!r} "
                     "answers no tool call of an earlier AIMessage; known ids: "
                     f"{sorted(call_names) or 'none'}"
                 )
             entry["tool_call_id"] = message.tool_call_id
-            entry["name"] = message.name or call_names[message.tool_call_id]
+            entry["name"] = message.name or call_names.get(message.tool_call_id, "tool")
         elif message.name and role == "user":
             entry["name"] = message.name
         rendered.append(entry)

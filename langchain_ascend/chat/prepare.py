@@ -12,7 +12,11 @@ functions tested on their own:
 5. the grammar (:func:`~langchain_ascend.structured.selection.grammar_spec`);
 6. :func:`template_kwargs_for` and :func:`prompt_token_ids` — render and tokenize;
 7. :func:`max_tokens_for` — the reply budget within the context;
-8. :func:`sampling_values` over :func:`generation_defaults` — temperature, top-p, top-k, stop.
+8. :func:`sampling_values` over :func:`generation_defaults` — temperature, top-p, top-k,
+   min-p, the penalties, stop.
+
+Steps 2-6 are :func:`build_prompt`, which token counting (``chat.token_count``) runs too, so
+a count is the ``input_tokens`` of the same call.
 
 Every problem is a typed error (``InvalidRequestError``, ``PromptTooLongError``,
 ``ChatTemplateError``, ``UnsupportedContentError``) raised before the engine sees the request.
@@ -35,6 +39,7 @@ from langchain_ascend.chat.messages import (
     to_template_tools,
     tool_names_of,
 )
+from langchain_ascend.chat.model_names import readable_model_name
 from langchain_ascend.chat.reasoning import prompt_opens_reasoning
 from langchain_ascend.chat.reply import ReplyAssembler, reply_marker_ids
 from langchain_ascend.chat.template import template_stop_token_ids, with_chat_template
@@ -45,6 +50,7 @@ from langchain_ascend.chat.tool_support import (
     check_tools_usable,
     resolve_tool_support,
 )
+from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError, InvalidTextError, PromptTooLongError
@@ -57,10 +63,14 @@ CALL_KWARGS = frozenset(
     {
         "model", "tools", "tool_choice", "parallel_tool_calls", "response_format",
         "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "chat_template_kwargs",
-        "ignore_eos", "speculative_decoding", "num_speculative_tokens",
+        "ignore_eos", "speculative_decoding", "num_speculative_tokens", "repetition_penalty",
+        "presence_penalty", "frequency_penalty", "min_p", "reasoning", "stream_usage",
     }
 )
 FORCING_CHOICES = ("required", "any")
+FLOAT_SAMPLING = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                  "frequency_penalty")
+"""Float sampling values a call, the instance or the model's generation config may set."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +79,19 @@ class ChatSettings:
     ``parse_reasoning`` may be overridden per call). Field meanings as on ``AscendChatModel``."""
 
     model: str
+    gguf_file: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     seed: int | None = None
     stop: Sequence[str] | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    min_p: float | None = None
+    reasoning: bool | str | None = None
+    stream_usage: bool = True
     ignore_eos: bool = False
     speculative_decoding: str = "auto"
     num_speculative_tokens: int = 8
@@ -99,6 +116,8 @@ class PreparedRequest:
     """What a grammar forces, for the cut-short note (``"tool call (tool_choice='required')"``,
     ``"structured output"``); None for free text."""
     forced_tool: bool = False
+    stream_usage: bool = True
+    """Whether the last streamed chunk carries ``usage_metadata``."""
 
     def new_assembler(self) -> ReplyAssembler:
         """A fresh reply assembler for this request's reply."""
@@ -151,12 +170,20 @@ def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> str:
 
 
 def template_kwargs_for(
-    base: Mapping[str, Any], call: Mapping[str, Any] | None, spec: GrammarSpec | None
+    base: Mapping[str, Any], call: Mapping[str, Any] | None, spec: GrammarSpec | None,
+    reasoning: bool | str | None = None,
 ) -> dict[str, Any]:
-    """Template variables: the instance's, then the call's; a grammar that starts at the first
-    token (JSON, forced calls) leaves no room for ``<think>``, so ``enable_thinking`` defaults
-    to False under it."""
-    merged = {**base, **(call or {})}
+    """Template variables: the instance's, then ``reasoning`` (True/False: the
+    ``enable_thinking`` switch; ``"low"``/``"medium"``/``"high"``: thinking on with that
+    ``reasoning_effort``), then the call's; a grammar that starts at the first token (JSON,
+    forced calls) leaves no room for ``<think>``, so ``enable_thinking`` defaults to False
+    under it."""
+    merged = dict(base)
+    if isinstance(reasoning, bool):
+        merged["enable_thinking"] = reasoning
+    elif isinstance(reasoning, str):
+        merged.update(enable_thinking=True, reasoning_effort=reasoning)
+    merged.update(call or {})
     if spec is not None and not spec.free_text:
         merged.setdefault("enable_thinking", False)
     return merged
@@ -201,18 +228,20 @@ def sampling_values(
     defaults: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Sampling arguments (besides ``max_tokens``): call value, else instance value, else the
-    model's generation defaults. A grammar that decides where the reply ends (not free text)
-    drops the stop strings; ``ignore_eos`` never applies under a grammar."""
-    temperature = kwargs.get("temperature", settings.temperature)
-    top_p = kwargs.get("top_p", settings.top_p)
-    top_k = kwargs.get("top_k", settings.top_k)
+    model's generation defaults (:func:`generation_defaults`: ``repetition_penalty`` and, where
+    the model samples, temperature, top-p, top-k and min-p). A grammar that decides where the
+    reply ends (not free text) drops the stop strings; ``ignore_eos`` never applies under a
+    grammar."""
+    def pick(name: str, kind: type) -> Any:
+        value = kwargs.get(name, getattr(settings, name))
+        return defaults[name] if value is None else kind(value)
+
     stops = (stop_list(stop) or []) if stop is not None else list(settings.stop or [])
     if spec is not None and not spec.free_text:
         stops = []
     return {
-        "temperature": defaults["temperature"] if temperature is None else float(temperature),
-        "top_p": defaults["top_p"] if top_p is None else float(top_p),
-        "top_k": defaults["top_k"] if top_k is None else int(top_k),
+        **{name: pick(name, float) for name in FLOAT_SAMPLING},
+        "top_k": pick("top_k", int),
         "seed": kwargs.get("seed", settings.seed),
         "stop": stops,
         "ignore_eos": bool(kwargs.get("ignore_eos", settings.ignore_eos)) and spec is None,
@@ -227,26 +256,14 @@ _GENERATION_DEFAULTS_LOCK = threading.Lock()
 
 
 def generation_defaults(model_path: Any) -> dict[str, Any]:
-    """Sampling defaults from the model's ``generation_config.json`` (greedy without one);
-    cached per model path."""
+    """Sampling defaults from the model's ``generation_config.json``
+    (``engine.hf_config.generation_defaults``), cached per model path."""
     key = str(model_path)
     with _GENERATION_DEFAULTS_LOCK:
         cached = _GENERATION_DEFAULTS.get(key)
     if cached is not None:
         return cached
-    defaults: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
-    try:
-        from transformers import GenerationConfig
-
-        config = GenerationConfig.from_pretrained(key)
-    except (OSError, ValueError):
-        config = None
-    if config is not None and getattr(config, "do_sample", False):
-        defaults = {
-            "temperature": float(config.temperature if config.temperature is not None else 1.0),
-            "top_p": float(config.top_p if config.top_p is not None else 1.0),
-            "top_k": int(config.top_k or 0),
-        }
+    defaults = hf_config.generation_defaults(key)
     with _GENERATION_DEFAULTS_LOCK:
         _GENERATION_DEFAULTS[key] = defaults
     return defaults
@@ -328,6 +345,71 @@ def sampling_params_for(engine: Any, tokenizer: Any, settings: ChatSettings,
     return params
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """One call's rendered prompt and what rendering it decided (steps 2-6)."""
+
+    engine: Any
+    model_name: str
+    tokenizer: Any
+    calls: ToolRequest
+    spec: GrammarSpec | None
+    special: Mapping[str, int]
+    token_ids: list[int]
+    text: str
+
+
+def build_prompt(
+    messages: Sequence[BaseMessage],
+    kwargs: Mapping[str, Any],
+    settings: ChatSettings,
+    engine_for: Callable[[str], Any],
+    *,
+    strict: bool = True,
+) -> Prompt:
+    """Render one call's conversation, tools and template variables into prompt ids.
+
+    Args:
+        messages: The conversation.
+        kwargs: The call's arguments (tools, tool_choice, response_format, model, reasoning,
+            chat_template_kwargs...).
+        settings: The chat model's settings.
+        engine_for: Returns the object holding a model's ``tokenizer`` (the shared engine,
+            or for counting only, the tokenizer alone).
+        strict: Refuse what a call refuses (a ``ToolMessage`` answering no call, a
+            conversation without text); False renders such partial conversations as they
+            are (token counting of ``trim_messages``' slices).
+
+    Raises:
+        InvalidRequestError, ChatTemplateError, UnsupportedContentError: As for
+            :func:`prepare_request`.
+    """
+    template_messages = to_template_messages(messages, strict=strict)
+    if strict:
+        check_conversation_text(template_messages)
+    model_name = kwargs.get("model") or settings.model
+    engine = engine_for(model_name)
+    tokenizer = chat_tokenizer(engine, settings, model_name)
+    calls = tool_request(kwargs, settings, engine, model_name)
+    fallback = calls.support.fallback
+    if fallback:
+        template_messages = apply_fallback(template_messages, calls.tools)
+    special = special_tokens_of(engine.tokenizer)
+    spec = grammar_spec(
+        response_format=kwargs.get("response_format"), tools=calls.tools,
+        tool_choice=calls.choice, parallel_tool_calls=kwargs.get("parallel_tool_calls"),
+        fmt=calls.support.fmt, special_tokens=set(special),
+    )
+    template_kwargs = template_kwargs_for(
+        settings.chat_template_kwargs, kwargs.get("chat_template_kwargs"), spec,
+        kwargs.get("reasoning", settings.reasoning),
+    )
+    ids, text = prompt_token_ids(
+        tokenizer, template_messages, None if fallback else calls.tools or None, template_kwargs,
+    )
+    return Prompt(engine, model_name, tokenizer, calls, spec, special, ids, text)
+
+
 def prepare_request(
     messages: Sequence[BaseMessage],
     stop: Sequence[str] | None,
@@ -349,46 +431,30 @@ def prepare_request(
             See the module docstring.
     """
     check_call_kwargs(kwargs)
-    template_messages = to_template_messages(messages)
-    check_conversation_text(template_messages)
-    model_name = kwargs.get("model") or settings.model
-    engine = engine_for(model_name)
-    tokenizer = chat_tokenizer(engine, settings, model_name)
-    calls = tool_request(kwargs, settings, engine, model_name)
-    fallback = calls.support.fallback
-    if fallback:
-        template_messages = apply_fallback(template_messages, calls.tools)
-
-    special = special_tokens_of(engine.tokenizer)
-    spec = grammar_spec(
-        response_format=kwargs.get("response_format"), tools=calls.tools,
-        tool_choice=calls.choice, parallel_tool_calls=kwargs.get("parallel_tool_calls"),
-        fmt=calls.support.fmt, special_tokens=set(special),
-    )
-    template_kwargs = template_kwargs_for(
-        settings.chat_template_kwargs, kwargs.get("chat_template_kwargs"), spec
-    )
-    prompt_ids, prompt_text = prompt_token_ids(
-        tokenizer, template_messages, None if fallback else calls.tools or None, template_kwargs,
-    )
-    params = sampling_params_for(engine, tokenizer, settings, kwargs, stop, spec,
-                                 len(prompt_ids), special, calls)
+    prompt = build_prompt(messages, kwargs, settings, engine_for)
+    calls, spec = prompt.calls, prompt.spec
+    params = sampling_params_for(prompt.engine, prompt.tokenizer, settings, kwargs, stop, spec,
+                                 len(prompt.token_ids), prompt.special, calls)
     forced_tool = calls.choice not in ("auto", "none")
     forced = (f"tool call (tool_choice={calls.choice!r})" if forced_tool
               else "structured output" if spec is not None and not spec.free_text else None)
     return PreparedRequest(
-        engine=engine,
-        model_name=model_name,
-        prompt_token_ids=prompt_ids,
+        engine=prompt.engine,
+        model_name=readable_model_name(
+            prompt.model_name, settings.gguf_file if prompt.model_name == settings.model
+            else None),
+        prompt_token_ids=prompt.token_ids,
         params=params,
         assembler_kwargs={
             "parse_tools": calls.parse,
             "tool_format": calls.support.fmt,
             "tool_names": calls.names,
             "parse_reasoning": settings.parse_reasoning,
-            "start_in_reasoning": settings.parse_reasoning and prompt_opens_reasoning(prompt_text),
-            "id_factory": reply_call_ids(prompt_ids),
+            "start_in_reasoning": (settings.parse_reasoning
+                                   and prompt_opens_reasoning(prompt.text)),
+            "id_factory": reply_call_ids(prompt.token_ids),
         },
         forced=forced,
         forced_tool=forced_tool,
+        stream_usage=bool(kwargs.get("stream_usage", settings.stream_usage)),
     )

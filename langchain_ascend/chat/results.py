@@ -83,7 +83,8 @@ def chat_result(prepared: PreparedRequest, output: Any) -> ChatResult:
 def generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
                      ) -> ChatGenerationChunk | None:
     """The chunk of one engine delta (None when it adds nothing); the last chunk of a cut
-    forced output carries ``response_metadata["output_error"]``.
+    forced output carries ``response_metadata["output_error"]``, the last chunk's
+    ``usage_metadata`` is left out when the call asked ``stream_usage=False``.
 
     Raises:
         ForcedOutputError: At the last delta, see :func:`check_forced_call`.
@@ -97,6 +98,8 @@ def generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
         check_forced_call(prepared, assembler, delta.output.finish_reason, delta.output.text)
     if _was_cut(prepared, chunk):
         chunk.response_metadata["output_error"] = cut_message(prepared)
+    if not prepared.stream_usage:
+        chunk.usage_metadata = None
     return ChatGenerationChunk(message=chunk)
 
 

@@ -103,13 +103,23 @@ def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
 
 
 def generation_defaults(model_path: str) -> dict[str, Any]:
-    """Sampling defaults from ``generation_config.json``: its temperature, top-p and top-k
-    where it samples (``do_sample``), greedy otherwise or without the file."""
+    """Sampling defaults from ``generation_config.json``, as ``generate`` reads them: its
+    temperature, top-p, top-k and min-p where it samples (``do_sample``), greedy otherwise or
+    without the file; its ``repetition_penalty`` either way (transformers applies it to greedy
+    decoding too). Presence and frequency penalties are not transformers settings: 0."""
     config = generation_config(model_path)
-    if config is not None and getattr(config, "do_sample", False):
-        return {
-            "temperature": float(config.temperature if config.temperature is not None else 1.0),
-            "top_p": float(config.top_p if config.top_p is not None else 1.0),
-            "top_k": int(config.top_k or 0),
-        }
-    return {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+    defaults: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
+                                "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                                "repetition_penalty": 1.0}
+    if config is None:
+        return defaults
+    penalty = getattr(config, "repetition_penalty", None)
+    if penalty is not None:
+        defaults["repetition_penalty"] = float(penalty)
+    if getattr(config, "do_sample", False):
+        defaults.update(
+            temperature=float(config.temperature if config.temperature is not None else 1.0),
+            top_p=float(config.top_p if config.top_p is not None else 1.0),
+            top_k=int(config.top_k or 0),
+            min_p=float(getattr(config, "min_p", None) or 0.0))
+    return defaults

@@ -19,7 +19,8 @@ from langchain_ascend.chat.prepare import (
 from langchain_ascend.errors import InvalidRequestError, PromptTooLongError
 from langchain_ascend.structured import json_object_grammar, no_tool_call_grammar
 
-GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0,
+          "frequency_penalty": 0.0, "repetition_penalty": 1.0}
 
 
 @pytest.mark.parametrize(("choice", "expected"), [
@@ -42,8 +43,9 @@ def test_bad_tool_choices_are_typed_errors():
 
 def test_only_known_call_arguments_pass():
     check_call_kwargs({k: None for k in CALL_KWARGS})
-    with pytest.raises(InvalidRequestError, match=r"\['frequency_penalty'\]"):
-        check_call_kwargs({"max_tokens": 3, "frequency_penalty": 1.0})
+    with pytest.raises(InvalidRequestError, match=r"\['logit_bias'\]"):
+        check_call_kwargs({"max_tokens": 3, "logit_bias": {1: 2.0}})
+    check_call_kwargs({"max_tokens": 3, "frequency_penalty": 1.0})  # a sampling control now
 
 
 def test_max_tokens_is_capped_by_the_room_the_prompt_leaves():
@@ -64,15 +66,24 @@ def test_template_kwargs_merge_and_thinking_off_under_a_strict_grammar():
     assert template_kwargs_for(base, None, json_object_grammar())["enable_thinking"] is True
     free = no_tool_call_grammar("hermes")
     assert "enable_thinking" not in template_kwargs_for({}, None, free)
+    # reasoning= is the enable_thinking switch; the call's own template variables win
+    assert template_kwargs_for(base, None, None, reasoning=False)["enable_thinking"] is False
+    assert template_kwargs_for({}, {"enable_thinking": False}, None, True) == {
+        "enable_thinking": False}
+    assert template_kwargs_for({}, None, None, "high") == {"enable_thinking": True,
+                                                           "reasoning_effort": "high"}
 
 
 def test_sampling_values_call_then_instance_then_model_defaults():
-    settings = ChatSettings(model="m", temperature=0.7, stop=["END"], ignore_eos=True, seed=3)
-    sampled = {"temperature": 1.0, "top_p": 0.9, "top_k": 40}
-    values = sampling_values(settings, {"top_k": 5}, None, None, sampled)
+    settings = ChatSettings(model="m", temperature=0.7, stop=["END"], ignore_eos=True, seed=3,
+                            presence_penalty=0.5)
+    sampled = {**GREEDY, "temperature": 1.0, "top_p": 0.9, "top_k": 40,
+               "repetition_penalty": 1.1}
+    values = sampling_values(settings, {"top_k": 5, "min_p": 0.05}, None, None, sampled)
     assert values == {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "seed": 3,
                       "stop": ["END"], "ignore_eos": True, "speculation": "auto",
-                      "num_speculative_tokens": 8}
+                      "num_speculative_tokens": 8, "min_p": 0.05, "presence_penalty": 0.5,
+                      "frequency_penalty": 0.0, "repetition_penalty": 1.1}
     call = sampling_values(settings, {"temperature": 0, "seed": 9, "num_speculative_tokens": 2,
                                       "speculative_decoding": "off"}, ["x"], None, GREEDY)
     assert call["temperature"] == 0.0 and call["seed"] == 9 and call["stop"] == ["x"]
@@ -88,8 +99,13 @@ def test_generation_defaults_are_greedy_without_a_sampling_config(tmp_path):
     (tmp_path / "sampled").mkdir()
     (tmp_path / "sampled" / "generation_config.json").write_text(
         '{"do_sample": true, "temperature": 0.6, "top_p": 0.95, "top_k": 20}')
-    assert generation_defaults(tmp_path / "sampled") == {"temperature": 0.6, "top_p": 0.95,
-                                                          "top_k": 20}
+    assert generation_defaults(tmp_path / "sampled") == {**GREEDY, "temperature": 0.6,
+                                                          "top_p": 0.95, "top_k": 20}
+    # transformers applies repetition_penalty to greedy decoding too: it is read either way
+    (tmp_path / "penalized").mkdir()
+    (tmp_path / "penalized" / "generation_config.json").write_text(
+        '{"do_sample": false, "temperature": 0.6, "repetition_penalty": 1.15, "min_p": 0.1}')
+    assert generation_defaults(tmp_path / "penalized") == {**GREEDY, "repetition_penalty": 1.15}
 
 
 def test_prepare_request_validates_before_loading_the_engine():

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
 
+from langchain_ascend.chat.warm_up import warm_up_grammar_specs
 from langchain_ascend.chat_models import AscendChatModel
+from langchain_ascend.structured.selection import grammar_backend
 
 
 class _TokenRecorder(BaseCallbackHandler):
@@ -48,7 +51,7 @@ def test_invoke_returns_a_message_with_usage_and_metadata(tiny_chat):
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert 0 <= usage["input_token_details"]["cache_read"] < usage["input_tokens"]
     meta = message.response_metadata
-    assert meta["model_name"] == tiny_chat.model
+    assert meta["model_name"] == Path(tiny_chat.model).name
     assert meta["finish_reason"] in ("stop", "length")
     assert set(meta["timings"]) == {"queue", "time_to_first_token", "decode"}
     assert all(v >= 0 for v in meta["timings"].values())
@@ -168,14 +171,14 @@ def test_stop_string_cuts_the_reply_before_it(tiny_chat):
 def test_model_override_uses_that_models_engine(tiny_chat, tiny_model_paths):
     other = str(tiny_model_paths["llama"])
     message = tiny_chat.invoke("Hi", model=other)
-    assert message.response_metadata["model_name"] == other
+    assert message.response_metadata["model_name"] == Path(other).name  # its name, not a path
     assert tiny_chat._engine_for(other) is not tiny_chat._engine_for()
-    assert tiny_chat._get_ls_params(model=other)["ls_model_name"] == other
+    assert tiny_chat._get_ls_params(model=other)["ls_model_name"] == Path(other).name
 
 
 def test_standard_tracing_params(tiny_chat):
     params = tiny_chat._get_ls_params(stop=["x"], max_tokens=5)
-    assert params == {"ls_provider": "ascend", "ls_model_name": tiny_chat.model,
+    assert params == {"ls_provider": "ascend", "ls_model_name": Path(tiny_chat.model).name,
                       "ls_model_type": "chat", "ls_temperature": 0.0, "ls_max_tokens": 5,
                       "ls_stop": ["x"]}
     assert tiny_chat._llm_type == "ascend-chat"
@@ -190,9 +193,9 @@ def test_warm_up_precompiles_grammars(tiny_qwen2_path, weather_tools):
 
     model = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", max_tokens=8)
     engine = model._engine_for()
-    backend = model._grammar_backend(engine)
+    backend = grammar_backend(engine)
     model.warm_up(tools=weather_tools, schemas=[Answer])
-    specs = model._warm_up_specs(engine, weather_tools, [Answer])
+    specs = warm_up_grammar_specs(engine, model._settings(), weather_tools, [Answer])
     assert len(specs) == 6  # json_mode, "none", "required", one per named tool, the schema
     assert all(backend.is_cached(spec) for spec in specs)
     assert isinstance(model.with_structured_output(Answer).invoke("x"), Answer)

@@ -87,8 +87,13 @@ def test_constructor_rejects_bad_settings(tiny_qwen2_path):
                       ({"kv_cache_memory_fraction": 1.5}, "kv_cache_memory_fraction")):
         with pytest.raises(ValidationError, match=name):
             AscendChatModel(model=path, **bad)
-    # ChatOpenAI-style arguments that mean nothing locally are accepted for drop-in use.
-    AscendChatModel(model=path, api_key="unused", timeout=30, max_retries=2)
+    # ChatOpenAI-style arguments that mean nothing locally are accepted for drop-in use, each
+    # with a warning naming it.
+    with pytest.warns(UserWarning) as caught:
+        AscendChatModel(model=path, api_key="unused", timeout=30, max_retries=2)
+    said = " ".join(str(w.message) for w in caught)
+    for name in ("api_key=", "timeout=", "max_retries="):
+        assert name in said and "no effect" in said
 
 
 def test_bad_model_sources_fail_at_construction_with_a_typed_error(tmp_path):

@@ -1,0 +1,106 @@
+"""Where a chat model's requests run: its model's source, shared engine, or tokenizer alone.
+
+:func:`model_folder` resolves a model name as the chat model gives it (``gguf_file`` and
+``model_kwargs["revision"]`` belong to the chat model's own model) to the local folder the
+engine loads; :func:`load_engine` returns the process-wide shared engine of that folder with
+the chat model's engine settings; :func:`load_tokenizer` loads the tokenizer only (token
+counting before any call: no weights, no KV cache). Imports torch only through the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_ascend.errors import ModelSourceError
+
+
+@dataclass(frozen=True)
+class TokenizerOnly:
+    """A model's tokenizer where the prompt path expects an engine (it reads ``tokenizer``)."""
+
+    tokenizer: Any
+
+
+def hub_revision_folder(repo_id: str, revision: str) -> Path:
+    """The local snapshot of ``repo_id`` at ``revision`` (from the Hugging Face cache, else
+    downloaded unless ``HF_HUB_OFFLINE`` is set).
+
+    Raises:
+        ModelSourceError: The revision is neither cached nor downloadable; names both.
+    """
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
+    except Exception as cached_error:  # noqa: BLE001 - every hub failure becomes our error
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true"):
+            raise ModelSourceError(
+                f"model {repo_id!r} at revision {revision!r} is not in the local Hugging Face "
+                "cache and HF_HUB_OFFLINE is set") from cached_error
+    try:
+        return Path(snapshot_download(repo_id, revision=revision))
+    except Exception as error:  # noqa: BLE001
+        raise ModelSourceError(
+            f"model {repo_id!r} at revision {revision!r} could not be downloaded "
+            f"({type(error).__name__}: {error})") from error
+
+
+def model_folder(chat: Any, name: str) -> Path:
+    """The local HF folder of model ``name`` for chat model ``chat`` (see the module
+    docstring); a GGUF file is prepared as ``chat.quantization`` asks (only its config and
+    tokenizer are written when its blocks run as they are)."""
+    from langchain_ascend.engine.model_source import resolve_model_source
+
+    own = name == chat.model
+    revision = chat.model_kwargs.get("revision") if own else None
+    source: str | Path = hub_revision_folder(name, revision) if revision else name
+    return resolve_model_source(source, gguf_file=chat.gguf_file if own else None,
+                                quantization=chat.quantization).path
+
+
+def engine_kwargs(chat: Any) -> dict[str, Any]:
+    """The engine settings of chat model ``chat`` (unset optional ones left out)."""
+    kwargs: dict[str, Any] = {
+        "enable_prefix_caching": chat.enable_prefix_caching,
+        "kv_cache_memory_fraction": chat.kv_cache_memory_fraction,
+        "max_batch_size": chat.max_batch_size,
+        "max_num_batched_tokens": chat.max_num_batched_tokens,
+        "compile": chat.compile,
+        "quantization": chat.quantization,
+    }
+    for key, value in (("max_context_length", chat.max_context_length),
+                       ("block_size", chat.block_size), ("num_blocks", chat.num_kv_blocks)):
+        if value is not None:
+            kwargs[key] = value
+    return kwargs
+
+
+def load_engine(chat: Any, name: str) -> Any:
+    """The shared engine of model ``name`` on ``chat``'s device and dtype (loaded on first use).
+
+    Raises:
+        ModelSourceError: The model cannot be found or prepared.
+    """
+    from langchain_ascend.engine.registry import get_engine
+
+    return get_engine(model_folder(chat, name), device=chat.device, dtype=chat.dtype,
+                      **engine_kwargs(chat))
+
+
+def load_tokenizer(chat: Any, name: str) -> TokenizerOnly:
+    """Model ``name``'s tokenizer alone, as its engine would load it.
+
+    Raises:
+        ModelSourceError: The model cannot be found or prepared, or has no tokenizer.
+    """
+    from transformers import AutoTokenizer
+
+    folder = model_folder(chat, name)
+    try:
+        return TokenizerOnly(AutoTokenizer.from_pretrained(folder))
+    except (OSError, ValueError) as error:
+        raise ModelSourceError(f"cannot load the tokenizer of {name} from {folder}: "
+                               f"{error}") from error

@@ -1,0 +1,77 @@
+"""``with_structured_output``: a schema -> the bound chat model and the parser of its reply.
+
+``"json_schema"`` binds a ``response_format`` whose grammar constrains the reply to the schema,
+``"json_mode"`` one for any JSON object, ``"function_calling"`` a forced call of a tool with
+that schema (``tool_choice`` = its name). ``include_raw`` returns ``{"raw", "parsed",
+"parsing_error"}`` as LangChain's partner models do. No torch.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.output_parsers.openai_tools import (
+    JsonOutputKeyToolsParser,
+    PydanticToolsParser,
+)
+from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from langchain_core.utils.pydantic import is_basemodel_subclass
+
+from langchain_ascend.errors import InvalidRequestError
+
+METHODS = ("json_schema", "function_calling", "json_mode")
+
+
+def _bound_and_parser(chat: Any, schema: dict[str, Any] | type, method: str,
+                      ls_format: dict[str, Any]) -> tuple[Runnable, Runnable]:
+    """The bound chat model and the reply's parser for ``method``."""
+    is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
+    json_schema = ls_format["schema"]
+    if method == "function_calling":
+        tool_name = convert_to_openai_tool(schema)["function"]["name"]
+        bound = chat.bind_tools([schema], tool_choice=tool_name, parallel_tool_calls=False,
+                                ls_structured_output_format=ls_format)
+        parser: Runnable = (
+            PydanticToolsParser(tools=[schema], first_tool_only=True)  # type: ignore[list-item]
+            if is_pydantic else JsonOutputKeyToolsParser(key_name=tool_name,
+                                                         first_tool_only=True))
+        return bound, parser
+    if method == "json_schema":
+        response_format: dict[str, Any] = {
+            "type": "json_schema",
+            "json_schema": {"name": json_schema.get("title", "output"), "schema": json_schema},
+        }
+    else:
+        response_format = {"type": "json_object"}
+    bound = chat.bind(response_format=response_format, ls_structured_output_format=ls_format)
+    parser = (PydanticOutputParser(pydantic_object=schema)  # type: ignore[arg-type]
+              if is_pydantic else JsonOutputParser())
+    return bound, parser
+
+
+def structured_output(chat: Any, schema: dict[str, Any] | type, *, method: str,
+                      include_raw: bool, strict: bool | None,
+                      kwargs: dict[str, Any]) -> Runnable:
+    """The runnable ``chat.with_structured_output(schema, ...)`` returns.
+
+    Raises:
+        InvalidRequestError: An unknown ``method`` or an unsupported keyword argument.
+    """
+    if kwargs:
+        raise InvalidRequestError(f"unsupported with_structured_output arguments {sorted(kwargs)}")
+    if method not in METHODS:
+        raise InvalidRequestError(
+            f"unknown method {method!r}: use 'json_schema', 'function_calling' or 'json_mode'")
+    ls_format = {"kwargs": {"method": method, "strict": strict},
+                 "schema": convert_to_json_schema(schema)}
+    bound, parser = _bound_and_parser(chat, schema, method, ls_format)
+    if not include_raw:
+        return bound | parser
+    parser_assign = RunnablePassthrough.assign(
+        parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
+    parser_none = RunnablePassthrough.assign(parsed=lambda _: None)
+    with_fallback = parser_assign.with_fallbacks([parser_none], exception_key="parsing_error")
+    return RunnableMap(raw=bound) | with_fallback
