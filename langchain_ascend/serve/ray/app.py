@@ -33,17 +33,18 @@ from langchain_ascend.serve.ray.replica import EngineReplica, build_server_app
 from langchain_ascend.serve.ray.router import PrefixAffinityRouter
 from langchain_ascend.validation import check_count
 
-__all__ = ["DEFAULT_MAX_ONGOING_REQUESTS", "build_ray_app"]
+__all__ = ["DEFAULT_MAX_ONGOING_REQUESTS", "build_ray_app", "replica_options"]
 
 DEFAULT_MAX_ONGOING_REQUESTS = 64
 """Requests Ray sends one replica at a time (the engine batches them; its own queue bound
 answers 429 beyond ``max_batch_size + max_waiting``)."""
 
 
-def _replica_options(replicas: int | None, autoscaling_config: Mapping[str, Any] | None,
+def replica_options(replicas: int | None, autoscaling_config: Mapping[str, Any] | None,
                      ray_actor_options: Mapping[str, Any] | None, max_ongoing_requests: int,
                      saturation: int | None, health_check_period_s: float,
                      health_check_timeout_s: float) -> dict[str, Any]:
+    """The engine deployment's options: replica count or autoscaling, resources, the router."""
     if (replicas is None) == (autoscaling_config is None):
         raise ValueError("give exactly one of replicas=N and autoscaling_config={...}")
     options: dict[str, Any] = {
@@ -115,7 +116,7 @@ def build_ray_app(
     if app_kwargs is None:
         app_kwargs = {"model": model, "chat_model_kwargs": dict(chat_model_kwargs or {}),
                       **dict(server_kwargs or {})}
-    engine = EngineReplica.options(**_replica_options(
+    engine = EngineReplica.options(**replica_options(
         replicas, autoscaling_config, ray_actor_options, max_ongoing_requests, saturation,
         health_check_period_s, health_check_timeout_s))
     front = FrontDeployment.options(num_replicas=check_count("front_replicas", front_replicas),
