@@ -2,15 +2,18 @@
 
 One tensor per decoder layer, allocated once and updated in place. Block ids handed out by the
 host-side block pool index dimension ``backend.blocks_dim`` of every layer's tensor. The cache
-is zero-filled so
-that padding gathered by batched attention is finite (masked scores times a NaN value would
-still be NaN); on CPU ``torch.zeros`` maps pages lazily, so untouched blocks cost no RAM.
+is zero-filled so that padding gathered by batched attention is finite (masked scores times a
+NaN value would still be NaN). On the CPU the zeros are the kernel's: each layer's tensor lies
+in an anonymous memory map, whose pages are zero and become resident only when first written,
+so untouched blocks cost no RAM (``torch.zeros`` writes every byte: SmolLM2's default 2 GiB
+pool was all resident, and took seconds to fill, before the first request).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import mmap
+from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import platform
 from langchain_ascend.validation import check_count, check_int, check_probability
@@ -88,6 +91,21 @@ def plan_num_blocks(*, device: torch.device, bytes_per_block: int,
     return planned
 
 
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: Any) -> torch.Tensor:
+    """A zero tensor; on the CPU its pages are mapped on first write (module docstring)."""
+    import torch
+
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    num_bytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    if num_bytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    # Private and anonymous: zero, not resident until written, not shared with a forked child.
+    pages = mmap.mmap(-1, num_bytes, flags=mmap.MAP_PRIVATE)
+    # The tensor keeps the map alive (frombuffer holds a reference to its buffer).
+    return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)
+
+
 class KVCache:
     """Per-layer paged K/V tensors.
 
@@ -103,7 +121,6 @@ class KVCache:
 
     def __init__(self, backend: AttentionBackend, *, num_layers: int, num_blocks: int,
                  block_size: int) -> None:
-        import torch
 
         backend.check_block_size(block_size)
         self.num_layers = num_layers
@@ -111,9 +128,7 @@ class KVCache:
         self.block_size = block_size
         shape = backend.kv_cache_shape(num_blocks, block_size)
         self.tensors: list[torch.Tensor] = [
-            torch.zeros(shape, dtype=backend.dtype, device=backend.device)
-            for _ in range(num_layers)
-        ]
+            lazy_zeros(shape, backend.dtype, backend.device) for _ in range(num_layers)]
         self.blocks_dim = backend.blocks_dim
         self.num_bytes = sum(t.numel() * t.element_size() for t in self.tensors)
         logger.info("KV cache: %d blocks x %d tokens, %d layers, %.1f MiB on %s", num_blocks,
