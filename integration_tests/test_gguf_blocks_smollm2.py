@@ -142,7 +142,7 @@ def test_engine_on_the_blocks() -> None:
             expected = model(torch.tensor([prompt])).logits[0, -1]
         blocks = list(range(-(-len(prompt) // engine.block_size)))
         segment = ScheduledSegment("probe", prompt, 0, blocks, True, SamplingParams(max_tokens=1))
-        _, logits = engine._runner.forward_batch([segment])
+        _, logits = engine.driver.runner.forward_batch([segment])
         assert (logits[0] - expected).abs().max() < 0.1 * expected.abs().max()
         assert int(logits[0].argmax()) in expected.topk(5).indices.tolist()
     finally:

@@ -97,7 +97,7 @@ def test_64_sessions_on_a_small_pool_match_their_solo_runs(engine):
     solo = {i: run_session_sync(engine, i, []) for i in range(NUM_SESSIONS)}
     engine.reset_prefix_cache()  # the concurrent run starts cold, like the solo ones did
     preemptions_before = engine.stats().num_preemptions
-    evictions_before = engine._kv.pool.num_evictions
+    evictions_before = engine.driver.kv.pool.num_evictions
 
     latencies: list[float] = []
     results: dict[int, object] = {}
@@ -134,7 +134,7 @@ def test_64_sessions_on_a_small_pool_match_their_solo_runs(engine):
     assert not mismatched
     stats = engine.stats()
     preemptions = stats.num_preemptions - preemptions_before
-    evictions = engine._kv.pool.num_evictions - evictions_before
+    evictions = engine.driver.kv.pool.num_evictions - evictions_before
     assert preemptions > 0 and evictions > 0  # the pool was too small for all of them
     assert stats.num_blocks_used == 0 and stats.num_blocks_free == free_at_start
     assert stats.num_running == stats.num_waiting == 0

@@ -1,9 +1,10 @@
 """The LLM engine: paged KV cache, prefix caching and continuous batching over an HF model.
 
 ``core/`` schedules (torch-free), ``worker/`` runs the model, ``cpu/`` prepares a model for
-the CPU decode step; this package's top holds the public engine (``llm_engine``), its step
-loop (``driver``), result delivery (``streams``), the process-wide registry (``registry``) and
-what is read from the model's config files (``hf_config``).
+the CPU decode step; this package's top holds the public engine (``llm_engine``), the driver
+it holds (``driver``: scheduler, runner and step loop), model loading (``loader``), result
+delivery (``streams``), a request's own faults (``request_faults``), the process-wide registry
+(``registry``) and what is read from the model's config files (``hf_config``).
 
 The names below load on first use, so importing a submodule (``engine.core``...) stays light.
 """

@@ -1,143 +1,226 @@
-"""The step loop: who runs *schedule -> model step -> update*, and how results go back.
+"""The engine's driver: the scheduler, the model runner and the step loop that joins them.
 
-One thread at a time (the *driver*) runs the steps and hands each request's tokens to its
-sink. A background loop thread (started on demand) serves coroutines and streams. Where
+One thread at a time runs *schedule -> model step -> update* and hands each request's tokens
+to its sink. A background loop thread (started on demand) serves coroutines and streams. Where
 :func:`langchain_ascend.platform.callers_drive_steps` says so (the CPU), a thread blocked in
 :meth:`~langchain_ascend.engine.llm_engine.LLMEngine.generate` drives the steps itself while
 nobody else does, and the loop thread ends when it runs out of work, so the steps run on the
 caller's OpenMP pool instead of a second one (see ``docs/performance.md``).
 
-Fault isolation: a request's own callbacks inside a step (its grammar constraint's
-``mask_logits`` / ``accept_token`` / ``is_terminated``) run behind a :class:`GuardedConstraint`
-that records an exception instead of letting it end the step. The step then completes for
-everyone: the forward already wrote every row's K/V, and each row's token depends only on its
-own logits, so the other rows keep exactly the tokens they would have had without the faulty
-request. The faulty request alone is failed with :class:`RequestFaultError` before the step's
-results are applied (its row's token is discarded, its blocks freed). A step that fails in a
-way no request owns (the forward itself) fails all of that step's requests with
+Fault isolation: a request's own callbacks inside a step run behind a
+:class:`~langchain_ascend.engine.request_faults.GuardedConstraint`. The step then completes
+for everyone: the forward already wrote every row's K/V, and each row's token depends only on
+its own logits, so the other rows keep exactly the tokens they would have had without the
+faulty request. The faulty request alone is failed with :class:`RequestFaultError` before the
+step's results are applied (its row's token is discarded, its blocks freed). A step that fails
+in a way no request owns (the forward itself) fails all of that step's requests with
 :class:`EngineStepError`, and the engine keeps serving.
 
-Locking: ``_lock`` guards the scheduler, the block pool and the per-request state. A driver
-holds it while scheduling and while applying a step's results, never while the model runs, so
-``abort`` (and a closed stream or a cancelled task) frees a request's blocks at once.
+Locking: :attr:`EngineDriver.lock` guards the scheduler, the block pool and the per-request
+state. A driving thread holds it while scheduling and while applying a step's results, never
+while the model runs, so ``abort`` (and a closed stream or a cancelled task) frees a request's
+blocks at once.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_ascend import platform
 from langchain_ascend.engine.core.batch import ScheduledBatch
-from langchain_ascend.engine.core.outputs import RequestOutput, TokenDelta
+from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.core.outputs import EngineStats, TokenDelta
 from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
+from langchain_ascend.engine.request_faults import fault_error, fault_of
 from langchain_ascend.engine.streams import Item, ThreadSink, Tracked
 from langchain_ascend.errors import (
     EngineClosedError,
     EngineStepError,
+    InvalidRequestError,
     RequestAbortedError,
-    RequestFaultError,
 )
 
 logger = logging.getLogger(__name__)
 
-
-class GuardedConstraint:
-    """One request's :class:`~langchain_ascend.engine.core.sampling_params.TokenConstraint`,
-    with its exceptions recorded in :attr:`fault` instead of raised into the step.
-
-    Once faulted the wrapper stops calling the constraint: ``mask_logits`` leaves a neutral
-    row (all zeros, so sampling that row cannot fail on an all ``-inf`` row; its token is
-    discarded anyway), ``accept_token`` does nothing and ``is_terminated`` says True. Other
-    attributes are the wrapped constraint's.
-    """
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.fault: tuple[str, Exception] | None = None
-
-    def mask_logits(self, logits: Any) -> None:
-        if self.fault is None:
-            try:
-                self.inner.mask_logits(logits)
-                return
-            except Exception as exc:  # noqa: BLE001 - the request's own failure
-                self.fault = ("mask_logits", exc)
-        logits.fill_(0.0)
-
-    def accept_token(self, token_id: int) -> None:
-        if self.fault is None:
-            try:
-                self.inner.accept_token(token_id)
-            except Exception as exc:  # noqa: BLE001 - the request's own failure
-                self.fault = ("accept_token", exc)
-
-    def is_terminated(self) -> bool:
-        if self.fault is None:
-            try:
-                return bool(self.inner.is_terminated())
-            except Exception as exc:  # noqa: BLE001 - the request's own failure
-                self.fault = ("is_terminated", exc)
-        return True
-
-    def jump_forward(self, limit: int) -> list[int]:
-        """The wrapped constraint's forced tokens (none if it has no ``jump_forward``)."""
-        jump = getattr(self.inner, "jump_forward", None)
-        if self.fault is None and jump is not None:
-            try:
-                return [int(t) for t in jump(limit)]
-            except Exception as exc:  # noqa: BLE001 - the request's own failure
-                self.fault = ("jump_forward", exc)
-        return []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+# Drivers whose loop may be running: stopped at interpreter exit so no model step is cut off
+# half-way while the interpreter tears down.
+_LIVE_DRIVERS: weakref.WeakSet[EngineDriver] = weakref.WeakSet()
 
 
-def fault_of(request: Request) -> tuple[str, Exception] | None:
-    """``(callback, exception)`` when the request's own constraint failed, else None."""
-    constraint = request.sampling.constraint
-    return constraint.fault if isinstance(constraint, GuardedConstraint) else None
-
-
-def fault_error(request: Request, fault: tuple[str, Exception]) -> RequestFaultError:
-    """The error a request whose own callback failed ends with (the cause chained)."""
-    where, exc = fault
-    error = RequestFaultError(
-        f"request {request.request_id!r} failed in its own part of the model step: its "
-        f"constraint's {where}() raised {type(exc).__name__}: {exc}; the other requests "
-        "of the step were not affected")
-    error.__cause__ = exc
-    return error
+@atexit.register
+def _shutdown_live_drivers() -> None:
+    for driver in list(_LIVE_DRIVERS):
+        try:
+            driver.shutdown()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            logger.debug("engine shutdown at exit failed", exc_info=True)
 
 
 class EngineDriver:
-    """The loop, driving and delivery half of :class:`~langchain_ascend.engine.llm_engine.LLMEngine`
-    (a base class: the engine sets these attributes up in its ``_setup``)."""
+    """The scheduler (over a paged KV cache manager), the model runner and the step loop.
 
-    _lock: threading.Lock
-    _work: threading.Condition
-    _runner_lock: threading.Lock
-    _runner: Any
-    _scheduler: Scheduler
-    _tracked: dict[str, Tracked]
-    _thread: threading.Thread | None
-    _driver: threading.Thread | None  # the thread running steps now, if any
-    _callers_drive: bool
-    _closed: bool
-    _close_reason: str
-    _pending_aborts: collections.deque[Request]
-    _stream_buffer_limit: int
+    Args:
+        runner: The loaded model runner (see ``engine.loader.LoadedModel``).
+        max_context_length: Most tokens (prompt + generated) per request.
+        enable_prefix_caching: Reuse the K/V of shared prompt prefixes across requests.
+        max_batch_size: Most requests in one step.
+        max_num_batched_tokens: Token budget of one step.
+        stream_buffer_limit: Unread deltas after which a stream counts as abandoned.
+
+    Attributes:
+        runner: The model runner (None once shut down); steps run under its own lock.
+        kv: The KV cache manager (block pool, prefix cache).
+        scheduler: Picks each step's requests.
+        lock: Guards the scheduler, the block pool and the per-request state.
+        callers_drive: Whether a thread in ``generate`` runs the steps itself (the CPU).
+        thread: The loop thread while it runs.
+    """
+
+    def __init__(self, runner: Any, *, max_context_length: int, enable_prefix_caching: bool,
+                 max_batch_size: int, max_num_batched_tokens: int,
+                 stream_buffer_limit: int) -> None:
+        self.runner = runner
+        self.kv = KVCacheManager(int(runner.num_blocks), int(runner.block_size),
+                                 enable_prefix_caching=enable_prefix_caching,
+                                 relocate=getattr(runner, "copy_block", None))
+        self.scheduler = Scheduler(
+            self.kv, max_num_batched_tokens=max_num_batched_tokens,
+            max_batch_size=max_batch_size,
+            max_model_len=min(max_context_length, self.kv.capacity_tokens),
+        )
+        _configure_drafting(self.scheduler, runner)
+        self.lock = threading.Lock()
+        self.callers_drive = platform.callers_drive_steps(runner.device)
+        self.thread: threading.Thread | None = None
+        self._work = threading.Condition(self.lock)
+        self._runner_lock = threading.Lock()
+        self._tracked: dict[str, Tracked] = {}
+        self._stepping: threading.Thread | None = None  # the thread running steps now, if any
+        self._closed = False
+        self._close_reason = ""
+        self._pending_aborts: collections.deque[Request] = collections.deque()
+        self._stream_buffer_limit = stream_buffer_limit
+        _LIVE_DRIVERS.add(self)
+
+    # ----------------------------------------------------------------- the engine's calls
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def closed_message(self) -> str:
+        return f"the engine is closed: {self._close_reason}"
+
+    def submit(self, tracked: Tracked, *, start_loop: bool) -> None:
+        """Schedule ``tracked``'s request; ``start_loop`` False where its caller drives.
+
+        Raises:
+            EngineClosedError: The engine is shut down or its loop died.
+            InvalidRequestError: A live request already has this id.
+        """
+        rid = tracked.request.request_id
+        with self.lock:
+            if self._closed:
+                raise EngineClosedError(self.closed_message())
+            if rid in self._tracked:
+                raise InvalidRequestError(f"request_id {rid!r} is already in flight")
+            self.scheduler.add_request(tracked.request)
+            self._tracked[rid] = tracked
+            if start_loop:  # else the caller drives, or the current driver serves it
+                self._ensure_loop_locked()
+                self._work.notify()
+
+    def abort(self, request_id: str) -> None:
+        """Abort a live request now (blocks freed, its caller gets RequestAbortedError)."""
+        with self.lock:
+            tracked = self._tracked.get(request_id)
+            if tracked is not None:
+                self._abort_locked(tracked)
+                tracked.sink.put(RequestAbortedError(f"request {request_id!r} was aborted"))
+
+    def abort_own(self, request: Request) -> None:
+        """Abort a request its own caller gave up on (closed stream, cancelled task...).
+
+        Safe from a finalizer: when the lock is taken (possibly by this very thread, which a
+        garbage collection can interrupt anywhere), the abort is queued for the loop instead.
+        """
+        if not self.lock.acquire(blocking=False):
+            self._pending_aborts.append(request)
+            return
+        try:
+            tracked = self._tracked.get(request.request_id)
+            if tracked is not None and tracked.request is request:
+                self._abort_locked(tracked)
+        finally:
+            self.lock.release()
+
+    def stats(self) -> EngineStats:
+        """A consistent snapshot of the engine-wide counters."""
+        with self.lock:
+            pool, scheduler = self.kv.pool, self.scheduler
+            return EngineStats(
+                num_blocks_total=pool.num_blocks,
+                num_blocks_used=pool.num_used_blocks,
+                num_blocks_free=pool.num_free_blocks,
+                num_blocks_cached=pool.num_cached_blocks,
+                prefix_cache_queries=self.kv.num_queried_tokens,
+                prefix_cache_hits=self.kv.num_hit_tokens,
+                num_running=len(scheduler.running),
+                num_waiting=len(scheduler.waiting),
+                num_preemptions=scheduler.num_preemptions,
+                num_steps=scheduler.num_steps,
+                num_draft_tokens=scheduler.num_draft_tokens,
+                num_accepted_tokens=scheduler.num_accepted_tokens,
+                num_forced_tokens=scheduler.num_forced_tokens,
+                decode_step=self._decode_step(),
+                weights=dict(getattr(self.runner, "weights", None) or {}),
+            )
+
+    def _decode_step(self) -> dict[str, Any]:
+        """The runner's step compiler's description (``StepCompiler.describe``), or {}."""
+        describe = getattr(getattr(self.runner, "compiler", None), "describe", None)
+        return describe() if callable(describe) else {}
+
+    def warmup(self) -> None:
+        """Run the model runner's warm-up (compilation, first-call allocations)."""
+        if self._closed:
+            raise EngineClosedError(self.closed_message())
+        with self._runner_lock:
+            self.runner.warmup()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget all cached prefixes; False (nothing done) while requests hold blocks."""
+        with self.lock:
+            return self.kv.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        """Stop the loop, fail every live request with EngineClosedError, drop the runner."""
+        with self.lock:
+            if not self._closed:
+                self._closed = True
+                self._close_reason = "the engine was shut down"
+                self._fail_all_locked(EngineClosedError(self.closed_message()))
+            self._work.notify_all()
+            thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        _LIVE_DRIVERS.discard(self)
+        with self._runner_lock:
+            self.runner = None
 
     # ----------------------------------------------------------------- abort / failure
 
     def _abort_locked(self, tracked: Tracked) -> None:
         self._tracked.pop(tracked.request.request_id, None)
-        self._scheduler.abort_request(tracked.request.request_id)
+        self.scheduler.abort_request(tracked.request.request_id)
         self._work.notify()
 
     def _drain_pending_aborts_locked(self) -> None:
@@ -151,7 +234,7 @@ class EngineDriver:
         rid = tracked.request.request_id
         self._tracked.pop(rid, None)
         if not tracked.request.is_finished:
-            self._scheduler.finish_request(tracked.request, RequestStatus.FINISHED_ABORTED)
+            self.scheduler.finish_request(tracked.request, RequestStatus.FINISHED_ABORTED)
         tracked.sink.put(error)
 
     def _fail_all_locked(self, error: BaseException) -> None:
@@ -160,16 +243,13 @@ class EngineDriver:
             own.__cause__ = error.__cause__
             self._fail_locked(tracked, own)
 
-    def _closed_message(self) -> str:
-        return f"the engine is closed: {self._close_reason}"
-
     # ----------------------------------------------------------------- the loop
 
     def _ensure_loop_locked(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="langchain-ascend-engine",
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._loop, name="langchain-ascend-engine",
                                             daemon=True)
-            self._thread.start()
+            self.thread.start()
 
     def _loop(self) -> None:
         try:
@@ -182,11 +262,11 @@ class EngineDriver:
         """A driver failed outside a model step (a bookkeeping bug): the engine's state can
         no longer be trusted, so close it and fail every live request."""
         logger.exception("engine loop died", exc_info=exc)
-        with self._lock:
-            self._driver = None
+        with self.lock:
+            self._stepping = None
             self._closed = True
             self._close_reason = f"the engine loop died: {type(exc).__name__}: {exc}"
-            error = EngineClosedError(self._closed_message())
+            error = EngineClosedError(self.closed_message())
             error.__cause__ = exc
             self._fail_all_locked(error)
 
@@ -197,29 +277,29 @@ class EngineDriver:
         of work, so the thread and its OpenMP pool go away.
         """
         me = threading.current_thread()
-        with self._lock:
+        with self.lock:
             while True:
                 if self._closed:
-                    if self._driver is me:
-                        self._driver = None
+                    if self._stepping is me:
+                        self._stepping = None
                     return False
-                if self._driver is None or self._driver is me:
+                if self._stepping is None or self._stepping is me:
                     work = self._next_batch_locked()
                     if work is not None:
-                        self._driver = me
+                        self._stepping = me
                         break
-                    self._driver = None
-                    if self._callers_drive:
-                        if self._thread is me:
-                            self._thread = None
+                    self._stepping = None
+                    if self.callers_drive:
+                        if self.thread is me:
+                            self.thread = None
                         return False
                 self._work.wait()
         self._run_batch(*work)
         return True
 
-    def _next_item(self, sink: ThreadSink) -> Item:
-        """The next item for a thread blocked in :meth:`generate`; on the CPU the thread runs
-        the steps itself while no other thread does (see the module docstring)."""
+    def next_item(self, sink: ThreadSink) -> Item:
+        """The next item for a thread blocked in ``LLMEngine.generate``; on the CPU the thread
+        runs the steps itself while no other thread does (see the module docstring)."""
         while True:
             try:
                 return sink.queue.get_nowait()
@@ -232,13 +312,13 @@ class EngineDriver:
         """Run steps on this thread until ``sink`` has an item; whether it has one. False
         at once when another thread drives, which then serves this request too."""
         me = threading.current_thread()
-        with self._lock:
-            if not self._callers_drive or self._driver is not None or self._closed:
+        with self.lock:
+            if not self.callers_drive or self._stepping is not None or self._closed:
                 return False
-            self._driver = me
+            self._stepping = me
         try:
             while sink.queue.empty():
-                with self._lock:
+                with self.lock:
                     if self._closed:
                         break
                     work = self._next_batch_locked()
@@ -250,14 +330,14 @@ class EngineDriver:
                     self._close_after_crash(exc)
                     break
                 except BaseException:  # interrupted (KeyboardInterrupt...): the step never
-                    with self._lock:    # ran for the others, who are scheduled again
-                        self._scheduler.discard_scheduled()
+                    with self.lock:    # ran for the others, who are scheduled again
+                        self.scheduler.discard_scheduled()
                     raise
         finally:
-            with self._lock:
-                self._driver = None
-                finished_ids = [] if self._closed else self._scheduler.take_finished_ids()
-                if not self._closed and self._scheduler.has_unfinished_requests():
+            with self.lock:
+                self._stepping = None
+                finished_ids = [] if self._closed else self.scheduler.take_finished_ids()
+                if not self._closed and self.scheduler.has_unfinished_requests():
                     self._ensure_loop_locked()  # hand the other requests to the loop thread
                 self._work.notify_all()
             self._release(finished_ids)
@@ -267,9 +347,9 @@ class EngineDriver:
         """The next step to run and whether it is only a release of finished requests; None
         when there is nothing to do."""
         self._drain_pending_aborts_locked()
-        if self._scheduler.has_unfinished_requests():
-            return self._scheduler.schedule(), False
-        finished_ids = self._scheduler.take_finished_ids()
+        if self.scheduler.has_unfinished_requests():
+            return self.scheduler.schedule(), False
+        finished_ids = self.scheduler.take_finished_ids()
         if finished_ids:  # idle: only let the runner drop their state
             return ScheduledBatch(finished_ids=finished_ids), True
         return None
@@ -281,36 +361,36 @@ class EngineDriver:
             if not idle:
                 # Cannot happen by the scheduler's design (a request alone always fits).
                 logger.warning("engine step scheduled nothing with %d requests waiting",
-                               len(self._scheduler.waiting))
-                with self._lock:
+                               len(self.scheduler.waiting))
+                with self.lock:
                     self._work.wait(0.01)
             return
         try:
             with self._runner_lock:
-                if self._runner is None:
+                if self.runner is None:
                     return
-                sampled = list(self._runner.execute(batch))
+                sampled = list(self.runner.execute(batch))
             if len(sampled) != len(batch.segments):
                 raise RuntimeError(f"model runner returned {len(sampled)} results for "
                                    f"{len(batch.segments)} segments")
         except Exception as exc:  # noqa: BLE001 - fail this step's requests, keep serving
             logger.exception("engine step failed")
-            with self._lock:
+            with self.lock:
                 self._fail_step_locked(batch.segments, exc)
             return
-        with self._lock:
+        with self.lock:
             self._fail_faulted_locked(batch.segments)  # before update: their rows are dropped
-            outputs = self._scheduler.update(batch, sampled)
+            outputs = self.scheduler.update(batch, sampled)
             self._deliver_locked(outputs)
 
     def _release(self, request_ids: list[str]) -> None:
         if request_ids:
             with self._runner_lock:
-                if self._runner is not None:
-                    self._runner.release(request_ids)
+                if self.runner is not None:
+                    self.runner.release(request_ids)
 
     def _fail_step_locked(self, segments: Sequence[Any], exc: Exception) -> None:
-        scheduled = self._scheduler.discard_scheduled()
+        scheduled = self.scheduler.discard_scheduled()
         for segment in segments:
             tracked = self._tracked.get(segment.request_id)
             if tracked is None or tracked.request is not scheduled.get(segment.request_id):
@@ -357,36 +437,12 @@ class EngineDriver:
             if not delivered:  # the caller's event loop is gone
                 self._tracked.pop(out.request.request_id, None)
                 if not out.request.is_finished:
-                    self._scheduler.finish_request(out.request, RequestStatus.FINISHED_ABORTED)
+                    self.scheduler.finish_request(out.request, RequestStatus.FINISHED_ABORTED)
 
     def _deliver_one_locked(self, tracked: Tracked, out: StepOutput) -> bool:
+        """Hand ``out``'s tokens to the request's sink; False when nobody is listening."""
         request = out.request
-        new_ids = list(out.new_token_ids)
-        if out.finished and request.last_token_hidden:
-            new_ids.pop()
-        detok = tracked.detokenizer
-        for index, token_id in enumerate(new_ids):
-            detok.add_token(token_id)
-            if detok.stop_string is not None:
-                # Several tokens came in one step (accepted drafts): keep none past the one
-                # that completed the stop string, as one-token steps would have.
-                surplus = len(out.new_token_ids) - (index + 1)
-                if surplus:
-                    del new_ids[index + 1:]
-                    if not request.is_finished:
-                        self._scheduler.finish_request(
-                            request, RequestStatus.FINISHED_STOPPED,
-                            stop_reason=detok.stop_string)
-                    request.last_token_hidden = False
-                    request.truncate_output(request.num_output_tokens - surplus)
-                break
-        if detok.stop_string is not None:
-            if not request.is_finished:
-                self._scheduler.finish_request(request, RequestStatus.FINISHED_STOPPED,
-                                               stop_reason=detok.stop_string)
-            else:
-                request.status = RequestStatus.FINISHED_STOPPED
-                request.stop_reason = detok.stop_string
+        new_ids = tracked.step_token_ids(out, self.scheduler)
         if not request.is_finished:
             if not tracked.stream:
                 return True
@@ -396,19 +452,31 @@ class EngineDriver:
                     f"request {request.request_id!r} was aborted: its stream left "
                     f"{self._stream_buffer_limit} deltas unread (stream_buffer_limit), so "
                     "it counted as abandoned and its KV blocks were freed"))
-            return tracked.sink.put(TokenDelta(request.request_id, new_ids, detok.take_delta()))
+            return tracked.sink.put(TokenDelta(request.request_id, new_ids,
+                                               tracked.detokenizer.take_delta()))
         self._tracked.pop(request.request_id, None)
-        detok.finish()
-        text = detok.take_delta(final=True)
-        output = RequestOutput(
-            request_id=request.request_id,
-            prompt_token_ids=request.prompt_token_ids,
-            token_ids=request.returned_token_ids,
-            text=detok.text,
-            finish_reason=request.status.finish_reason or "stop",
-            stop_reason=request.stop_reason,
-            stats=request.stats(),
-        )
-        return tracked.sink.put(TokenDelta(
-            request.request_id, new_ids, text, finished=True,
-            finish_reason=output.finish_reason, output=output))
+        return tracked.sink.put(tracked.final_delta(new_ids))
+
+
+def _configure_drafting(scheduler: Scheduler, runner: Any) -> None:
+    """Whether ``speculative_decoding='auto'`` drafts on this runner, and a draft row's cost.
+
+    Greedy identity with drafting holds where a verify pass's rows round exactly as one-row
+    decodes: they are packed as decode rows (``engine.worker.packing``), attended by the same
+    kernel over the same key ranges, and in float32 every product computes a row the same way
+    whatever the batch, float or quantized weights alike (int8 activations are rounded per
+    row). In bfloat16/float16 the batched float products round differently and a near-tie can
+    flip (measured on CPU bf16). So "auto" drafts in float32; "prompt_lookup" drafts in any
+    dtype and format.
+    """
+    scheduler.auto_drafting = str(runner.dtype) == "torch.float32"
+    measure = getattr(runner, "measure_draft_row_cost", None)
+    if measure is not None and scheduler.auto_drafting:
+        scheduler.draft_row_cost = float(measure())
+        logger.info("a drafted token's row costs %.2f of a decode pass on %s %s "
+                    "(speculative_decoding='auto' drafts while acceptance beats it)",
+                    scheduler.draft_row_cost, runner.device, runner.dtype)
+    elif not scheduler.auto_drafting:
+        logger.info("speculative_decoding='auto' does not draft in %s (multi-row passes "
+                    "round differently from one-row passes); 'prompt_lookup' does",
+                    runner.dtype)

@@ -1,39 +1,23 @@
-"""The process-wide engines: one per ``(model folder, device, dtype, engine settings)``,
-stopped at exit."""
+"""The process-wide engines: one per ``(model folder, device, dtype, engine settings)``.
+
+The registry keeps its own map of what :func:`get_engine` built, keyed by those four (the
+settings as ``(name, repr(value))`` pairs); a closed engine is dropped from it on the next
+call. Engines stop at interpreter exit through their driver (``engine.driver``).
+"""
 
 from __future__ import annotations
 
-import atexit
 import inspect
 import logging
 import os
 import threading
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from langchain_ascend.engine.llm_engine import LLMEngine
+from langchain_ascend.engine.llm_engine import LLMEngine
+from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.platform import resolve_device, resolve_dtype
 
 logger = logging.getLogger(__name__)
-
-# Engines whose loop may be running: stopped at interpreter exit so no model step is cut off
-# half-way while the interpreter tears down.
-_LIVE_ENGINES: weakref.WeakSet[LLMEngine] = weakref.WeakSet()
-
-
-def track_live(engine: LLMEngine) -> None:
-    """Have ``engine`` shut down at interpreter exit."""
-    _LIVE_ENGINES.add(engine)
-
-
-@atexit.register
-def _shutdown_live_engines() -> None:
-    for engine in list(_LIVE_ENGINES):
-        try:
-            engine.shutdown()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            logger.debug("engine shutdown at exit failed", exc_info=True)
-
 
 _REGISTRY: dict[tuple[Any, ...], LLMEngine] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -47,9 +31,6 @@ def engine_settings(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     Raises:
         InvalidRequestError: A name that is not an engine setting.
     """
-    from langchain_ascend.engine.llm_engine import LLMEngine
-    from langchain_ascend.errors import InvalidRequestError
-
     defaults = {
         name: param.default
         for name, param in inspect.signature(LLMEngine.__init__).parameters.items()
@@ -81,9 +62,6 @@ def get_engine(
     Raises:
         InvalidRequestError: An ``engine_kwargs`` name that is not an engine setting.
     """
-    from langchain_ascend.engine.llm_engine import LLMEngine
-    from langchain_ascend.platform import resolve_device, resolve_dtype
-
     settings = engine_settings(engine_kwargs)
     resolved_device = resolve_device(device)
     resolved_dtype = resolve_dtype(dtype, resolved_device)
@@ -91,25 +69,18 @@ def get_engine(
              str(resolved_dtype).removeprefix("torch."))
     key = (*place, tuple(sorted((name, repr(value)) for name, value in settings.items())))
     with _REGISTRY_LOCK:
+        for closed in [k for k, e in _REGISTRY.items() if e.is_closed]:
+            del _REGISTRY[closed]
         engine = _REGISTRY.get(key)
-        if engine is not None and not engine.is_closed:
+        if engine is not None:
             return engine
-        others = [e for k, e in _REGISTRY.items() if k[:3] == place and not e.is_closed]
-        if others:
+        running = [k for k in _REGISTRY if k[:3] == place]
+        if running:
+            built = dict(running[0][3])
             differing = {name: value for name, value in settings.items()
-                         if others[0]._engine_kwargs.get(name) != value}
+                         if built.get(name) != repr(value)}
             logger.info("get_engine(%s): settings %s differ from the running engine's; "
                         "starting an engine of its own", place[0], differing)
         engine = LLMEngine(place[0], device=place[1], dtype=place[2], **engine_kwargs)
-        engine._engine_kwargs = settings
         _REGISTRY[key] = engine
         return engine
-
-
-def forget_engine(engine: LLMEngine) -> None:
-    """Drop ``engine`` from the registry and from the engines stopped at exit."""
-    with _REGISTRY_LOCK:
-        for key, value in list(_REGISTRY.items()):
-            if value is engine:
-                del _REGISTRY[key]
-    _LIVE_ENGINES.discard(engine)

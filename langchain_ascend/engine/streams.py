@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from langchain_ascend.engine.core.outputs import TokenDelta
-from langchain_ascend.engine.core.request import Request
+from langchain_ascend.engine.core.outputs import RequestOutput, TokenDelta
+from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.detokenizer import IncrementalDetokenizer, TextDecoder
 
 if TYPE_CHECKING:
-    from langchain_ascend.engine.llm_engine import LLMEngine
+    from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
 
 Item = TokenDelta | BaseException
 """What a sink carries: the next delta, or the error that ends the request."""
@@ -112,21 +112,74 @@ class Tracked:
     detokenizer: IncrementalDetokenizer | LazyText
     stream: bool
 
+    def step_token_ids(self, out: StepOutput, scheduler: Scheduler) -> list[int]:
+        """``out``'s tokens to hand over, fed to the detokenizer (a hidden last token left
+        out). A completed stop string finishes the request (``FINISHED_STOPPED``)."""
+        request = out.request
+        new_ids = list(out.new_token_ids)
+        if out.finished and request.last_token_hidden:
+            new_ids.pop()
+        detok = self.detokenizer
+        for index, token_id in enumerate(new_ids):
+            detok.add_token(token_id)
+            if detok.stop_string is not None:
+                # Several tokens came in one step (accepted drafts): keep none past the one
+                # that completed the stop string, as one-token steps would have.
+                surplus = len(out.new_token_ids) - (index + 1)
+                if surplus:
+                    del new_ids[index + 1:]
+                    if not request.is_finished:
+                        scheduler.finish_request(request, RequestStatus.FINISHED_STOPPED,
+                                                 stop_reason=detok.stop_string)
+                    request.last_token_hidden = False
+                    request.truncate_output(request.num_output_tokens - surplus)
+                break
+        if detok.stop_string is not None:
+            if not request.is_finished:
+                scheduler.finish_request(request, RequestStatus.FINISHED_STOPPED,
+                                         stop_reason=detok.stop_string)
+            else:
+                request.status = RequestStatus.FINISHED_STOPPED
+                request.stop_reason = detok.stop_string
+        return new_ids
+
+    def final_delta(self, new_ids: list[int]) -> TokenDelta:
+        """The finished request's last delta, carrying its :class:`RequestOutput`."""
+        request, detok = self.request, self.detokenizer
+        detok.finish()
+        text = detok.take_delta(final=True)
+        output = RequestOutput(
+            request_id=request.request_id,
+            prompt_token_ids=request.prompt_token_ids,
+            token_ids=request.returned_token_ids,
+            text=detok.text,
+            finish_reason=request.status.finish_reason or "stop",
+            stop_reason=request.stop_reason,
+            stats=request.stats(),
+        )
+        return TokenDelta(request.request_id, new_ids, text, finished=True,
+                          finish_reason=output.finish_reason, output=output)
+
 
 class SyncTokenStream(Iterator[TokenDelta]):
-    """Iterator over one request's deltas; closing it (or dropping it) aborts the request."""
+    """Iterator over one request's deltas; closing it (or dropping it) aborts the request.
 
-    def __init__(self, engine: LLMEngine, request: Request, sink: ThreadSink) -> None:
-        self.request_id = request.request_id
-        self._request = request
-        self._engine: LLMEngine | None = engine
+    Args:
+        request_id: The request's id.
+        sink: Where the driver puts its deltas.
+        abort: Aborts the request (called at most once, by :meth:`close`).
+    """
+
+    def __init__(self, request_id: str, sink: ThreadSink, abort: Callable[[], None]) -> None:
+        self.request_id = request_id
         self._sink = sink
+        self._abort: Callable[[], None] | None = abort
 
     def __iter__(self) -> SyncTokenStream:
         return self
 
     def __next__(self) -> TokenDelta:
-        if self._engine is None:
+        if self._abort is None:
             raise StopIteration
         try:
             item = self._sink.queue.get()
@@ -135,17 +188,17 @@ class SyncTokenStream(Iterator[TokenDelta]):
             raise
         self._sink.num_taken += 1
         if isinstance(item, BaseException):
-            self._engine = None
+            self._abort = None
             raise item
         if item.finished:
-            self._engine = None
+            self._abort = None
         return item
 
     def close(self) -> None:
         """Abort the request if it is still running."""
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            engine._abort_own(self._request)
+        abort, self._abort = self._abort, None
+        if abort is not None:
+            abort()
 
     def __enter__(self) -> SyncTokenStream:
         return self

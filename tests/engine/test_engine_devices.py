@@ -105,11 +105,11 @@ def test_moved_prefix_blocks_on_device_stay_exact(device_setups, device):
     system = engine.tokenizer.encode(PROMPTS[2])
     first = system + engine.tokenizer.encode(" Question A: the weather in Paris?")
     out_a = engine.generate(first, SamplingParams(max_tokens=6))
-    moved = engine._kv.pool.num_relocations
+    moved = engine.driver.kv.pool.num_relocations
     second = system + engine.tokenizer.encode(" Question B: two flights to Berlin.")
     out_b = engine.generate(second, SamplingParams(max_tokens=6))
     assert out_b.token_ids == reference_tokens(model, second, 6, device, eos)
-    assert engine._kv.pool.num_relocations > moved
+    assert engine.driver.kv.pool.num_relocations > moved
     history = first + out_a.token_ids + engine.tokenizer.encode(" Observation: sunny.")
     out_a2 = engine.generate(history, SamplingParams(max_tokens=6))
     assert out_a2.stats.num_cached_tokens >= len(first) - engine.block_size

@@ -159,12 +159,12 @@ def test_sessions_sharing_a_prompt_move_cached_blocks_and_stay_exact(setups, arc
     system = words(engine, PROMPTS[3])  # many full blocks
     first = system + words(engine, " Question A: what is the weather in Paris today?")
     out_a = engine.generate(first, SamplingParams(max_tokens=6))
-    moved_before = engine._kv.pool.num_relocations
+    moved_before = engine.driver.kv.pool.num_relocations
     second = system + words(engine, " Question B: book two flights to Berlin.")
     out_b = engine.generate(second, SamplingParams(max_tokens=6))
     assert out_b.token_ids == reference(second, 6)
     assert out_b.stats.num_cached_tokens > 0
-    assert engine._kv.pool.num_relocations > moved_before
+    assert engine.driver.kv.pool.num_relocations > moved_before
     history = first + out_a.token_ids + words(engine, " Observation: sunny, 21 C.")
     out_a2 = engine.generate(history, SamplingParams(max_tokens=6))
     assert out_a2.stats.num_cached_tokens > len(first) - BLOCK_SIZE

@@ -18,8 +18,11 @@ import zlib
 import pytest
 
 from langchain_ascend.engine.core.batch import ScheduledBatch
+from langchain_ascend.engine.core.outputs import TokenDelta
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.llm_engine import LLMEngine
+from langchain_ascend.engine.loader import LoadedModel
+from langchain_ascend.engine.streams import SyncTokenStream, ThreadSink
 from langchain_ascend.errors import (
     EngineClosedError,
     EngineStepError,
@@ -480,7 +483,7 @@ def test_dead_loop_reports_engine_closed(make_engine, monkeypatch):
     def broken(*args, **kwargs):
         raise KeyError("bookkeeping bug")
 
-    monkeypatch.setattr(engine._scheduler, "update", broken)
+    monkeypatch.setattr(engine.driver.scheduler, "update", broken)
     with pytest.raises(EngineClosedError, match="bookkeeping bug"):
         engine.generate([300, 301], SamplingParams(max_tokens=2))
     with pytest.raises(EngineClosedError):
@@ -564,7 +567,7 @@ def test_abort_from_a_finalizer_while_the_lock_is_held_is_deferred_not_deadlocke
     engine = make_engine(FakeRunner(step_delay=0.005))
     stream = engine.stream(prompt_of(3, 6), SamplingParams(max_tokens=10_000))
     next(stream)
-    with engine._lock:  # as if a garbage collection ran the finalizer inside a locked section
+    with engine.driver.lock:  # as if a garbage collection ran the finalizer inside a locked section
         stream.close()
     for _ in range(200):
         if engine.stats().num_blocks_used == 0:
@@ -585,7 +588,7 @@ def test_second_session_relocates_cached_blocks_and_first_session_still_hits(mak
     second = shared + prompt_of(13, 9)
     out_b = engine.generate(second, SamplingParams(max_tokens=3), request_id="B")
     assert out_b.token_ids == reference(second, 3)
-    assert runner.copies and engine._kv.pool.num_relocations == len(runner.copies)
+    assert runner.copies and engine.driver.kv.pool.num_relocations == len(runner.copies)
     table_b = runner.tables["B"]
     assert table_b[:3] == runner.tables["A"][:3]
     assert table_b == list(range(table_b[0], table_b[0] + len(table_b)))
@@ -598,7 +601,7 @@ def test_second_session_relocates_cached_blocks_and_first_session_still_hits(mak
 
 def _cpu_engine(make_engine, runner: FakeRunner) -> LLMEngine:
     engine = make_engine(runner)
-    if engine._callers_drive is False:
+    if engine.driver.callers_drive is False:
         pytest.skip("the caller drives the steps on CPU devices only")
     return engine
 
@@ -609,7 +612,7 @@ def test_cpu_generate_runs_its_steps_on_the_calling_thread(make_engine):
     out = engine.generate(prompt_of(1, 9), SamplingParams(max_tokens=5), request_id="r1")
     assert out.token_ids == reference(prompt_of(1, 9), 5)
     assert runner.threads and set(runner.threads) == {threading.current_thread()}
-    assert engine._thread is None  # no loop thread was started
+    assert engine.driver.thread is None  # no loop thread was started
     assert "r1" in runner.released  # released by the caller before it returned
 
 
@@ -621,10 +624,10 @@ async def test_cpu_loop_thread_serves_coroutines_then_ends(make_engine):
     assert [o.token_ids for o in outs] == [reference(prompt_of(i, 5), 4) for i in range(3)]
     assert threading.current_thread() not in runner.threads
     for _ in range(200):  # out of work, the loop thread ends (and its OpenMP pool with it)
-        if engine._thread is None:
+        if engine.driver.thread is None:
             break
         await asyncio.sleep(0.01)
-    assert engine._thread is None
+    assert engine.driver.thread is None
 
 
 def test_interrupted_caller_step_spares_the_other_requests(make_engine):
@@ -744,3 +747,43 @@ def test_a_slow_reader_within_the_bound_gets_every_token(make_engine):
         time.sleep(0.001)
         tokens.extend(delta.token_ids)
     assert tokens == reference(prompt, 40)
+
+
+def test_the_engine_holds_one_driver_over_its_runner(make_engine):
+    runner = FakeRunner()
+    engine = make_engine(runner)
+    assert engine.driver.runner is runner
+    assert engine.driver.kv.capacity_tokens == runner.num_blocks * runner.block_size
+    assert engine.generate(prompt_of(2, 4), SamplingParams(max_tokens=2)).token_ids == \
+        reference(prompt_of(2, 4), 2)
+    engine.shutdown()
+    assert engine.driver.runner is None and engine.is_closed
+
+
+def test_a_loaded_model_refuses_loading_settings(tokenizer):
+    model = LoadedModel.by_hand(FakeRunner(), tokenizer)
+    assert model.eos_token_ids == (tokenizer.eos_token_id,)
+    with pytest.raises(InvalidRequestError, match="num_blocks, quantization only apply"):
+        LLMEngine(model, num_blocks=8, quantization="int8")
+    engine = LLMEngine(model, max_batch_size=2)  # engine settings are fine
+    try:
+        assert engine.eos_token_ids == [tokenizer.eos_token_id] and engine.model_path == ""
+    finally:
+        engine.shutdown()
+
+
+def test_a_sync_stream_calls_its_abort_once_and_never_after_the_end():
+    calls = []
+    sink = ThreadSink()
+    stream = SyncTokenStream("r", sink, lambda: calls.append("abort"))
+    stream.close()
+    stream.close()
+    assert calls == ["abort"]
+    with pytest.raises(StopIteration):
+        next(stream)
+    finished = ThreadSink()
+    done = SyncTokenStream("s", finished, lambda: calls.append("late"))
+    finished.put(TokenDelta("s", [1], "x", finished=True, finish_reason="stop"))
+    assert next(done).finished
+    done.close()
+    assert calls == ["abort"]  # a finished request is not aborted

@@ -57,6 +57,7 @@ def test_get_engine_keys_by_settings(tiny_qwen2_path, engines):
                        **SMALL)
     engines.append(again)
     assert again is not limited and not again.is_closed
+    assert limited not in registry._REGISTRY.values()  # the closed one was dropped
 
 
 def test_get_engine_refuses_an_unknown_setting(tiny_qwen2_path):
@@ -106,7 +107,7 @@ def test_plan_num_blocks_caps_the_default_pool_by_tokens():
 
 
 def _bytes_per_block(engine):
-    cache = engine._runner.kv_cache
+    cache = engine.driver.runner.kv_cache
     return cache.num_bytes // cache.num_blocks
 
 
@@ -115,8 +116,8 @@ def test_the_tiny_models_default_pool_is_sized_by_its_batch_and_context(tiny_qwe
                        max_context_length=64, block_size=16)
     try:
         assert engine.num_blocks == 4 * 64 // 16  # room for a full batch at full length
-        assert engine._runner.kv_cache.num_bytes == (16 + 1) * _bytes_per_block(engine)
-        assert engine._runner.kv_cache.num_bytes == 17 * 16 * 1024  # 1 KiB per token
+        assert engine.driver.runner.kv_cache.num_bytes == (16 + 1) * _bytes_per_block(engine)
+        assert engine.driver.runner.kv_cache.num_bytes == 17 * 16 * 1024  # 1 KiB per token
     finally:
         engine.shutdown()
     explicit = LLMEngine(tiny_qwen2_path, device="cpu", dtype="float32", max_batch_size=4,
@@ -133,8 +134,8 @@ def test_the_tiny_models_default_pool_is_small(tiny_qwen2_path):
     engine = LLMEngine(tiny_qwen2_path, device="cpu", dtype="float32")
     try:
         assert engine.num_blocks * engine.block_size == DEFAULT_MAX_KV_TOKENS
-        assert engine._runner.kv_cache.num_bytes == \
+        assert engine.driver.runner.kv_cache.num_bytes == \
             (DEFAULT_MAX_KV_TOKENS // engine.block_size + 1) * _bytes_per_block(engine)
-        assert engine._runner.kv_cache.num_bytes <= 256 * 2**20 + _bytes_per_block(engine)
+        assert engine.driver.runner.kv_cache.num_bytes <= 256 * 2**20 + _bytes_per_block(engine)
     finally:
         engine.shutdown()

@@ -82,7 +82,7 @@ def test_engine_runs_the_blocks_and_says_so(folder: Path, gguf_path: Path) -> No
         out = engine.generate(prompt, SamplingParams(max_tokens=6, ignore_eos=True))
         assert len(out.token_ids) == 6
         # The runner's packed step gives the logits of the model built from the same file.
-        runner = engine._runner
+        runner = engine.driver.runner
         assert sum(isinstance(m, QuantizedLinear) for m in runner.model.modules()) >= 14
         model, _ = load_gguf_model(gguf_path)
         with torch.inference_mode():

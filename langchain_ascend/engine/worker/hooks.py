@@ -22,7 +22,7 @@ from langchain_ascend.engine.worker.hook_types import (
 if TYPE_CHECKING:
     import torch
 
-    from langchain_ascend.engine.worker.hook_types import PackedStep
+    from langchain_ascend.engine.worker.hook_types import PackedStep as PackedStep
 
 __all__ = ["WEIGHT_LAYOUTS", "HookOptions", "LogitsHead", "ModelHooks", "PlainLogitsHead",
            "prepare_hooks"]
