@@ -9,6 +9,7 @@ without drafts in one step), multi-hop prefix reuse, preemption, stop strings an
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -176,21 +177,53 @@ def test_auto_drafts_in_float32_only(tiny_model_paths):
         engine.shutdown()
 
 
-def test_auto_does_not_draft_with_quantized_weights_but_prompt_lookup_does():
-    """Quantized activations turn a verify pass's last-bit differences into flips, so "auto"
-    keeps greedy text exact by not drafting; an explicit "prompt_lookup" still drafts."""
+@pytest.fixture(scope="module")
+def quantized_engine():
+    """A tiny llama with q4_1 weights (``quantization="int4"``: int8 activations per row)."""
     from langchain_ascend.testing import build_model
 
-    engine = LLMEngine(build_model("tiny", "qwen2"), device="cpu", dtype="float32",
-                       num_blocks=64, block_size=16, quantization="int8")
-    try:
-        prompt = engine.tokenizer.encode("one two three four five six " * 6)
-        drafted = {}
-        for mode in ("auto", "prompt_lookup"):
-            out = engine.generate(prompt, SamplingParams(max_tokens=48, ignore_eos=True,
-                                                         speculation=mode))
-            drafted[mode] = out.stats.num_draft_tokens
-        assert drafted["auto"] == 0
-        assert drafted["prompt_lookup"] > 0
-    finally:
-        engine.shutdown()
+    engine = LLMEngine(build_model("tiny", "llama"), device="cpu", dtype="float32",
+                       num_blocks=128, block_size=16, quantization="int4")
+    yield engine
+    engine.shutdown()
+
+
+def test_auto_drafts_with_quantized_weights_and_gives_the_off_tokens(quantized_engine):
+    """Issue 23: a verify pass's rows run as the one-row decodes they replace, so int8
+    activations see the same values and "auto" drafts on quantized weights token-identically."""
+    engine = quantized_engine
+    drafted = accepted = saved = 0
+    for text in PROMPTS:
+        prompt = engine.tokenizer.encode(text)
+        off = engine.generate(prompt, greedy("off", 48, ignore_eos=True))
+        auto = engine.generate(prompt, greedy("auto", 48, ignore_eos=True))
+        assert auto.token_ids == off.token_ids, text
+        drafted += auto.stats.num_draft_tokens
+        accepted += auto.stats.num_accepted_tokens
+        saved += off.stats.num_forward_passes - auto.stats.num_forward_passes
+    assert drafted > accepted > 0 and saved == accepted  # accept and reject paths both ran
+
+
+def test_quantized_batch_sharing_a_prefix_gives_the_solo_tokens(quantized_engine):
+    """Three requests on one cached system prefix decode together (the paged kernel reads the
+    shared blocks once for all rows) and each gets its solo tokens, drafting or not."""
+    engine = quantized_engine
+    system = "You are a helpful assistant that answers briefly and calls tools. " * 3
+    prompts = [engine.tokenizer.encode(system + text) for text in PROMPTS[:3]]
+    solo = [engine.generate(p, greedy("off", 40, ignore_eos=True)).token_ids for p in prompts]
+    for mode in ("off", "auto"):
+        results: dict[int, Any] = {}
+        barrier = threading.Barrier(len(prompts))
+
+        def call(i, mode=mode, results=results, barrier=barrier):
+            barrier.wait(30)
+            results[i] = engine.generate(prompts[i], greedy(mode, 40, ignore_eos=True))
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert [results[i].token_ids for i in range(len(prompts))] == solo, mode
+        # the prefix was cached: the batched requests decoded over its shared blocks
+        assert all(results[i].stats.num_cached_tokens >= 48 for i in range(len(prompts)))

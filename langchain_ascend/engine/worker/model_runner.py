@@ -1,8 +1,9 @@
 """The only per-step device code: scheduled segments -> one packed forward -> sampled tokens.
 
 Every step runs the unchanged transformers model ONCE on a packed batch: ``input_ids (1, T)``
-holds the new tokens of all scheduled requests end to end (single-token decodes first, then
-prefill chunks), ``position_ids (1, T)`` their absolute positions. No HF cache object is passed
+holds the new tokens of all scheduled requests end to end (single-token decodes first, a
+speculative verify pass's rows among them, then prefill chunks: ``packing``),
+``position_ids (1, T)`` their absolute positions. No HF cache object is passed
 (``use_cache=False``); our attention function (registered in transformers'
 ``AttentionInterface``) writes each layer's K/V into the paged cache and attends over it,
 driven by the step metadata passed as a keyword argument. Only the hidden states of the
@@ -36,6 +37,7 @@ from langchain_ascend.engine.worker.compile import (
 from langchain_ascend.engine.worker.compile_choice import model_fingerprint
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import KVCache, plan_num_blocks
+from langchain_ascend.engine.worker.packing import build_layout, pack
 from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.engine.worker.static_step import StaticDecodeStep
 from langchain_ascend.errors import InvalidRequestError
@@ -44,57 +46,6 @@ if TYPE_CHECKING:
     import torch
 
 logger = logging.getLogger(__name__)
-
-
-def build_layout(segments: Sequence[ScheduledSegment], block_size: int,
-                 order: Sequence[int]) -> tuple[BatchLayout, list[int], list[int]]:
-    """Pack ``segments`` (in ``order``) into one flat token batch (pure function).
-
-    Args:
-        segments: The step's segments.
-        block_size: Tokens per KV block.
-        order: Packing order of segment indices; single-token segments must come first.
-
-    Returns:
-        ``(layout, input_ids, positions)``; ``input_ids``/``positions`` are the ``T`` packed
-        tokens and their absolute positions.
-
-    Raises:
-        ValueError: A segment is empty or its block table does not cover its tokens.
-    """
-    input_ids: list[int] = []
-    positions: list[int] = []
-    slot_mapping: list[int] = []
-    query_start_loc = [0]
-    seq_lens: list[int] = []
-    block_tables: list[list[int]] = []
-    num_decodes = 0
-    for index in order:
-        seg = segments[index]
-        num_new = len(seg.token_ids)
-        end = seg.start_pos + num_new
-        if num_new == 0:
-            raise ValueError(f"request {seg.request_id!r}: scheduled segment has no tokens")
-        if len(seg.block_ids) * block_size < end:
-            raise ValueError(
-                f"request {seg.request_id!r}: block table of {len(seg.block_ids)} blocks covers "
-                f"{len(seg.block_ids) * block_size} slots, the segment needs {end}")
-        if num_new == 1:
-            if num_decodes != len(seq_lens):
-                raise ValueError("single-token segments must be packed before longer ones")
-            num_decodes += 1
-        blocks = seg.block_ids
-        input_ids.extend(seg.token_ids)
-        positions.extend(range(seg.start_pos, end))
-        slot_mapping.extend(blocks[p // block_size] * block_size + p % block_size
-                            for p in range(seg.start_pos, end))
-        query_start_loc.append(query_start_loc[-1] + num_new)
-        seq_lens.append(end)
-        block_tables.append(blocks)
-    layout = BatchLayout(query_start_loc=query_start_loc, seq_lens=seq_lens,
-                         block_tables=block_tables, slot_mapping=slot_mapping,
-                         num_decodes=num_decodes, block_size=block_size)
-    return layout, input_ids, positions
 
 
 def _check_drafts(segments: Sequence[ScheduledSegment]) -> None:
@@ -317,14 +268,10 @@ class ModelRunner:
         """``(sample_indices, (layout, input_ids, positions, sample_rows))`` of a step."""
         self._check_token_ids(segments)
         _check_drafts(segments)
-        order = sorted(range(len(segments)), key=lambda i: len(segments[i].token_ids) != 1)
-        layout, input_ids, positions = build_layout(segments, self.block_size, order)
-        sample_indices = [i for i in order if segments[i].sample]
-        sample_rows = [row for k, i in enumerate(order) if segments[i].sample
-                       for row in range(layout.query_start_loc[k + 1] - 1
-                                        - len(segments[i].draft_token_ids),
-                                        layout.query_start_loc[k + 1])]
-        return sample_indices, (layout, input_ids, positions, sample_rows)
+        # A verify pass's rows are packed as the decodes they stand for (``packing``).
+        packed = pack(segments, self.block_size, range(len(segments)))
+        return packed.sample_indices, (packed.layout, packed.input_ids, packed.positions,
+                                       packed.sample_rows)
 
     def forward_batch(self, segments: Sequence[ScheduledSegment]) -> tuple[list[int], Any]:
         """The packed forward of one step, without sampling.
@@ -412,8 +359,9 @@ class ModelRunner:
     def measure_draft_row_cost(self, rows: int = 5, repeats: int = 3) -> float:
         """What one more query row costs in a decode pass, in units of a one-row pass.
 
-        Times (median of ``repeats``) a one-token step and a ``rows``-token step after an
-        8-token context on the scratch block, greedy, and returns
+        Times (median of ``repeats``) a one-token step and a verify pass of ``rows`` tokens
+        (one known, ``rows - 1`` drafted: packed as that many decode rows, ``packing``)
+        after an 8-token context on the scratch block, greedy, and returns
         ``(t_rows / t_1 - 1) / (rows - 1)``: near 0 where a pass is bound by reading the
         weights (drafting nearly free), near 1 where each row costs a full pass (a CPU without
         fast bfloat16 products: drafting cannot pay). 0.0 where the scratch block is too
@@ -430,7 +378,7 @@ class ModelRunner:
 
         def step(num_tokens: int) -> float:
             segment = ScheduledSegment("__measure__", [0] * num_tokens, context, block, True,
-                                       greedy)
+                                       greedy, draft_token_ids=[0] * (num_tokens - 1))
             start = time.perf_counter()
             self.execute(ScheduledBatch(segments=[segment]))
             return time.perf_counter() - start
