@@ -14,9 +14,9 @@ from langchain_ascend.serve.convert import to_messages
 from langchain_ascend.serve.errors import APIError, error_body, from_typed_error
 from langchain_ascend.serve.openai_types import AgentRequest
 from langchain_ascend.serve.responses import openai_tool_call, openai_usage
-from langchain_ascend.serve.sse import DONE, HEADERS, MEDIA_TYPE, event
+from langchain_ascend.serve.sse import DONE, EventStream, Release, event
 from langchain_ascend.serve.state import ServerState
-from langchain_ascend.serve.web import FastAPI, JSONResponse, Response, StreamingResponse
+from langchain_ascend.serve.web import FastAPI, JSONResponse, Response
 
 
 def message_json(message: BaseMessage) -> dict[str, Any]:
@@ -73,8 +73,8 @@ def add_agent_route(app: FastAPI, state: ServerState) -> None:
         messages = to_messages(body.messages)
         state.admission.enter()
         if body.stream:
-            return StreamingResponse(agent_events(state, messages), media_type=MEDIA_TYPE,
-                                     headers=HEADERS)
+            release = Release(leave_async(state))
+            return EventStream(agent_events(state, messages, release), release)
         try:
             output = await state.agent.ainvoke({"messages": messages})
         finally:
@@ -82,7 +82,15 @@ def add_agent_route(app: FastAPI, state: ServerState) -> None:
         return JSONResponse(run_summary(output["messages"], len(messages)))
 
 
-async def agent_events(state: ServerState, messages: list[BaseMessage]) -> AsyncIterator[str]:
+def leave_async(state: ServerState) -> Any:
+    async def leave() -> None:
+        state.admission.leave()
+
+    return leave
+
+
+async def agent_events(state: ServerState, messages: list[BaseMessage],
+                       release: Release) -> AsyncIterator[str]:
     """The run's events as SSE; the final event carries the run summary."""
     try:
         async for item in state.agent.astream({"messages": messages}):
@@ -101,5 +109,5 @@ async def agent_events(state: ServerState, messages: list[BaseMessage]) -> Async
                                api_error.code), name="error")
         yield DONE
     finally:
-        state.admission.leave()
+        await release()
 

@@ -20,9 +20,9 @@ from langchain_ascend.serve.convert import call_kwargs, to_messages
 from langchain_ascend.serve.errors import error_body, from_typed_error
 from langchain_ascend.serve.openai_types import ChatCompletionRequest
 from langchain_ascend.serve.responses import ChunkWriter, completion_object
-from langchain_ascend.serve.sse import DONE, HEADERS, MEDIA_TYPE, event
+from langchain_ascend.serve.sse import DONE, EventStream, Release, event
 from langchain_ascend.serve.state import ServerState
-from langchain_ascend.serve.web import FastAPI, JSONResponse, Response, StreamingResponse
+from langchain_ascend.serve.web import FastAPI, JSONResponse, Response
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ def add_chat_route(app: FastAPI, state: ServerState) -> None:
 
 async def open_stream(state: ServerState, messages: list[BaseMessage], stop: Any,
                       kwargs: dict[str, Any], include_usage: bool,
-                      started: float) -> StreamingResponse:
+                      started: float) -> EventStream:
     """Start the reply and wait for its first chunk (errors so far are raised, as JSON);
-    the response then owns the stream and the admission slot."""
+    the response then owns the stream and the admission slot (released however it ends)."""
     chunks = state.chat_model.astream(messages, stop=stop, **kwargs)
     try:
         first = await anext(chunks)
@@ -67,15 +67,23 @@ async def open_stream(state: ServerState, messages: list[BaseMessage], stop: Any
         await chunks.aclose()
         raise
     state.metrics.ttft.observe(time.perf_counter() - started)
+
+    async def cleanup() -> None:
+        try:
+            await chunks.aclose()
+        finally:
+            state.admission.leave()
+
+    release = Release(cleanup)
     writer = ChunkWriter(model=state.served_model_name, include_usage=include_usage)
-    return StreamingResponse(stream_events(state, chunks, first, writer),
-                             media_type=MEDIA_TYPE, headers=HEADERS)
+    return EventStream(stream_events(state, chunks, first, writer, release), release)
 
 
 async def stream_events(state: ServerState, chunks: AsyncIterator[Any], first: Any,
-                        writer: ChunkWriter) -> AsyncIterator[str]:
+                        writer: ChunkWriter, release: Release) -> AsyncIterator[str]:
     """The events of one reply, ``[DONE]`` last; a failure mid-stream is sent as an error
-    event. Leaves the admission slot and closes the chat model's stream however it ends."""
+    event. ``release`` (closing the chat model's stream, leaving the admission slot) runs
+    as soon as the events end, and again harmlessly when the response ends."""
     last = None
     message = first
     previous = time.perf_counter()
@@ -102,7 +110,4 @@ async def stream_events(state: ServerState, chunks: AsyncIterator[Any], first: A
                                api_error.code))
         yield DONE
     finally:
-        try:
-            await chunks.aclose()  # type: ignore[attr-defined]
-        finally:
-            state.admission.leave()
+        await release()
