@@ -41,6 +41,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
+from langchain_ascend.app import stage_times
 from langchain_ascend.app.demo_tools import build_tools, safe_eval
 from langchain_ascend.tool_formats.hermes import TOOL_RESPONSE_OPEN
 
@@ -98,9 +99,11 @@ def stages(desc: str, names: Sequence[str], *, enabled: bool = True) -> Iterator
 
     bar = tqdm(total=len(names), desc=desc, unit="step", disable=not enabled, leave=True)
     done = 0
+    clock = stage_times.StageClock()  # each step's wall and CPU time, for the setup line
 
     def advance() -> None:
         nonlocal done
+        clock.lap(names[done])
         done += 1
         bar.update(1)
         if done < len(names):
@@ -262,9 +265,26 @@ def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "
     (:mod:`langchain_ascend.app.demo_config`); ``overrides`` (its ``Overrides``) are the
     command-line options that win over it, and the other arguments are ignored.
     """
+    start = time.perf_counter()
+    with stage_times.recording() as times:
+        parts = _build_parts(model, device=device, dtype=dtype, max_hops=max_hops,
+                             max_tokens=max_tokens, progress=progress, config=config,
+                             overrides=overrides)
+    llm, agent, tools, store, label, random_weights = parts
+    seconds = time.perf_counter() - start
+    print(f"setup: {seconds:.1f} s, CPU {stage_times.cpu_seconds():.1f} s since the process "
+          f"started (tools: {', '.join(t.name for t in tools)})", flush=True)
+    print(f"  stages: {times.summary()}", flush=True)
+    return DemoParts(agent=agent, llm=llm, store=store, model=label,
+                     random_weights=random_weights, setup_seconds=seconds)
+
+
+def _build_parts(model: str | None, *, device: str, dtype: str, max_hops: int,
+                 max_tokens: int, progress: bool, config: str | Path | None,
+                 overrides: Any) -> tuple[Any, Any, list[BaseTool], Any, str, bool]:
+    """``(llm, agent, tools, store, label, random_weights)``, built and warmed."""
     from langchain_ascend import NPUStreamToolExecutor, create_ascend_agent
 
-    start = time.perf_counter()
     if config is not None:
         llm, agent, tools, store, label, random_weights = _parts_from_config(
             config, overrides, progress=progress)
@@ -282,10 +302,7 @@ def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "
             first_hop_tool_choice="required", final_hop_tool_choice="none",
             parallel_tool_calls=False)
     _warm_up_agent(llm, agent, tools, progress=progress)
-    seconds = time.perf_counter() - start
-    print(f"setup: {seconds:.1f} s (tools: {', '.join(t.name for t in tools)})", flush=True)
-    return DemoParts(agent=agent, llm=llm, store=store, model=label,
-                     random_weights=random_weights, setup_seconds=seconds)
+    return llm, agent, tools, store, label, random_weights
 
 
 def _print_model(model: str, random_weights: bool) -> None:
@@ -300,16 +317,30 @@ def _load_chat_model(model: str, *, device: str, dtype: str, max_tokens: int,
     from langchain_ascend.engine.model_source import check_model_source, resolve_model_source
 
     check_model_source(model)
-    with stages("model", ["source", "load, KV cache, compile"], enabled=progress) as advance:
+    _start_native_builds(device)
+    with stages("model", ["source: config, tokenizer", "load: weights, kernels, KV cache",
+                          "warm-up step"], enabled=progress) as advance:
         # A GGUF runs its own blocks: the first use writes only its config and tokenizer.
         resolve_model_source(model, progress=progress, quantization="auto")  # cached for the load
         advance()
         # Greedy: the same answers on every run of the same model.
         llm = AscendChatModel(model=str(model), device=device, dtype=dtype,
                               max_tokens=max_tokens, temperature=0.0, stop=list(ANSWER_STOP))
+        llm.get_engine()
+        advance()
         llm.warm_up()
         advance()
     return llm
+
+
+def _start_native_builds(device: str) -> None:
+    """On the CPU, start compiling the native kernels a first run lacks in the background,
+    so they build while the model source is prepared and the weights load."""
+    from langchain_ascend import platform
+    from langchain_ascend.native import build
+
+    if platform.resolve_device(device).type == "cpu":
+        build.prebuild()
 
 
 def _bundled_search(device: str, *, progress: bool) -> tuple[BaseTool, Any]:
@@ -317,7 +348,9 @@ def _bundled_search(device: str, *, progress: bool) -> tuple[BaseTool, Any]:
     from langchain_ascend import AscendEmbeddings
     from langchain_ascend.agent import retriever_tool
 
-    store = build_index(AscendEmbeddings(device=device), load_documents(), progress=progress)
+    with stage_times.stage("indexing"):
+        store = build_index(AscendEmbeddings(device=device), load_documents(),
+                            progress=progress)
     search = retriever_tool(store.as_retriever(search_kwargs={"k": 2}),
                             description=SEARCH_DESCRIPTION)
     return search, store

@@ -30,6 +30,12 @@ def test_the_report_has_every_section(tiny_run):
     text, rows, _ = tiny_run
     assert text.count("user: ") == 2 and text.count("assistant: ") == 2
     assert "setup: " in text and "tools: get_weather, calculator, search_docs" in text
+    # every setup stage, with its wall and CPU time, in the order it ran
+    stages = re.search(r"  stages: (.*)", text).group(1)
+    names = re.findall(r"(?:^|; )([^;]+?) \d+\.\d s \(CPU \d+\.\d s\)", stages)
+    assert names == ["source: config, tokenizer", "load: weights, kernels, KV cache",
+                     "warm-up step", "indexing", "tool grammars",
+                     "agent prompt -> prefix cache"]
     # hop 1 forced to call, hop 2 (the last of max_hops=2) forced to answer
     assert text.count("hop 1 [tool_choice=required]") == 2
     assert text.count("hop 2 [tool_choice=none]") == 2
