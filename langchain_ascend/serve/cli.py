@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-embeddings", action="store_true", help="serve no /v1/embeddings")
     p.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
                    help="largest request body (default 8 MiB; 413 beyond)")
-    p.add_argument("--graceful-timeout", type=float, default=30.0,
+    p.add_argument("--graceful-timeout", type=int, default=30,
                    help="seconds in-flight requests get to finish after SIGTERM (default 30)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])

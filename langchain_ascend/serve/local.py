@@ -23,7 +23,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(app: Any, *, port: int | None = None, start_timeout_s: float = 60.0,
-            graceful_timeout_s: float = 5.0) -> Iterator[str]:
+            graceful_timeout_s: int = 5) -> Iterator[str]:
     """Serve ``app`` with uvicorn in a daemon thread until the block ends.
 
     Yields:
