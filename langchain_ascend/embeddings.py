@@ -34,6 +34,7 @@ from langchain_ascend.errors import (
     EmbeddingModelError,
     InvalidTextError,
     VectorStoreArgumentTypeError,
+    VectorStoreInputError,
 )
 from langchain_ascend.validation import (
     STORE,
@@ -118,6 +119,15 @@ class AscendEmbeddings(BaseModel, Embeddings):
         show_progress: Show a tqdm bar over batches when a call spans several batches.
         model_kwargs: Extra keyword arguments for ``SentenceTransformer(...)``; a ``"device"``
             entry is used when ``device`` is ``"auto"``.
+        cache_folder: Where ``SentenceTransformer`` keeps downloaded models (as in
+            HuggingFaceEmbeddings); default the Hugging Face cache.
+        encode_kwargs: HuggingFaceEmbeddings' keyword arguments of ``encode``:
+            ``normalize_embeddings``, ``batch_size``, ``prompt``, ``prompt_name`` and
+            ``show_progress_bar`` set the matching setting, ``truncate_dim`` is passed on,
+            ``convert_to_numpy`` / ``convert_to_tensor`` are accepted (vectors come back as
+            lists, or tensors from the ``*_tensor`` methods); any other key is a
+            ``VectorStoreInputError`` naming it.
+        query_encode_kwargs: The same for queries; default ``encode_kwargs``.
 
     Raises:
         EmbeddingModelError: The model cannot be loaded.
@@ -136,6 +146,9 @@ class AscendEmbeddings(BaseModel, Embeddings):
     document_prompt: str | None = None
     show_progress: bool = False
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
+    cache_folder: str | None = None
+    encode_kwargs: dict[str, Any] = Field(default_factory=dict)
+    query_encode_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True)
 
@@ -154,6 +167,12 @@ class AscendEmbeddings(BaseModel, Embeddings):
     def _flags(cls, value: Any, info: Any) -> Any:
         return check_flag(info.field_name, value, errors=STORE)
 
+    @field_validator("encode_kwargs", "query_encode_kwargs", mode="before")
+    @classmethod
+    def _encode_kwargs_check(cls, value: Any, info: Any) -> Any:
+        check_encode_kwargs(info.field_name, value)
+        return value
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         check_device(self.device)
@@ -169,6 +188,8 @@ class AscendEmbeddings(BaseModel, Embeddings):
         device = resolve_device(requested if requested and self.device == "auto" else self.device)
         dtype = resolve_dtype(self.dtype, device)
         self._torch_device = device
+        if self.cache_folder is not None:
+            model_kwargs["cache_folder"] = self.cache_folder
         key = (self.model, str(device), str(dtype), self.max_seq_length,
                repr(sorted(model_kwargs.items())))
         client = _MODELS.get(key)
@@ -224,11 +245,26 @@ class AscendEmbeddings(BaseModel, Embeddings):
                 logger.debug("tokenizer length pass failed; sorting by characters")
         return [min(limit, 1 + len(t) // 4) for t in texts]
 
+    def _encode_kwargs(self, kind: str) -> dict[str, Any]:
+        """The ``encode_kwargs`` of ``kind`` (queries: ``query_encode_kwargs`` when given)."""
+        if kind == "query" and self.query_encode_kwargs:
+            return self.query_encode_kwargs
+        return self.encode_kwargs
+
     def _prompt(self, kind: str) -> str | None:
+        given = self._encode_kwargs(kind)
+        prompts = getattr(self._client, "prompts", None) or {}
+        if "prompt" in given:
+            return given["prompt"]
+        if "prompt_name" in given:
+            if given["prompt_name"] not in prompts:
+                raise VectorStoreInputError(
+                    f"prompt_name={given['prompt_name']!r} is not one of the model's prompts "
+                    f"{sorted(prompts)}")
+            return prompts[given["prompt_name"]]
         explicit = self.query_prompt if kind == "query" else self.document_prompt
         if explicit is not None:
             return explicit
-        prompts = getattr(self._client, "prompts", None) or {}
         names = ("query",) if kind == "query" else ("document", "passage", "corpus")
         for name in names:
             if name in prompts:
@@ -250,12 +286,15 @@ class AscendEmbeddings(BaseModel, Embeddings):
         inverse = [unique.setdefault(t, len(unique)) for t in texts]
         distinct = list(unique)
         prompt = self._prompt(kind)
-        batches = plan_batches(self._token_lengths(distinct, prompt), self.batch_size,
-                               self.max_batch_tokens)
+        given = self._encode_kwargs(kind)
+        batches = plan_batches(self._token_lengths(distinct, prompt),
+                               given.get("batch_size", self.batch_size), self.max_batch_tokens)
         encode = self._client.encode_query if kind == "query" else self._client.encode_document
+        passed = {k: given[k] for k in PASSED_ENCODE_KWARGS if k in given}
+        normalize = given.get("normalize_embeddings", self.normalize)
         out: torch.Tensor | None = None
         progress = None
-        if self.show_progress and len(batches) > 1:
+        if given.get("show_progress_bar", self.show_progress) and len(batches) > 1:
             from tqdm.auto import tqdm
 
             progress = tqdm(total=len(distinct), desc="Embedding", unit="text")
@@ -263,7 +302,8 @@ class AscendEmbeddings(BaseModel, Embeddings):
             for batch in batches:
                 vectors = encode([distinct[i] for i in batch], prompt=prompt,
                                  batch_size=len(batch), convert_to_tensor=True,
-                                 normalize_embeddings=self.normalize, show_progress_bar=False)
+                                 normalize_embeddings=normalize, show_progress_bar=False,
+                                 **passed)
                 if out is None:  # (U, D)
                     out = torch.empty(len(distinct), vectors.shape[-1], dtype=torch.float32,
                                       device=vectors.device)
@@ -317,6 +357,44 @@ class AscendEmbeddings(BaseModel, Embeddings):
     async def aembed_query(self, text: str) -> list[float]:
         """Async :meth:`embed_query`; the work runs in an executor."""
         return await run_in_executor(None, self.embed_query, text)
+
+
+MAPPED_ENCODE_KWARGS = frozenset({"normalize_embeddings", "batch_size", "prompt", "prompt_name",
+                                  "show_progress_bar"})
+"""``encode_kwargs`` keys that set one of the embeddings' own settings."""
+PASSED_ENCODE_KWARGS = ("truncate_dim",)
+"""``encode_kwargs`` keys passed on to ``SentenceTransformer.encode``."""
+ACCEPTED_ENCODE_KWARGS = frozenset({"convert_to_numpy", "convert_to_tensor"})
+"""``encode_kwargs`` keys accepted without effect (the output type is the method's)."""
+
+
+def check_encode_kwargs(name: str, given: Any) -> None:
+    """Check HuggingFaceEmbeddings-style ``encode_kwargs``.
+
+    Raises:
+        VectorStoreArgumentTypeError: Not a dict, or a value of the wrong type.
+        VectorStoreInputError: An unsupported key (named), or a value out of range.
+    """
+    if not isinstance(given, dict):
+        raise VectorStoreArgumentTypeError(
+            f"{name} must be a dict, got {type(given).__name__} {given!r:.60}")
+    known = MAPPED_ENCODE_KWARGS | ACCEPTED_ENCODE_KWARGS | set(PASSED_ENCODE_KWARGS)
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise VectorStoreInputError(
+            f"{name} keys {unknown} are not supported; AscendEmbeddings takes {sorted(known)}")
+    if "batch_size" in given:
+        check_count(f"{name}['batch_size']", given["batch_size"], errors=STORE)
+    for flag in ("normalize_embeddings", "show_progress_bar"):
+        if flag in given:
+            check_flag(f"{name}[{flag!r}]", given[flag], errors=STORE)
+    if "truncate_dim" in given:
+        check_count(f"{name}['truncate_dim']", given["truncate_dim"], allow_none=True,
+                    errors=STORE)
+    for key in ("prompt", "prompt_name"):
+        if key in given and not isinstance(given[key], str):
+            raise VectorStoreArgumentTypeError(
+                f"{name}[{key!r}] must be a string, got {type(given[key]).__name__}")
 
 
 def _texts(texts: Any) -> list[Any]:

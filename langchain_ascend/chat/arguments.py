@@ -97,7 +97,7 @@ def _warn_no_effect(keys: Collection[str]) -> None:
         warnings.warn(
             f"AscendChatModel ignores {key}=: it is an argument of remote chat models and has "
             "no effect on a local model (accepted so code written for them keeps working)",
-            UserWarning, stacklevel=5)
+            UserWarning, stacklevel=7)  # the caller of AscendChatModel(...)
 
 
 def _split_model_kwargs(values: dict[str, Any], fields: Collection[str]) -> None:
