@@ -31,8 +31,7 @@ import argparse
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -43,6 +42,7 @@ from langchain_core.tools import BaseTool
 
 from langchain_ascend.app import stage_times
 from langchain_ascend.app.demo_tools import build_tools, safe_eval
+from langchain_ascend.app.stage_times import stages
 from langchain_ascend.tool_formats.hermes import TOOL_RESPONSE_OPEN
 
 __all__ = ["build_demo", "build_tools", "main", "run_demo", "safe_eval"]
@@ -90,30 +90,6 @@ def resolve_demo_model(model: str | None) -> tuple[str, bool]:
 
         return str(smollm2_gguf_path()), False
     return model, False
-
-
-@contextmanager
-def stages(desc: str, names: Sequence[str], *, enabled: bool = True) -> Iterator[Callable[[], None]]:
-    """A tqdm bar over named steps; the context gives ``advance()``, called after each step."""
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(names), desc=desc, unit="step", disable=not enabled, leave=True)
-    done = 0
-    clock = stage_times.StageClock()  # each step's wall and CPU time, for the setup line
-
-    def advance() -> None:
-        nonlocal done
-        clock.lap(names[done])
-        done += 1
-        bar.update(1)
-        if done < len(names):
-            bar.set_postfix_str(names[done])
-
-    bar.set_postfix_str(names[0])
-    try:
-        yield advance
-    finally:
-        bar.close()
 
 
 def build_index(embeddings: Any, docs: list[dict[str, str]], *, batch_size: int = 4,
@@ -334,8 +310,7 @@ def _load_chat_model(model: str, *, device: str, dtype: str, max_tokens: int,
 
 
 def _start_native_builds(device: str) -> None:
-    """On the CPU, start compiling the native kernels a first run lacks in the background,
-    so they build while the model source is prepared and the weights load."""
+    """On the CPU, build the kernels a first run lacks in the background, beside the load."""
     from langchain_ascend import platform
     from langchain_ascend.native import build
 

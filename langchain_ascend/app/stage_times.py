@@ -1,4 +1,5 @@
-"""Wall and CPU seconds of each setup stage, for the demo's and the server's setup line.
+"""Wall and CPU seconds of each setup stage, for the demo's and the server's setup line, and
+the progress bar over named steps that records them (:func:`stages`).
 
 A busy machine stretches wall time (on this project's shared 2-core VM a first run took from
 20 s to 170 s of wall time for the same ~40 s of CPU), so each stage records both: the
@@ -18,7 +19,7 @@ import contextvars
 import dataclasses
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 
 def cpu_seconds() -> float:
@@ -103,3 +104,27 @@ def stage(name: str) -> Iterator[None]:
         yield
     finally:
         clock.lap(name)
+
+
+@contextlib.contextmanager
+def stages(desc: str, names: Sequence[str], *, enabled: bool = True) -> Iterator[Callable[[], None]]:
+    """A tqdm bar over named steps; the context gives ``advance()``, called after each step."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(names), desc=desc, unit="step", disable=not enabled, leave=True)
+    done = 0
+    clock = StageClock()  # each step's wall and CPU time, for the setup line
+
+    def advance() -> None:
+        nonlocal done
+        clock.lap(names[done])
+        done += 1
+        bar.update(1)
+        if done < len(names):
+            bar.set_postfix_str(names[done])
+
+    bar.set_postfix_str(names[0])
+    try:
+        yield advance
+    finally:
+        bar.close()
