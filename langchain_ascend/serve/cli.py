@@ -74,7 +74,7 @@ def chat_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_parts(args: argparse.Namespace) -> dict[str, Any]:
     """Build and warm the chat model, embeddings and agent (under progress bars)."""
-    from langchain_ascend.app.demo import stages
+    from langchain_ascend.app.stage_times import stages
 
     parts: dict[str, Any] = {"agent": None, "embeddings": None}
     steps = ["config" if args.config else "model", "load, KV cache, warm-up", "embeddings"]
