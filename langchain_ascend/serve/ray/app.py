@@ -33,7 +33,11 @@ from langchain_ascend.serve.ray.replica import EngineReplica, build_server_app
 from langchain_ascend.serve.ray.router import PrefixAffinityRouter
 from langchain_ascend.validation import check_count
 
-__all__ = ["DEFAULT_MAX_ONGOING_REQUESTS", "build_ray_app", "replica_options"]
+__all__ = ["DEFAULT_MAX_ONGOING_REQUESTS", "ROUTER_CLASS", "build_ray_app", "replica_options"]
+
+ROUTER_CLASS = f"{PrefixAffinityRouter.__module__}.{PrefixAffinityRouter.__qualname__}"
+"""The engine deployment's request router, by import path (Ray imports it where handles
+route: in the front's replicas)."""
 
 DEFAULT_MAX_ONGOING_REQUESTS = 64
 """Requests Ray sends one replica at a time (the engine batches them; its own queue bound
@@ -53,7 +57,7 @@ def replica_options(replicas: int | None, autoscaling_config: Mapping[str, Any] 
         "health_check_period_s": health_check_period_s,
         "health_check_timeout_s": health_check_timeout_s,
         "request_router_config": RequestRouterConfig(
-            request_router_class=PrefixAffinityRouter,
+            request_router_class=ROUTER_CLASS,  # type: ignore[arg-type]
             request_router_kwargs={"saturation": check_count("saturation", saturation,
                                                              allow_none=True)}),
     }
@@ -116,11 +120,11 @@ def build_ray_app(
     if app_kwargs is None:
         app_kwargs = {"model": model, "chat_model_kwargs": dict(chat_model_kwargs or {}),
                       **dict(server_kwargs or {})}
-    engine = EngineReplica.options(**replica_options(
+    engine = EngineReplica.options(**replica_options(  # type: ignore[attr-defined]
         replicas, autoscaling_config, ray_actor_options, max_ongoing_requests, saturation,
         health_check_period_s, health_check_timeout_s))
-    front = FrontDeployment.options(num_replicas=check_count("front_replicas", front_replicas),
-                                    max_ongoing_requests=1024)
+    front = FrontDeployment.options(  # type: ignore[attr-defined]
+        num_replicas=check_count("front_replicas", front_replicas), max_ongoing_requests=1024)
     if max_body_bytes is None:
         max_body_bytes = dict(server_kwargs or {}).get("max_body_bytes", 8 * 1024 * 1024)
     return front.bind(engine.bind(app_builder or build_server_app, dict(app_kwargs)),

@@ -100,10 +100,12 @@ class FrontDeployment:
             method=request.method, path=request.url.path,
             query_string=request.scope.get("query_string", b""),
             headers=list(request.scope.get("headers", [])), body=body,
-            client=tuple(request.client) if request.client else None)
+            client=(str(request.client.host), int(request.client.port))
+            if request.client else None)
         key = routing_key(_json_or_none(body), request.headers)
         for attempt in (1, 2):
-            stream = self.engine.options(stream=True).forward.remote(forwarded, routing_key=key)
+            stream: Any = self.engine.options(stream=True).forward.remote(
+                forwarded, routing_key=key)
             try:
                 start = await stream.__anext__()
                 if not isinstance(start, ResponseStart):

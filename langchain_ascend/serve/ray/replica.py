@@ -89,6 +89,8 @@ class EngineReplica:
         app_kwargs: Its keyword arguments (``model=``, ``chat_model_kwargs=``, the server's).
     """
 
+    app: Any  # the built ASGI app: Ray's ingress wrapper provides it (late-bound)
+
     def __init__(self, app_builder: str | Callable[..., Any] = build_server_app,
                  app_kwargs: Mapping[str, Any] | None = None) -> None:
         self.builder = resolve_builder(app_builder)
@@ -149,7 +151,7 @@ class EngineReplica:
         status, body = await _get(self.app, path)
         return self.replica_id, status, body.decode("utf-8", "replace")
 
-    def whoami(self) -> tuple[str, str]:
+    def whoami(self) -> tuple[str, str | None]:
         """``(replica id, Ray actor name)`` of this replica (tests and tooling: the actor name
         is what ``ray.get_actor(name, namespace="serve")`` finds, e.g. to kill it)."""
         return self.replica_id, ray.get_runtime_context().get_actor_name()

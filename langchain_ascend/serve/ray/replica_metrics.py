@@ -55,8 +55,8 @@ class ReplicaMetrics:
             gauge = self.gauges.get((name, keys))
             if gauge is None:
                 gauge = Gauge(f"{MIRROR_PREFIX}{name}", f"the app's {name}",
-                              tag_keys=keys or None)
+                              tag_keys=keys or None)  # type: ignore[arg-type]
                 self.gauges[(name, keys)] = gauge
-            gauge.set(value, tags=labels or None)
+            gauge.set(value, tags=labels)
             count += 1
         return count
