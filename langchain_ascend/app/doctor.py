@@ -138,6 +138,10 @@ def gather(*, device: str = "auto", model: str | None = None, memory_fraction: f
     torch_import = probe_torch_import()
     findings.append(torch_import)
     findings.append(check_transformers(_version("transformers"), _transformers_spec()))
+    if model is not None:
+        from langchain_ascend.app.doctor_weights import check_model_weights
+
+        findings.append(check_model_weights(model))
     if _version("torch") is None:
         skip = "torch is not installed"
         return findings + [Finding(n, "skip", skip) for n in _TORCH_CHECKS]
@@ -263,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "transformers, CPU kernels and graph capture; exit 1 when a check fails")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.add_argument("--device", default="auto", help="the device to check (default auto)")
-    parser.add_argument("--model", help="a model folder, to size its KV pool")
+    parser.add_argument("--model", help="a model folder or .gguf file: its weights' format "
+                        "and bytes, and (a folder) its KV pool")
     parser.add_argument("--kv-cache-memory-fraction", type=float, default=0.5,
                         help="the chat model's kv_cache_memory_fraction (default 0.5)")
     parser.add_argument("--num-kv-blocks", type=int, help="the chat model's num_kv_blocks")
