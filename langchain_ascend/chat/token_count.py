@@ -8,7 +8,12 @@ for the same messages and bound tools. ``trim_messages(token_counter=llm)`` coun
 conversation, so the count is lenient where a call is strict: an empty list is 0 and a
 ``ToolMessage`` whose call was trimmed away is rendered as it is. A slice the chat template
 itself refuses (templates that demand alternating roles or a leading user turn) is counted as
-the sum of its messages' text tokens, an estimate said so in the log. No torch.
+the sum of its messages' text tokens, an estimate said so in the log.
+
+``trim_messages(include_system=True)`` adds the system message's count to the rest's; a
+template that gives a conversation without a system turn a default one (Qwen2.5's, SmolLM2's)
+makes that sum larger than the whole, so such trimming keeps a little less than it could
+(never more than ``max_tokens``). No torch.
 """
 
 from __future__ import annotations
