@@ -20,7 +20,8 @@ time; ours batches every request in flight on one engine.
 
 Per level and side: TTFT (request sent -> first content token) p50 / p99, latency (request
 sent -> last chunk) p50 / p99, output tokens/s (all tokens of the level / its wall time),
-failures (exceptions, HTTP errors) and short replies (fewer tokens than asked). Ratios:
+failures (exceptions, HTTP errors) and short replies (fewer tokens than asked); ours also
+the mean prompt tokens served from its prefix cache (``cached_prompt_tokens``). Ratios:
 tokens/s ours / peer; p99 TTFT and p99 latency peer / ours.
 
 Run: ``python benchmarks/bench_server.py [--model smollm2|FILE.gguf|HF_FOLDER] [--threads 2]
@@ -58,6 +59,7 @@ class Sample:
     ttft: float = math.nan
     latency: float = math.nan
     tokens: int = 0
+    cached: int | None = None
     error: str | None = None
 
 
@@ -134,6 +136,8 @@ async def one_request(client, system: str, tail: str, max_tokens: int,
         sample.latency = time.perf_counter() - started
         if usage is not None:
             sample.tokens = usage.completion_tokens
+            details = getattr(usage, "prompt_tokens_details", None)
+            sample.cached = getattr(details, "cached_tokens", None)
     except Exception as error:  # counted as a failure, the level goes on
         sample.error = f"{type(error).__name__}: {error}"[:300]
     return sample
@@ -163,6 +167,7 @@ async def run_level(url: str, side: Side, system: str, clients: int, per_client:
 def summarize(samples: list[Sample], wall: float, max_tokens: int) -> dict:
     ok = [s for s in samples if s.error is None]
     tokens = sum(s.tokens for s in ok)
+    cached = [s.cached for s in ok if s.cached is not None]
     return {
         "requests": len(samples), "failures": len(samples) - len(ok),
         "short_replies": sum(1 for s in ok if s.tokens < max_tokens),
@@ -172,6 +177,8 @@ def summarize(samples: list[Sample], wall: float, max_tokens: int) -> dict:
         "latency_p99_s": round(percentile([s.latency for s in ok], 99), 3),
         "output_tok_s": round(tokens / wall, 2) if wall > 0 else 0.0,
         "output_tokens": tokens, "wall_s": round(wall, 2),
+        # prompt tokens served from the prefix cache, mean per request (ours reports them)
+        "cached_prompt_tokens": round(sum(cached) / len(cached), 1) if cached else None,
         "errors": sorted({s.error for s in samples if s.error})[:3],
     }
 
@@ -197,6 +204,8 @@ def run_side(side: Side, system: str, levels: list[int], per_client: int,
                   f"p99 {entry['ttft_p99_s']:.3f} s; latency p50 {entry['latency_p50_s']:.3f} s "
                   f"p99 {entry['latency_p99_s']:.3f} s; {entry['output_tok_s']:.1f} tok/s; "
                   f"{entry['failures']} failures, {entry['short_replies']} short"
+                  + (f"; {entry['cached_prompt_tokens']} cached prompt tokens per request"
+                     if entry["cached_prompt_tokens"] is not None else "")
                   + (f"; {entry['errors']}" if entry["errors"] else ""), flush=True)
     return result
 
