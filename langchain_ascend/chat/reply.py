@@ -26,6 +26,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import ToolCallChunk
 
 from langchain_ascend.chat.call_ids import new_tool_call_id
 from langchain_ascend.chat.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter
@@ -50,14 +51,16 @@ def reply_marker_ids(
 
 @dataclass
 class ReplyPiece:
-    """New parts of the reply since the last piece."""
+    """New parts of the reply since the last piece: text, finished calls and the tool-call
+    chunks to stream (fragments of a call under way, or whole calls)."""
 
     content: str = ""
     reasoning: str = ""
     calls: list[ExtractedCall] = field(default_factory=list)
+    chunks: list[ToolCallChunk] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.content or self.reasoning or self.calls)
+        return bool(self.content or self.reasoning or self.calls or self.chunks)
 
 
 class ReplyAssembler:
@@ -109,6 +112,7 @@ class ReplyAssembler:
             tail = self._tools.finish()
             piece.content += tail.content
             piece.calls += tail.calls
+            piece.chunks += tail.chunks
             self.content += tail.content
             self.calls += tail.calls
         return piece
@@ -117,7 +121,7 @@ class ReplyAssembler:
         piece = ReplyPiece(reasoning=reasoning)
         if self._tools is not None and content:
             parsed = self._tools.feed(content)
-            piece.content, piece.calls = parsed.content, parsed.calls
+            piece.content, piece.calls, piece.chunks = parsed.content, parsed.calls, parsed.chunks
         else:
             piece.content = content
         self.reasoning += piece.reasoning
@@ -198,13 +202,25 @@ def reply_message(
     )
 
 
+def coalesced(chunks: list[ToolCallChunk]) -> list[ToolCallChunk]:
+    """One tool-call chunk per index: fragments of a call that came in the same delta are
+    joined (LangChain merges chunks by index across messages, not within one)."""
+    out: list[ToolCallChunk] = []
+    for chunk in chunks:
+        if out and out[-1]["index"] == chunk["index"] and chunk["name"] is None:
+            out[-1] = {**out[-1], "args": (out[-1]["args"] or "") + (chunk["args"] or "")}
+        else:
+            out.append(chunk)
+    return out
+
+
 def piece_chunk(piece: ReplyPiece, **extra: Any) -> AIMessageChunk:
     """One streamed piece as an ``AIMessageChunk`` (``extra``: further chunk fields)."""
     additional = {"reasoning_content": piece.reasoning} if piece.reasoning else {}
     return AIMessageChunk(
         content=piece.content,
         additional_kwargs=additional,
-        tool_call_chunks=[c.to_chunk() for c in piece.calls],
+        tool_call_chunks=coalesced(piece.chunks),
         **extra,
     )
 
@@ -225,6 +241,7 @@ def delta_chunk(
             content=piece.content + tail.content,
             reasoning=piece.reasoning + tail.reasoning,
             calls=piece.calls + tail.calls,
+            chunks=piece.chunks + tail.chunks,
         )
         usage, metadata = usage_and_metadata(
             delta.output, assembler, model_name=model_name, count_tokens=count_tokens

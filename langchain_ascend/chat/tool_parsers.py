@@ -10,6 +10,8 @@ hands each call's text to its format:
 * ``auto``: all of these by their markers; bare JSON is a call only with ``name`` and
   ``arguments``/``parameters`` (naming a bound tool, when the names are known).
 
+Hermes and Llama-3 JSON calls stream: their name, then their argument text, as fragments
+(:mod:`~langchain_ascend.chat.call_streamer`); Mistral and other shapes come whole.
 One streaming parser (:class:`ToolCallStreamParser`) serves the streamed and the one-shot path
 (:func:`parse_tool_calls` feeds it the whole text), so ``invoke`` and ``stream`` agree. Text
 outside calls stays content (whitespace touching a call trimmed); a malformed call never raises
@@ -33,6 +35,7 @@ from langchain_core.messages.tool import (
 )
 
 from langchain_ascend.chat.call_ids import new_tool_call_id
+from langchain_ascend.chat.call_streamer import CallStreamer
 from langchain_ascend.tool_formats import (
     LLAMA3_JSON,
     TOOL_CALL_FORMATS,
@@ -52,6 +55,9 @@ from langchain_ascend.tool_formats.llama3 import PYTHON_TAG
 from langchain_ascend.tool_formats.llama3 import parse_payload as parse_llama_payload
 from langchain_ascend.tool_formats.mistral import MISTRAL_ARGS, MISTRAL_CALL_ID, MISTRAL_MARKER
 from langchain_ascend.tool_formats.mistral import parse_payload as parse_mistral_payload
+
+STREAMED_FORMATS = ("hermes", "llama3_json")
+"""Formats whose calls stream as fragments (name first, then the argument text)."""
 
 __all__ = [
     "HERMES_CLOSE",
@@ -129,10 +135,12 @@ class ParsedToolCalls:
 
 @dataclass
 class ParserDelta:
-    """What one :meth:`ToolCallStreamParser.feed` produced: new content and finished calls."""
+    """What one :meth:`ToolCallStreamParser.feed` produced: new content, finished calls and
+    the tool-call chunks to stream (fragments of calls under way, whole calls)."""
 
     content: str = ""
     calls: list[ExtractedCall] = field(default_factory=list)
+    chunks: list[ToolCallChunk] = field(default_factory=list)
 
 
 class ToolCallStreamParser:
@@ -178,6 +186,7 @@ class ToolCallStreamParser:
         self._held_ws = ""
         self._num_calls = 0
         self._finished = False
+        self._streamer: CallStreamer | None = None
 
     @property
     def num_calls(self) -> int:
@@ -201,6 +210,7 @@ class ToolCallStreamParser:
         self._finished = True
         if self._mode == "block":
             assert self._format is not None
+            self._stream(delta, self._buf)
             self._release(delta, self._format.parse(self._buf, terminated=False)[0])
         elif self._mode == "tail":
             self._finish_tail(delta)
@@ -219,6 +229,9 @@ class ToolCallStreamParser:
             if self._mode == "block":
                 assert self._format is not None and self._format.closer is not None
                 end = self._buf.find(self._format.closer)
+                held = self._partial_marker_suffix((self._format.closer,))
+                if end < 0 or self._streamer is not None:  # a call that came whole goes whole
+                    self._stream(delta, self._buf[:end] if end >= 0 else self._buf[:len(self._buf) - held])
                 if end < 0:
                     return
                 body = self._buf[:end]
@@ -227,6 +240,7 @@ class ToolCallStreamParser:
                 self._mode = "text"
                 continue
             if self._mode == "tail":
+                self._stream(delta, self._buf)
                 return
             if self._bare_json_possible():
                 stripped = self._buf.lstrip()
@@ -234,10 +248,10 @@ class ToolCallStreamParser:
                     return  # only whitespace so far: wait
                 if stripped.startswith("{"):
                     self._mode, self._format = "tail", None
-                    return
+                    continue
             start, marker = self._find_marker()
             if marker is None:
-                keep = self._partial_marker_suffix()
+                keep = self._partial_marker_suffix(self._markers)
                 self._emit_content(delta, self._buf[: len(self._buf) - keep])
                 self._buf = self._buf[len(self._buf) - keep :]
                 return
@@ -258,10 +272,10 @@ class ToolCallStreamParser:
                 best, found = pos, marker
         return best, found
 
-    def _partial_marker_suffix(self) -> int:
-        """Length of the longest tail of the buffer that could begin a marker."""
+    def _partial_marker_suffix(self, markers: tuple[str, ...]) -> int:
+        """Length of the longest tail of the buffer that could begin one of ``markers``."""
         longest = 0
-        for marker in self._markers:
+        for marker in markers:
             for size in range(min(len(marker) - 1, len(self._buf)), longest, -1):
                 if self._buf.endswith(marker[:size]):
                     longest = size
@@ -283,13 +297,27 @@ class ToolCallStreamParser:
             delta.content += body
             self._seen_content = True
 
+    def _stream(self, delta: ParserDelta, body: str) -> None:
+        """Fragments of the call under way (Hermes, Llama-3 JSON, bare JSON calls)."""
+        if self._streamer is None:
+            if self._format is not None and self._format.name not in STREAMED_FORMATS:
+                return
+            names = self._tool_names if self._format is None else None
+            self._streamer = CallStreamer(self._num_calls, self._id_factory, names)
+        delta.chunks += self._streamer.update(body)
+
     def _release(self, delta: ParserDelta, raw_calls: list[RawCall]) -> None:
-        for raw in raw_calls:
+        streamer, self._streamer = self._streamer, None
+        if streamer is not None and streamer.started and not raw_calls:
+            raw_calls = [RawCall(streamer.name, None, "", error="the tool call has no JSON")]
+        for n, raw in enumerate(raw_calls):
             error = raw.error
             if error is None and (raw.args is None or not raw.name):
                 error = "tool call has no name or arguments"
-            delta.calls.append(
-                ExtractedCall(
+            if n == 0 and streamer is not None and streamer.started:
+                call = _settle(delta, streamer, raw, error)
+            else:
+                call = ExtractedCall(
                     index=self._num_calls,
                     id=raw.id or self._id_factory(),
                     name=raw.name,
@@ -297,12 +325,14 @@ class ToolCallStreamParser:
                     raw=raw.raw,
                     error=error,
                 )
-            )
+                delta.chunks.append(call.to_chunk())
+            delta.calls.append(call)
             self._num_calls += 1
         self._after_call = True
 
     def _finish_tail(self, delta: ParserDelta) -> None:
         text = self._buf
+        self._stream(delta, text)
         if self._format is not None:
             calls, trailing = self._format.parse(text)
             self._release(delta, calls)
@@ -313,11 +343,37 @@ class ToolCallStreamParser:
         if found is not None and self._tool_names is not None:
             if any(c.name is not None and c.name not in self._tool_names for c in found):
                 found = None
+        if found is None and self._streamer is not None and self._streamer.started:
+            found = [RawCall(self._streamer.name, None, text,
+                             error="the reply is not (only) tool calls after all")]
         if found is None:  # a bare JSON reply that is content after all
             self._held_ws = ""
             self._emit_content(delta, text)
             return
         self._release(delta, found)
+
+
+def _settle(delta: ParserDelta, streamer: CallStreamer, raw: RawCall,
+            error: str | None) -> ExtractedCall:
+    """The finished form of a streamed call: what it still has to send (its arguments when
+    none went; a terminator when it ended invalid or unlike what was sent), and the call.
+    A call whose opening is still in this delta goes whole instead (nothing of it went out)."""
+    assert streamer.id is not None
+    if any(chunk is streamer.opening for chunk in delta.chunks):
+        delta.chunks[:] = [c for c in delta.chunks if c["index"] != streamer.index]
+        valid = error is None and raw.args is not None and bool(raw.name)
+        call = ExtractedCall(streamer.index, streamer.id, raw.name or streamer.name,
+                             raw.args if valid else None, raw.raw, error)
+        delta.chunks.append(call.to_chunk())
+        return call
+    if error is None and raw.args is not None and streamer.matches(raw.name, raw.args):
+        delta.chunks += streamer.rest(raw.args)
+        return ExtractedCall(streamer.index, streamer.id, raw.name, raw.args, raw.raw)
+    delta.chunks.append(streamer.terminator())
+    return ExtractedCall(
+        streamer.index, streamer.id, raw.name or streamer.name, None, raw.raw,
+        error or "the finished tool call differs from its streamed name or arguments",
+    )
 
 
 def parse_tool_calls(

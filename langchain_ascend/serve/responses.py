@@ -2,8 +2,9 @@
 
 :class:`ChunkWriter` keeps what the OpenAI stream contract needs across a reply's chunks:
 the role goes in the first delta only; each tool call opens with its ``index``, ``id``, ``type``
-and ``function.name`` (arguments ``""``), its arguments follow in the next delta of that
-``index``; exactly one chunk carries ``finish_reason`` (``"tool_calls"`` when calls were
+and ``function.name`` (arguments ``""``), its arguments follow in later deltas of that
+``index`` (one piece for a call that came whole, the model's argument text as it streams for
+a streamed call, whose id and name come only with its opening); exactly one chunk carries ``finish_reason`` (``"tool_calls"`` when calls were
 made); the usage chunk (``stream_options.include_usage``) has no choices.
 """
 
@@ -97,6 +98,7 @@ class ChunkWriter:
         self.include_usage = include_usage
         self.num_calls = 0
         self.role_sent = False
+        self.streamed: dict[int, int] = {}  # streamed call's chunk index -> OpenAI index
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -118,31 +120,46 @@ class ChunkWriter:
         """The chunks of one ``AIMessageChunk`` (content, reasoning, tool calls)."""
         out = [] if self.role_sent else [self.role()]
         content = message.content if isinstance(message.content, str) else ""
-        calls = []
+        calls: list[dict[str, Any]] = []
         for call in getattr(message, "tool_call_chunks", []):
-            args = valid_call_chunk(call)
-            if args is None:  # what the model wrote, unparsed: text, as invalid calls are
+            delta = self.call_delta(call)
+            if delta is None:  # what the model wrote, unparsed: text, as invalid calls are
                 content += str(call.get("args") or "")
             else:
-                calls.append((call, args))
+                calls.extend(delta)
         reasoning = message.additional_kwargs.get("reasoning_content")
         if reasoning:
             out.append(self.chunk({"reasoning_content": reasoning}))
         if content:
             out.append(self.chunk({"content": content}))
-        for call, args in calls:
-            out.extend(self.call_chunks(call, args))
+        out.extend(self.chunk({"tool_calls": [call]}) for call in calls)
         return out
 
-    def call_chunks(self, call: Mapping[str, Any], args: dict[str, Any]) -> list[dict[str, Any]]:
-        """One call as two deltas: its opening (index, id, name) and its arguments."""
+    def call_delta(self, call: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The ``tool_calls`` delta entries of one tool-call chunk: a streamed call's opening
+        (name, ``args=""``) or argument fragment, or a whole valid call (opening, then its
+        arguments); ``None`` for a whole invalid call."""
+        index = call.get("index")
+        if call.get("name") and call.get("args") == "" and isinstance(index, int):
+            self.streamed[index] = self.num_calls
+            return [self.opening(call)]
+        if not call.get("name") and index in self.streamed:
+            fragment = str(call.get("args") or "")
+            return [{"index": self.streamed[index], "function": {"arguments": fragment}}
+                    ] if fragment else []
+        args = valid_call_chunk(call)
+        if args is None:
+            return None
+        opening = self.opening(call)
+        return [opening, {"index": opening["index"],
+                          "function": {"arguments": json.dumps(args, ensure_ascii=False)}}]
+
+    def opening(self, call: Mapping[str, Any]) -> dict[str, Any]:
+        """A call's first delta entry (index, id, name, empty arguments)."""
         index = self.num_calls
         self.num_calls += 1
-        opening = {"index": index, "id": call.get("id"), "type": "function",
-                   "function": {"name": call["name"], "arguments": ""}}
-        arguments = {"index": index,
-                     "function": {"arguments": json.dumps(args, ensure_ascii=False)}}
-        return [self.chunk({"tool_calls": [opening]}), self.chunk({"tool_calls": [arguments]})]
+        return {"index": index, "id": call.get("id"), "type": "function",
+                "function": {"name": call["name"], "arguments": ""}}
 
     def finish(self, last: BaseMessage | None) -> list[dict[str, Any]]:
         """The closing chunks: the one ``finish_reason`` and, when asked, the usage."""
