@@ -150,10 +150,17 @@ def mapped_openmp_libraries() -> set[str]:
 
 
 def openmp_runtime() -> str | None:
-    """The libgomp torch loaded (importing torch first), or None when torch uses another."""
-    import torch  # noqa: F401 - loads torch's OpenMP runtime
+    """The libgomp torch loaded (importing torch first), or None when torch uses another.
+
+    Other wheels bundle their own libgomp (faiss-cpu does), so the one in torch's folder is
+    chosen when several are mapped; with one mapped, that one."""
+    import torch
 
     libraries = sorted(mapped_openmp_libraries())
+    torch_dir = str(Path(torch.__file__).resolve().parent) + os.sep
+    own = [path for path in libraries if str(Path(path).resolve()).startswith(torch_dir)]
+    if len(own) == 1:
+        return own[0]
     return libraries[0] if len(libraries) == 1 else None
 
 

@@ -108,3 +108,18 @@ def test_nothing_is_built_where_kernels_cannot_run(kernels, monkeypatch) -> None
     assert build.prebuild() == []
     assert build.load("gamma").lib is None
     assert kernels == []
+
+
+def test_torch_openmp_runtime_is_found_beside_another_wheels(monkeypatch) -> None:
+    """faiss-cpu maps its own libgomp: torch's is still the one the kernels link (once faiss
+    was imported first, every kernel of the process was refused)."""
+    import torch
+
+    torch_gomp = str(Path(torch.__file__).parent / "lib" / "libgomp.so.1")
+    other = "/site-packages/faiss_cpu.libs/libgomp-e985bcbb.so.1.0.0"
+    monkeypatch.setattr(build, "mapped_openmp_libraries", lambda: {other, torch_gomp})
+    assert build.openmp_runtime() == torch_gomp
+    monkeypatch.setattr(build, "mapped_openmp_libraries", lambda: {other})
+    assert build.openmp_runtime() == other
+    monkeypatch.setattr(build, "mapped_openmp_libraries", lambda: {other, other + ".2"})
+    assert build.openmp_runtime() is None
