@@ -81,3 +81,37 @@ class AscendChatStandardBase(ChatModelIntegrationTests):
         extra = getattr(request, "param", None) or {}
         return self.chat_model_class(
             **{**self.standard_chat_model_params, **self.chat_model_params, **extra})
+
+    # langchain-tests asserts that the override string appears inside
+    # response_metadata["model_name"]; ours reports a readable name, never a filesystem path
+    # (issue 28): for a local folder, the folder's name. The same four checks, against it.
+    def _override_name(self) -> str:
+        from pathlib import Path
+
+        return Path(self.model_override_value).name
+
+    def _check_override(self, message: AIMessage | None) -> None:
+        assert isinstance(message, AIMessage)
+        assert message.response_metadata.get("model_name") == self._override_name()
+
+    def test_invoke_with_model_override(self, model: BaseChatModel) -> None:
+        self._check_override(model.invoke("Hello", model=self.model_override_value))
+
+    async def test_ainvoke_with_model_override(self, model: BaseChatModel) -> None:
+        self._check_override(await model.ainvoke("Hello", model=self.model_override_value))
+
+    def test_stream_with_model_override(self, model: BaseChatModel) -> None:
+        merged = None
+        for chunk in model.stream("Hello", model=self.model_override_value):
+            merged = chunk if merged is None else merged + chunk
+        assert merged is not None
+        self._check_override(AIMessage(content=merged.content,
+                                       response_metadata=merged.response_metadata))
+
+    async def test_astream_with_model_override(self, model: BaseChatModel) -> None:
+        merged = None
+        async for chunk in model.astream("Hello", model=self.model_override_value):
+            merged = chunk if merged is None else merged + chunk
+        assert merged is not None
+        self._check_override(AIMessage(content=merged.content,
+                                       response_metadata=merged.response_metadata))
