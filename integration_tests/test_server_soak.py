@@ -7,15 +7,20 @@ connection after the first events, which must abort the request in the engine.
 
 Afterwards, read from the server itself: no KV block is held (``/metrics``'s
 ``langchain_ascend_kv_blocks_used`` back to its idle value), nothing is running, waiting or in
-flight, ``/health`` answers 200, and the process's RSS is flat: from after the first
-:data:`WARMUP` requests to the end it grows by less than :data:`RSS_BOUND_MB`. Why that bound:
+flight, ``/health`` answers 200, and the process's RSS is flat: over the second half of the run it
+grows by less than :data:`STEADY_RSS_BOUND_MB` (a leak of 18 kB per request would show), and
+from after the first :data:`WARMUP` requests to the end by less than :data:`RSS_BOUND_MB`.
+One-time growth lands in the first half (a clean-clone CI run: 573 -> 593 -> 593 MB). Why
+those bounds:
 
 - the KV pool is ``torch.zeros``, whose pages the OS maps on first write; the prefix cache
   hands out every block of the pool in turn, so the pool's untouched pages can still become
   resident during the run. ``--max-context-length 320`` keeps the pool at 16 x 320 tokens =
   320 blocks of 16 kB (2 layers x 2 KV heads x 32 dims x K,V x fp32 x 16 tokens): 5 MB;
 - 11 MB more for the allocator (glibc keeps freed memory of its arenas for reuse; a first
-  run grew 4 and 8 MB over the two halves with a pool of 8 MB).
+  run grew 4 and 8 MB over the two halves with a pool of 8 MB), and as much again for
+  arenas a loaded machine's thread interleavings touch first (the CI run above: +20 MB in
+  the first half, +0.2 MB in the second).
 
 oneDNN's primitive cache is switched off in the server (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``):
 it keeps a compiled kernel per distinct matmul shape, and packed prefill batches have many
@@ -54,8 +59,10 @@ CONCURRENCY = 16
 DISCONNECT_EVERY = 10
 MAX_TOKENS = 8
 DROPPED_MAX_TOKENS = 64
-RSS_BOUND_MB = 16.0
-"""5 MB of KV pool pages mapped on first use + 11 MB allocator slack (module docstring)."""
+RSS_BOUND_MB = 32.0
+"""5 MB of KV pool pages mapped on first use + allocator slack (module docstring)."""
+STEADY_RSS_BOUND_MB = 8.0
+"""Growth allowed over the second half's 450 requests: under 18 kB a request."""
 SYSTEM = ("You are the soak-test assistant. Answer in one short sentence, then stop. "
           "Never call tools. ") * 4
 
@@ -167,6 +174,7 @@ def test_thousand_requests_with_disconnects_leak_nothing():
             rss.append(rss_mb(pid))
         print("server RSS (MB) after the warm-up, half-way, at the end: "
               + ", ".join(f"{r:.1f}" for r in rss))
-        assert rss[-1] - rss[0] < RSS_BOUND_MB, rss
+        assert rss[2] - rss[1] < STEADY_RSS_BOUND_MB, rss
+        assert rss[2] - rss[0] < RSS_BOUND_MB, rss
         assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200
         assert server.process.poll() is None
