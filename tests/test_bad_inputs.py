@@ -339,7 +339,7 @@ _STORE_TYPE = (VectorStoreArgumentTypeError, TypeError, ValueError)
 
 
 def _engine(c: Ctx, **settings: Any) -> Any:
-    from langchain_ascend.engine.registry import get_engine
+    from langchain_ascend.engine.shared_engines import get_engine
 
     return get_engine(c.chat_path, device="cpu", **settings)
 

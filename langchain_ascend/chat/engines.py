@@ -84,7 +84,7 @@ def load_engine(chat: Any, name: str) -> Any:
     Raises:
         ModelSourceError: The model cannot be found or prepared.
     """
-    from langchain_ascend.engine.registry import get_engine
+    from langchain_ascend.engine.shared_engines import get_engine
 
     return get_engine(model_folder(chat, name), device=chat.device, dtype=chat.dtype,
                       **engine_kwargs(chat))

@@ -3,8 +3,8 @@
 ``core/`` schedules (torch-free), ``worker/`` runs the model, ``cpu/`` prepares a model for
 the CPU decode step; this package's top holds the public engine (``llm_engine``), the driver
 it holds (``driver``: scheduler, runner and step loop), model loading (``loader``), result
-delivery (``streams``), a request's own faults (``request_faults``), the process-wide registry
-(``registry``) and what is read from the model's config files (``hf_config``).
+delivery (``streams``), a request's own faults (``request_faults``), the process-wide engines
+(``shared_engines``) and what is read from the model's config files (``hf_config``).
 
 The names below load on first use, so importing a submodule (``engine.core``...) stays light.
 """
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from langchain_ascend.engine.core.outputs import EngineStats, RequestOutput, TokenDelta
     from langchain_ascend.engine.core.sampling_params import SamplingParams
     from langchain_ascend.engine.llm_engine import LLMEngine
-    from langchain_ascend.engine.registry import get_engine
+    from langchain_ascend.engine.shared_engines import get_engine
 
 __all__ = ["EngineStats", "LLMEngine", "RequestOutput", "SamplingParams", "TokenDelta",
            "get_engine"]
@@ -29,7 +29,7 @@ _HOMES = {
     "RequestOutput": "langchain_ascend.engine.core.outputs",
     "SamplingParams": "langchain_ascend.engine.core.sampling_params",
     "TokenDelta": "langchain_ascend.engine.core.outputs",
-    "get_engine": "langchain_ascend.engine.registry",
+    "get_engine": "langchain_ascend.engine.shared_engines",
 }
 
 

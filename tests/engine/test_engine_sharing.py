@@ -12,9 +12,9 @@ pytest.importorskip("torch")
 from langchain_core.messages import HumanMessage  # noqa: E402
 
 from langchain_ascend.chat_models import AscendChatModel  # noqa: E402
-from langchain_ascend.engine import registry  # noqa: E402
+from langchain_ascend.engine import shared_engines  # noqa: E402
 from langchain_ascend.engine.llm_engine import LLMEngine  # noqa: E402
-from langchain_ascend.engine.registry import get_engine  # noqa: E402
+from langchain_ascend.engine.shared_engines import get_engine  # noqa: E402
 from langchain_ascend.engine.worker.kv_cache import (  # noqa: E402
     DEFAULT_MAX_KV_TOKENS,
     plan_num_blocks,
@@ -57,7 +57,7 @@ def test_get_engine_keys_by_settings(tiny_qwen2_path, engines):
                        **SMALL)
     engines.append(again)
     assert again is not limited and not again.is_closed
-    assert limited not in registry._REGISTRY.values()  # the closed one was dropped
+    assert limited not in shared_engines._REGISTRY.values()  # the closed one was dropped
 
 
 def test_get_engine_refuses_an_unknown_setting(tiny_qwen2_path):
@@ -83,7 +83,7 @@ def test_two_chat_models_with_different_limits_get_their_own_engines(tiny_qwen2_
         strict.invoke(long_question)
     assert roomy.invoke(long_question).usage_metadata["output_tokens"] >= 1
     assert strict.invoke([HumanMessage("hi")]).content is not None
-    assert set(registry._REGISTRY.values()) >= {roomy_engine, strict_engine}
+    assert set(shared_engines._REGISTRY.values()) >= {roomy_engine, strict_engine}
 
 
 def test_plan_num_blocks_caps_the_default_pool_by_tokens():

@@ -1,6 +1,6 @@
 """The process-wide engines: one per ``(model folder, device, dtype, engine settings)``.
 
-The registry keeps its own map of what :func:`get_engine` built, keyed by those four (the
+This module keeps its own map of what :func:`get_engine` built, keyed by those four (the
 settings as ``(name, repr(value))`` pairs); a closed engine is dropped from it on the next
 call. Engines stop at interpreter exit through their driver (``engine.driver``).
 """
