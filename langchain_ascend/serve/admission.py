@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from langchain_ascend.serve.errors import APIError
+from langchain_ascend.serve.http_errors import APIError
 from langchain_ascend.validation import check_count, check_int
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from langchain_ascend.serve.convert import to_messages
-from langchain_ascend.serve.errors import APIError, error_body, from_typed_error
+from langchain_ascend.serve.http_errors import APIError, error_body, from_typed_error
 from langchain_ascend.serve.openai_types import AgentRequest
 from langchain_ascend.serve.responses import openai_tool_call, openai_usage
 from langchain_ascend.serve.sse import DONE, EventStream, Release, event

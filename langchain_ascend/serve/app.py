@@ -16,7 +16,7 @@ from typing import Any
 from langchain_ascend.serve.admission import Admission
 from langchain_ascend.serve.agent_route import add_agent_route
 from langchain_ascend.serve.chat_route import add_chat_route
-from langchain_ascend.serve.errors import install_error_handlers
+from langchain_ascend.serve.http_errors import install_error_handlers
 from langchain_ascend.serve.info_routes import add_info_routes
 from langchain_ascend.serve.metrics import ServerMetrics
 from langchain_ascend.serve.middleware import ServerMiddleware

@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from langchain_ascend.serve.convert import call_kwargs, to_messages
-from langchain_ascend.serve.errors import error_body, from_typed_error
+from langchain_ascend.serve.http_errors import error_body, from_typed_error
 from langchain_ascend.serve.openai_types import ChatCompletionRequest
 from langchain_ascend.serve.responses import ChunkWriter, completion_object
 from langchain_ascend.serve.sse import DONE, EventStream, Release, event

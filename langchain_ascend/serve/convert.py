@@ -1,7 +1,7 @@
 """OpenAI requests -> LangChain messages and ``AscendChatModel`` call arguments.
 
 Pure functions over the request models of :mod:`~langchain_ascend.serve.openai_types`; each
-problem the request model cannot express is an :class:`~langchain_ascend.serve.errors.APIError`
+problem the request model cannot express is an :class:`~langchain_ascend.serve.http_errors.APIError`
 (400) naming the field. Templating, tool rendering and grammars stay the chat model's.
 """
 
@@ -18,7 +18,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langchain_ascend.serve.errors import APIError
+from langchain_ascend.serve.http_errors import APIError
 from langchain_ascend.serve.openai_types import ChatCompletionRequest, ChatMessage
 
 

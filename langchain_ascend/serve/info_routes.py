@@ -7,7 +7,7 @@ import base64
 import struct
 from typing import Any
 
-from langchain_ascend.serve.errors import APIError
+from langchain_ascend.serve.http_errors import APIError
 from langchain_ascend.serve.openai_types import EmbeddingRequest
 from langchain_ascend.serve.state import ServerState
 from langchain_ascend.serve.web import FastAPI, JSONResponse, Response

@@ -7,7 +7,7 @@ import hmac
 import json
 from typing import Any
 
-from langchain_ascend.serve.errors import error_body
+from langchain_ascend.serve.http_errors import error_body
 from langchain_ascend.serve.metrics import ServerMetrics
 
 Scope = dict[str, Any]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_ascend.serve.admission import Admission
-from langchain_ascend.serve.errors import APIError
+from langchain_ascend.serve.http_errors import APIError
 from langchain_ascend.serve.metrics import ServerMetrics
 
 

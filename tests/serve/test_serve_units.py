@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, Too
 from langchain_ascend.errors import InvalidArgumentTypeError, PromptTooLongError
 from langchain_ascend.serve.admission import Admission
 from langchain_ascend.serve.convert import call_kwargs, to_messages
-from langchain_ascend.serve.errors import APIError, from_typed_error, param_of
+from langchain_ascend.serve.http_errors import APIError, from_typed_error, param_of
 from langchain_ascend.serve.openai_types import ChatCompletionRequest
 from langchain_ascend.serve.responses import ChunkWriter, completion_object, openai_usage
 
