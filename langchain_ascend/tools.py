@@ -33,8 +33,8 @@ from langchain_ascend.executor import injection
 from langchain_ascend.executor.call_types import CallSpec, Limits, Plan, RetryPolicy
 from langchain_ascend.executor.calls import PreparedCall
 from langchain_ascend.executor.error_policy import error_policy
-from langchain_ascend.executor.outputs import finish
 from langchain_ascend.executor.runtime import run_async, run_sync
+from langchain_ascend.executor.tool_messages import finish
 from langchain_ascend.executor.workers import CallerStreams, WorkerPool
 from langchain_ascend.validation import check_count, check_flag, check_int, check_number
 
