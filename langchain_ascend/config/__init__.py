@@ -35,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from langchain_ascend.config.build import (
+from langchain_ascend.config.components import (
     AgentComponents,
     load_agent_config,
     load_config,
