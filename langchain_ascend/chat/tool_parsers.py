@@ -149,7 +149,7 @@ class ToolCallStreamParser:
     Content is released as soon as it cannot be the start of a call marker; a call of a format
     with a closing marker (Hermes) is released when that marker arrives; Mistral, Llama and
     bare-JSON calls run to the end of the reply and are released by :meth:`finish`. Each
-    call's text is parsed by its :class:`~langchain_ascend.tool_formats.base.ToolFormat`.
+    call's text is parsed by its :class:`~langchain_ascend.tool_formats.format_base.ToolFormat`.
 
     Args:
         fmt: Which format(s) to recognise.

@@ -1,6 +1,6 @@
 """Tool-call formats, one object per model family's syntax, found by name. Pure (no torch).
 
-Each :class:`~langchain_ascend.tool_formats.base.ToolFormat` holds its markers, its parser and
+Each :class:`~langchain_ascend.tool_formats.format_base.ToolFormat` holds its markers, its parser and
 its forcing grammar (and, for Hermes, the fallback's prompt rendering). ``chat/`` splits replies
 and renders prompts with them; ``structured/`` builds grammars with them. ``"auto"`` means all
 of them when parsing and Hermes when a call is forced.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from langchain_ascend.tool_formats.base import RawCall, ToolFormat
+from langchain_ascend.tool_formats.format_base import RawCall, ToolFormat
 from langchain_ascend.tool_formats.hermes import HERMES, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from langchain_ascend.tool_formats.llama3 import LLAMA3_JSON, PYTHON_TAG
 from langchain_ascend.tool_formats.mistral import MISTRAL, MISTRAL_MARKER

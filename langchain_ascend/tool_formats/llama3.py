@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from langchain_ascend.tool_formats.base import (
+from langchain_ascend.tool_formats.format_base import (
     RawCall,
     ToolFormat,
     args_format,
