@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("ray.serve", reason="the application needs the 'ray' extra")
 from langchain_ascend.errors import InvalidRequestError  # noqa: E402
-from langchain_ascend.serve.ray.app import build_ray_app, replica_options  # noqa: E402
+from langchain_ascend.serve.ray.ray_app import build_ray_app, replica_options  # noqa: E402
 from langchain_ascend.serve.ray.router import PrefixAffinityRouter  # noqa: E402
 
 

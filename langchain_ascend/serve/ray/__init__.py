@@ -2,7 +2,7 @@
 
 :mod:`~langchain_ascend.serve.ray.routing` (the routing key and the replica ranking),
 :mod:`~langchain_ascend.serve.ray.asgi_call` and :mod:`~langchain_ascend.serve.ray.merge`
-need no Ray; :mod:`~langchain_ascend.serve.ray.app` and the deployments do, so this package
+need no Ray; :mod:`~langchain_ascend.serve.ray.ray_app` and the deployments do, so this package
 imports them only when :func:`build_ray_app` is called.
 """
 
@@ -16,9 +16,9 @@ MISSING_EXTRA = "the Ray Serve application needs Ray Serve: pip install 'langcha
 
 
 def build_ray_app(*args: Any, **kwargs: Any) -> Any:
-    """See :func:`langchain_ascend.serve.ray.app.build_ray_app` (imports Ray on first use)."""
+    """See :func:`langchain_ascend.serve.ray.ray_app.build_ray_app` (imports Ray on first use)."""
     try:
-        from langchain_ascend.serve.ray.app import build_ray_app as build
+        from langchain_ascend.serve.ray.ray_app import build_ray_app as build
     except ImportError as error:
         if "ray" not in str(error).lower():
             raise

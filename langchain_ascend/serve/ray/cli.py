@@ -91,7 +91,7 @@ def run_ray(args: argparse.Namespace, argv: Sequence[str]) -> int:
     except ImportError as error:
         raise SystemExit(f"--ray needs Ray Serve: pip install 'langchain-ascend[ray]' "
                          f"({error})") from error
-    from langchain_ascend.serve.ray.app import build_ray_app
+    from langchain_ascend.serve.ray.ray_app import build_ray_app
 
     app = build_ray_app(app_builder=REPLICA_BUILDER, app_kwargs={"argv": replica_argv(argv)},
                         replicas=args.replicas, ray_actor_options=actor_options(args),
