@@ -12,9 +12,11 @@ quantization-size tables.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import mmap
 import os
 import struct
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -73,18 +75,27 @@ def inspect_gguf(path: str | os.PathLike[str]) -> GGUFInfo:
     """
     file = Path(path)
     try:
-        size = file.stat().st_size
-        if size == 0:
+        stat = file.stat()
+        if stat.st_size == 0:
             raise _CorruptGGUF("the file is empty")
-        with open(file, "rb") as handle, mmap.mmap(handle.fileno(), 0,
-                                                   access=mmap.ACCESS_READ) as blob:
-            return _parse_header(file, blob, size)
+        # One parse per file version: a demo's setup asks for the header six times.
+        return _parsed_header(file, stat.st_size, stat.st_mtime_ns, stat.st_ino)
     except _CorruptGGUF as error:
         raise ModelSourceError(
             f"{file} is not a readable GGUF file: {error}; expected a complete GGUF model "
             "file (a truncated download or another format?)") from None
     except OSError as error:
         raise ModelSourceError(f"cannot read GGUF file {file}: {error}") from error
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_header(file: Path, size: int, mtime_ns: int, inode: int) -> GGUFInfo:
+    """The header of ``file`` as of this size, modification time and inode (the cache key:
+    a rewritten file is parsed again)."""
+    del mtime_ns, inode  # only part of the cache key
+    with open(file, "rb") as handle, mmap.mmap(handle.fileno(), 0,
+                                               access=mmap.ACCESS_READ) as blob:
+        return _parse_header(file, blob, size)
 
 
 def check_gguf_magic(file: Path) -> None:
@@ -126,6 +137,20 @@ class _Cursor:
                                f"{self.pos} + {num_bytes} > {self.size}): the file is truncated")
         self.pos += num_bytes
 
+    def skip_strings(self, count: int) -> None:
+        """Skip ``count`` length-prefixed strings (a vocabulary: one bounds check each)."""
+        blob, size, pos = self.blob, self.size, self.pos
+        unpack = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self.take("<Q")  # raises: the header ends early
+            pos += 8 + unpack(blob, pos)[0]
+            if pos > size:
+                raise _CorruptGGUF(f"a header string runs past the end of the file (byte {pos} "
+                                   f"> {size}): the file is truncated")
+        self.pos = pos
+
     def string(self) -> str:
         length = self.take("<Q")
         start = self.pos
@@ -149,7 +174,7 @@ def _parse_header(file: Path, blob: mmap.mmap, size: int) -> GGUFInfo:
     return GGUFInfo(path=file, version=version, architecture=architecture,
                     name=name_value if isinstance(name_value, str) else None,
                     num_tensors=num_tensors, num_elements=total_elements,
-                    metadata_keys=tuple(keys), size=size, values=wanted)
+                    metadata_keys=tuple(keys), size=size, values=types.MappingProxyType(wanted))
 
 
 def _read_version(cur: _Cursor) -> int:
@@ -189,8 +214,7 @@ def _read_metadata(cur: _Cursor) -> tuple[list[str], dict[str, Any]]:
             item = value_type(cur.take("<I"))
             count = cur.take("<Q")
             if item == GGUFValueType.STRING:
-                for _ in range(count):
-                    cur.skip(cur.take("<Q"))
+                cur.skip_strings(count)
             elif item == GGUFValueType.ARRAY:
                 for _ in range(count):
                     read_value(GGUFValueType.ARRAY)
