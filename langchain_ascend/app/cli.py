@@ -84,7 +84,7 @@ def _run(command: str, rest: list[str]) -> int:
 
         return doctor_main(rest)
     if command == "serve":
-        from langchain_ascend.serve.cli import main as serve_main
+        from langchain_ascend.serve.serve_command import main as serve_main
 
         return serve_main(rest)
     return _info(rest)

@@ -11,7 +11,7 @@ Modules, one job each: ``web`` (the web stack's imports), ``openai_types`` (requ
 ``convert`` (requests -> LangChain), ``responses`` (LangChain -> OpenAI objects and chunks),
 ``sse``, ``http_errors`` (OpenAI error objects), ``admission`` (the bounded queue), ``middleware``
 (auth, body limit, request counts), ``metrics``, ``state``, ``chat_route`` / ``info_routes``
-/ ``agent_route``, ``app`` (``create_app``), ``cli`` (the command).
+/ ``agent_route``, ``app`` (``create_app``), ``serve_command`` (the command).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from serve_helpers import free_port, sse_events, wait_until
 
-from langchain_ascend.serve.cli import build_parser
+from langchain_ascend.serve.serve_command import build_parser
 
 
 def test_help_lists_every_option():

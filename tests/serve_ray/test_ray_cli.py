@@ -23,7 +23,7 @@ def test_replicas_get_every_serve_option_but_the_ray_ones():
 
 def test_the_serve_parser_takes_the_ray_options():
     pytest.importorskip("fastapi")
-    from langchain_ascend.serve.cli import build_parser
+    from langchain_ascend.serve.serve_command import build_parser
 
     args = build_parser().parse_args(["--model", "m", "--ray", "--replicas", "2",
                                       "--replica-npus", "1"])

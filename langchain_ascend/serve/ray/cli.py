@@ -1,9 +1,9 @@
 """``langchain-ascend serve --ray``: the same server as a Ray Serve application.
 
 The serve command's options go to every replica unchanged (each replica builds the app
-exactly as ``langchain-ascend serve`` would, through ``langchain_ascend.serve.cli
-:app_from_argv``); the options here say how many replicas and with what resources. Ray is
-imported only when ``--ray`` is given.
+exactly as ``langchain-ascend serve`` would, through
+``langchain_ascend.serve.serve_command:app_from_argv``); the options here say how many replicas
+and with what resources. Ray is imported only when ``--ray`` is given.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["APP_NAME", "REPLICA_BUILDER", "actor_options", "add_ray_options", "r
            "run_ray"]
 
 APP_NAME = "langchain-ascend"
-REPLICA_BUILDER = "langchain_ascend.serve.cli:app_from_argv"
+REPLICA_BUILDER = "langchain_ascend.serve.serve_command:app_from_argv"
 # option -> whether it takes a value (stripped from what the replicas parse)
 _RAY_OPTIONS = {"--ray": False, "--replicas": True, "--ray-address": True,
                 "--replica-cpus": True, "--replica-npus": True, "--replica-gpus": True}
