@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Any
 
-from langchain_ascend.serve.ray.cli import add_ray_options
+from langchain_ascend.serve.ray.ray_command import add_ray_options
 
 API_KEY_ENV = "LANGCHAIN_ASCEND_API_KEY"
 DESCRIPTION = ("serve a model over an OpenAI-compatible HTTP API (chat completions, "
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     if args.ray:
-        from langchain_ascend.serve.ray.cli import run_ray
+        from langchain_ascend.serve.ray.ray_command import run_ray
 
         return run_ray(args, argv)
     from langchain_ascend.serve.web import uvicorn

@@ -6,12 +6,12 @@ import doctest
 
 import pytest
 
-from langchain_ascend.serve.ray import cli as ray_cli
-from langchain_ascend.serve.ray.cli import actor_options, replica_argv
+from langchain_ascend.serve.ray import ray_command
+from langchain_ascend.serve.ray.ray_command import actor_options, replica_argv
 
 
 def test_doctests_hold():
-    assert doctest.testmod(ray_cli).failed == 0
+    assert doctest.testmod(ray_command).failed == 0
 
 
 def test_replicas_get_every_serve_option_but_the_ray_ones():
