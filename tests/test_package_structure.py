@@ -3,7 +3,9 @@
 * no import cycle among the package's modules, imports inside functions counted too;
 * no module over 500 lines, no function over 60 lines of code (docstrings aside);
 * no attribute or method with a leading underscore used from another module;
-* one definition of each tool-call format's markers.
+* one definition of each tool-call format's markers;
+* module file names (``__init__.py`` aside) unique across the package, so a name says which
+  room it is in (``shared_engines.py``, not a second ``registry.py``).
 
 Each bar fails on a NEW offender. :data:`KNOWN_OFFENDERS` names the offenders the tree still
 has, in areas being reworked by other changes of issue 26 (the engine's driver and model
@@ -16,10 +18,11 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import cache
+from pathlib import Path
 
-from package_graph import all_modules, find_cycle, is_type_checking
+from package_graph import PACKAGE_ROOT, all_modules, find_cycle, is_type_checking
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
@@ -38,6 +41,13 @@ KNOWN_OFFENDERS: dict[str, dict] = {
     },
     # (using module, attribute) -> why that module still reaches another's private.
     "private_uses": {
+    },
+    # file name -> why two modules still share it.
+    "shared_basenames": {
+        "decode_stack.py":
+            "engine/cpu/decode_stack.py (the CPU decode step's layer stack) and "
+            "native/decode_stack.py (the native kernel's stack): both folders are being reworked "
+            "by the CPU decoder / quantization change of issue 26, which renames one of them",
     },
 }
 
@@ -247,6 +257,31 @@ def test_no_private_attribute_used_from_another_module():
     assert not new, f"private attributes used from another module: {new}"
     stale = sorted(set(known) - uses)
     assert not stale, f"known private uses that are gone (remove them): {stale}"
+
+
+def shared_basenames(paths: Iterable[Path]) -> dict[str, list[str]]:
+    """File name -> the package paths that share it (``__init__.py`` left out)."""
+    by_name: dict[str, list[str]] = {}
+    for path in paths:
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(path.relative_to(PACKAGE_ROOT).as_posix())
+    return {name: sorted(found) for name, found in by_name.items() if len(found) > 1}
+
+
+def test_shared_basenames_are_found():
+    root = PACKAGE_ROOT
+    paths = [root / "a" / "registry.py", root / "b" / "registry.py", root / "c" / "__init__.py",
+             root / "__init__.py", root / "errors.py"]
+    assert shared_basenames(paths) == {"registry.py": ["a/registry.py", "b/registry.py"]}
+
+
+def test_module_file_names_are_unique():
+    shared = shared_basenames(all_modules().values())
+    known = KNOWN_OFFENDERS["shared_basenames"]
+    new = {name: found for name, found in shared.items() if name not in known}
+    assert not new, f"module file names used twice (name each after its job): {new}"
+    stale = sorted(set(known) - set(shared))
+    assert not stale, f"known shared file names that are unique now (remove them): {stale}"
 
 
 def test_tool_formats_sit_below_chat_and_structured():
