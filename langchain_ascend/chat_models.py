@@ -2,8 +2,8 @@
 
 Thin on purpose: request preparation (messages -> prompt ids + sampling params) lives in
 ``chat.prepare``, reply assembly in ``chat.reply``, grammar selection in
-``structured.selection``; the engine (``engine.engine.get_engine``) owns the model, the paged
-KV cache and the batch. Importing this module imports no torch.
+``structured.selection``; the engine (``engine.shared_engines.get_engine``) owns the model,
+the paged KV cache and the batch. Importing this module imports no torch.
 """
 
 from __future__ import annotations
