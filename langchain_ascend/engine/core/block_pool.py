@@ -1,7 +1,7 @@
 """The pool of KV-cache blocks: reference counts, free lists, and the prefix-hash map.
 
 Pure Python, no torch: a block here is only an id into the device cache that
-``engine/kv_cache.py`` allocates.
+``engine/worker/kv_cache.py`` allocates.
 
 Invariants:
     * A block with ``ref_cnt > 0`` is owned by at least one live request and is on no free list.

@@ -22,7 +22,7 @@ second) and builds the same tokenizer transformers builds for a byte-level BPE v
 
 Other vocabularies (SentencePiece ``llama``, ``t5``, Gemma's...) go through transformers as
 before (:func:`transformers_gguf_tokenizer`). ``integration_tests/test_gguf_tokenizer_smollm2.py``
-and ``tests/engine/test_gguf_tokenizer.py`` check the ids, decoded text, special tokens and
+and ``tests/quant/test_gguf_tokenizer.py`` check the ids, decoded text, special tokens and
 chat template against transformers' own build.
 """
 
