@@ -1,56 +1,14 @@
 """How pure-decode steps run: eagerly, as the static step, captured, or compiled.
 
-Prefill and mixed steps always run the runner's eager packed forward. Pure-decode steps go
-through the static step (``engine.worker.static_step``) when the plan says so:
-
-=========  ==============================  =============================================
-mode       CUDA / NPU                      CPU
-=========  ==============================  =============================================
-"auto"     static step, graphs captured    plan "measure", decided at ``warmup()``: the
-                                           compiled static step at the measured bucket
-                                           where it was faster and greedy-identical,
-                                           else eager; eager until (and without) a
-                                           ``warmup()``, and without a C++ compiler
-True       static step, graphs captured    static step compiled with ``torch.compile``
-                                           (``fullgraph=True, dynamic=False``, inductor),
-                                           one callable per bucket, compiled on first use
-                                           and checked for greedy parity on that run
-"static"   static step, eager              static step, eager
-False      eager                           eager
-=========  ==============================  =============================================
-
-Graphs (``engine.worker.graphs``) are captured at ``warmup()`` or, without one, at the first
-pure-decode step.
-
-"auto" on the CPU (:meth:`StepCompiler.warmup` with the runner's :class:`DecodeProbe`): the
-eager step calls native kernels while the compiled one runs the model's plain torch forwards
-(``engine.cpu.swap``), so which is faster depends on the machine and the model. Warm-up
-measures ONE bucket, batch 1 at the narrowest table width: a single request decoding after
-the warm-up's prefill on the scratch block -- the latency case of an agent, and the cheapest
-compile. First, without compiling, it times the runner's whole eager step (``execute``,
-:data:`PROBE_REPEATS` distinct input tokens, median) and torch's products alone
-(:func:`torch_products_ms`: ``F.linear`` over every ``nn.Linear`` weight at the bucket's rows,
-best of :data:`PRODUCTS_PASSES`); the compiled step still runs those products, so where the
-eager step already beats them (``compile_choice.skip_reason``) nothing is compiled and the
-eager choice is recorded -- a fraction of a second instead of a compile of minutes. Otherwise
-it compiles the bucket, runs the step for that decode eagerly and compiled, alternating,
-:data:`PROBE_REPEATS` times over the same tokens, and keeps the compiled step when the medians
-favour it and every greedy token agreed (``engine.worker.compile_choice.decide``). Only that
-bucket runs compiled afterwards; every
-other pure-decode step runs eagerly, so no compile ever lands on a request path (one takes
-minutes for a 30-layer model on two cores). The decision is cached on disk per model and
-machine (``compile_choice``): a later process whose cache says eager compiles nothing, one
-whose cache says compiled compiles and re-checks greedy parity. :attr:`StepCompiler.choice`
-records the outcome; one info line logs it.
-
-Greedy parity: a bucket's first compiled run is compared with the static step run eagerly
-over the same staged inputs (both write the same K/V slots with the same inputs, so the
-repeat is harmless); differing greedy tokens of the real rows raise :class:`ParityError`,
-which is handled like any compile failure. Any exception while compiling or running a
-compiled step logs a warning, disables the static path for good and reruns the step eagerly;
-the cache writes of the failed attempt are repeated with the same values, so the retry is
-harmless. A failed graph capture only sends that bucket to the eager static step
-(``graphs``).
+Prefill and mixed steps run the runner's eager packed forward; pure decodes run the static
+step (``engine.worker.static_step``) as ``compile=`` plans: captured graphs on CUDA/NPU,
+``torch.compile`` on the CPU (``True``: every bucket; ``"auto"``: one bucket, kept at
+:meth:`StepCompiler.warmup` only where it measured faster, see ``compile_choice``).
+Invariant: a bucket's first compiled run is checked against the eager static step over the
+same inputs, and differing greedy tokens (:class:`ParityError`) count as a compile failure,
+so a miscompiled step never changes a reply. Any failure while compiling or running turns the
+static path off and reruns the step eagerly: its K/V writes repeat with the same values.
+The mode table, the "auto" measurement and its numbers: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """Warm-up's choice between the compiled static decode step and the eager step, and its cache.
 
-``compile="auto"`` on the CPU compiles the static step for one bucket at ``warmup()``, times it
-against the eager step the runner would otherwise run and keeps the faster one when greedy
-tokens agree (``engine.worker.compile``). This module holds the pure parts: the rules
-(:func:`skip_reason`, before compiling; :func:`decide`, after), the record
-(:class:`CompileChoice`) and its on-disk cache.
-
-Before compiling, warm-up times the eager step and one pass of ``torch.nn.functional.linear``
-over every ``nn.Linear`` weight of the model (LM head included) at the bucket's row count:
-"torch's products". A compiled CPU step still runs those products (inductor calls torch's
-mm / linear externs for them), so where the eager step, with its native kernels, is already
-faster than the products alone by :data:`MIN_SPEEDUP`, the compiled step cannot win and
-nothing is compiled (:func:`skip_reason`; on SmolLM2 on a 2-core CPU that saves a compile of
-about two minutes). The measurement takes well under a second for a small model.
-
-The cache is one JSON file per decision under ``$LANGCHAIN_ASCEND_COMPILE_CACHE`` (default
-``compile_choice/`` of the package's cache root, :mod:`langchain_ascend.cache_dir`), named by a hash of everything the decision
-depends on (:func:`choice_key`): the model (config, dtype, weight shapes, a checksum of a few
-weights, the CPU weight layout), the bucket, the compile backend, the torch and package
-versions, the CPU model and torch's thread count. A later process with the same key reads the
-decision instead of compiling just to measure. Files are written to a temporary name and
-renamed, so a reader never sees half a file; an unreadable file is ignored.
-
-A compile cannot be interrupted, so ``$LANGCHAIN_ASCEND_COMPILE_BUDGET_S`` (default 300 s) is
-a budget checked after the fact: a compile that took longer is recorded and the eager step
-chosen, so later processes on the machine never pay it again. A budget of 0 skips the
-measurement (no compile at all).
+The pure parts of ``compile="auto"`` on the CPU (``engine.worker.compile`` runs them): the
+rules (:func:`skip_reason` before compiling, :func:`decide` after), the record
+(:class:`CompileChoice`) and its on-disk cache. A compiled CPU step still runs torch's linear
+products, so an eager step already faster than them by :data:`MIN_SPEEDUP` is kept without
+compiling. One JSON file per :func:`choice_key` (model, bucket, backend, versions, CPU,
+threads), written to a temporary name and renamed: a reader never sees half a file. A compile
+cannot be interrupted, so the budget (``$LANGCHAIN_ASCEND_COMPILE_BUDGET_S``) is checked
+after it; over budget, eager is recorded. Details and measurements: docs/performance.md.
 """
 
 from __future__ import annotations
