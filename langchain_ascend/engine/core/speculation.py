@@ -1,34 +1,13 @@
 """More than one token per forward pass: drafts from the request's own context. Pure Python.
 
-Prompt lookup: the request's tokens (prompt + output so far) end in an n-gram that occurred
-earlier in them; the tokens that followed that earlier occurrence are the draft. Agents copy a
-lot (tool results restated, ids passed from one tool to the next), so such drafts are often
-right. The model runner checks all ``k`` drafted tokens in one pass (the request's row holds its
-pending token followed by the drafts) and :func:`accept_drafts` keeps the longest prefix greedy
-decoding would have produced plus the model's own next token: greedy output is token-identical
-with speculation on or off.
-
-Only greedy rows without a grammar or penalties draft (:func:`can_draft`): for sampled rows the
-exact accept/reject rule is not implemented, so they decode one token per pass.
-
-The draft length adapts per request: it starts at :data:`FIRST_DRAFT_LENGTH`, doubles (up to
-``num_speculative_tokens``) after a pass that accepted every draft and halves after one that
-rejected most of them. A copy runs at the longest drafts within a few passes; free text risks
-only short ones (each rejected draft costs one row of the pass's compute).
-
-``"auto"`` drafts only where it pays. A pass of ``1 + k`` rows costs ``1 + row_cost * k``
-one-row passes (``row_cost`` is measured by the engine at start: near 0 where a pass is bound
-by reading the weights, near 1 where every row costs a pass, as for bfloat16 on many CPUs) and
-yields ``1 + accepted`` tokens, so drafting pays while the acceptance rate beats ``row_cost``.
-``"auto"`` never drafts where ``row_cost >= AUTO_MAX_ROW_COST``, and pauses a request whose
-recent acceptance rate falls below ``max(row_cost, AUTO_MIN_ACCEPTANCE)``, trying again after a
-pause that doubles while it keeps failing. ``"prompt_lookup"`` always drafts.
-
-Exactness: the verify pass computes several rows at once, and its products round like a
-one-row pass's only in float32. In bfloat16/float16 a near-tie can come out differently (on a
-CPU in bf16 a free-writing reply diverged after a few dozen tokens), so the engine lets
-``"auto"`` draft only in float32; ``"prompt_lookup"`` drafts in any dtype and is identical to
-plain decoding up to that rounding. Grammar jump-forward is on in every dtype.
+Prompt lookup (:class:`PromptLookup`): the tokens that followed an earlier occurrence of the
+request's last n-gram are the draft (agents copy a lot: tool results restated, ids passed on).
+One pass checks all drafts and :func:`accept_drafts` keeps the longest prefix greedy decoding
+would have produced plus the model's own next token, so greedy output is token-identical with
+speculation on or off. Only greedy rows without grammar or penalties draft (:func:`can_draft`).
+:class:`SpeculationState` adapts the draft length per request; ``"auto"`` drafts only while
+the acceptance rate beats the measured cost of an extra row (and the engine allows it only in
+float32, where a several-row pass rounds like a one-row pass). Details: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """The static decode step: pure-decode steps over persistent buffers, one bucket at a time.
 
-A step made only of single-token segments is run at a *bucket* ``(B, W)``: ``B`` rows (the
-batch padded up to the next of :func:`capture_sizes`) and a block-table width of ``W`` blocks
-(the widest row rounded up to the next of :func:`table_widths`, so a short context never pays
-for the longest one). Every input lives in ONE persistent int64 device buffer sized at the
-largest bucket::
-
-    [ input_ids (Bmax) | positions (Bmax) | slot_mapping (Bmax) | seq_lens (Bmax) |
-      block_tables (Bmax * Wmax int32, packed two per int64 word) ]
-
-filled from a host staging buffer of the same layout (pinned where the device has pinned
-memory) with one non-blocking copy per step. The ``(B, W)`` table of a bucket is the first
-``B * W`` int32 of its region, row-major, so every bucket's views keep the same addresses from
-step to step. Padding rows and table columns point at the runner's scratch block: a padding
-row writes its K/V into the scratch block, has length 1 and reads only the scratch block; no
-real block is written by padding.
-
-:meth:`StaticDecodeStep.step_fn` is the step itself: the unchanged HF model over
-``(1, B)`` ids and positions with the reference decode attention
-(``attention.backends.reference``). It calls no ``.item()`` / ``.tolist()`` / ``.cpu()``,
-makes no Python decision on tensor contents and takes no new input buffers, so it can be
-captured (``engine.worker.graphs``) or compiled with ``fullgraph=True``
-(``engine.worker.compile``).
-
+A pure-decode step runs at a bucket ``(B, W)``: the batch padded to the next of
+:func:`capture_sizes` rows, the block table to the next of :func:`table_widths` blocks. Every
+input lives in ONE persistent device buffer, filled by one non-blocking copy from a host
+staging buffer, and every bucket's views keep their addresses, so :meth:`StaticDecodeStep.step_fn`
+can be captured (``engine.worker.graphs``) or compiled with ``fullgraph=True``. Padding rows
+and columns point at the runner's scratch block, so padding never writes a real block.
 Invariant for the pinned staging: the host refills it only after the previous step's tokens
-were read back (the sampler's ``tolist()`` synchronises), so a non-blocking copy still in
-flight is never overwritten.
+were read back (the sampler's ``tolist()`` synchronises), so a copy in flight is never
+overwritten. The buffer layout: docs/performance.md.
 """
 
 from __future__ import annotations
