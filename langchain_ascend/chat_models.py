@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
@@ -300,16 +300,21 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         *,
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool] | None = None,
         schemas: Sequence[dict[str, Any] | type] | None = None,
+        calls: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Load the model, allocate the KV cache, compile the decode step and the grammars,
         and run one tiny request, so the first real call is not the slow one
         (``chat.warm_up``).
 
         Args:
-            tools: Tools whose forced-call grammar (``tool_choice="required"``) to pre-compile.
+            tools: Tools whose forced-call grammars (``tool_choice`` ``"none"``,
+                ``"required"``, each name) to pre-compile.
             schemas: Output schemas whose ``with_structured_output`` grammar to pre-compile.
+            calls: Call arguments as bindings hold them (``bind_tools(...).kwargs``): the
+                grammar each such call asks for, exactly, is pre-compiled.
         """
-        warm_up_engine(self._engine_for(), self._settings(), tools, schemas)
+        warm_up_engine(self._engine_for(), self._settings(), tools, schemas, calls=calls,
+                       engine_for=self._engine_for)
 
     # ------------------------------------------------------------------ tokens / profile
 

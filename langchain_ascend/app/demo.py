@@ -42,6 +42,7 @@ from langchain_core.tools import BaseTool
 
 from langchain_ascend.app import stage_times
 from langchain_ascend.app.demo_tools import build_tools, safe_eval
+from langchain_ascend.app.demo_warm_up import warm_up_agent
 from langchain_ascend.app.stage_times import stages
 from langchain_ascend.tool_formats.hermes import TOOL_RESPONSE_OPEN
 
@@ -277,7 +278,7 @@ def _build_parts(model: str | None, *, device: str, dtype: str, max_hops: int,
             llm, tools, executor=executor, max_hops=max_hops, system_prompt=SYSTEM_PROMPT,
             first_hop_tool_choice="required", final_hop_tool_choice="none",
             parallel_tool_calls=False)
-    _warm_up_agent(llm, agent, tools, progress=progress)
+    warm_up_agent(llm, agent, progress=progress)
     return llm, agent, tools, store, label, random_weights
 
 
@@ -360,19 +361,6 @@ def _parts_from_config(config: str | Path, overrides: Any, *, progress: bool,
         advance()
     store = parts.vectorstore if parts.vectorstore is not None else (bundled or [None])[0]
     return llm, parts.agent, list(parts.tools), store, str(llm.model), random_weights
-
-
-def _warm_up_agent(llm: Any, agent: Any, tools: list[BaseTool], *, progress: bool) -> None:
-    """The tool grammars, and the system prompt and tool schemas every hop starts with."""
-    from langchain_core.messages import HumanMessage, SystemMessage
-
-    with stages("warm-up", ["tool grammars", "agent prompt -> prefix cache"],
-                enabled=progress) as advance:
-        llm.warm_up(tools=tools)
-        advance()
-        system = [SystemMessage(agent.system_prompt)] if agent.system_prompt else []
-        agent.models[0].invoke([*system, HumanMessage("Hi")], max_tokens=1)
-        advance()
 
 
 def write_outputs(timeline: Any, out: Path, *, title: str) -> list[Path]:

@@ -1,18 +1,25 @@
 """``AscendChatModel.warm_up``: load the engine, compile its decode step and the grammars a
 chat model will ask for, and run one tiny request, so the first real call is not the slow one.
 No torch at import.
+
+The engine's own warm-up (a prefill, a decode step, the compile decision) runs once per engine:
+a second ``warm_up`` (say, with tools, after a plain one) only adds its grammars and request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.utils.function_calling import convert_to_json_schema
 
+from langchain_core.messages import HumanMessage
+
 from langchain_ascend.chat.messages import to_template_tools
 from langchain_ascend.chat.prepare import (
     ChatSettings,
+    build_prompt,
     chat_tokenizer,
     prompt_token_ids,
     tool_support_for,
@@ -36,12 +43,39 @@ def warm_up_grammar_specs(engine: Any, settings: ChatSettings, tools: Sequence[A
     )
 
 
+def call_grammar_specs(calls: Sequence[Mapping[str, Any]], settings: ChatSettings,
+                       engine_for: Callable[[str], Any]) -> list[GrammarSpec]:
+    """The grammars of calls made with these arguments (``tools``, ``tool_choice``,
+    ``parallel_tool_calls``, ``response_format``... as a ``bind_tools`` binding holds them):
+    picked by the request path itself, so each is exactly the one such a call compiles.
+    Calls without a grammar (``tool_choice="auto"``) add none."""
+    specs: dict[tuple[str, str], GrammarSpec] = {}
+    for kwargs in calls:
+        spec = build_prompt([HumanMessage("Hi")], kwargs, settings, engine_for).spec
+        if spec is not None:
+            specs.setdefault(spec.cache_key, spec)
+    return list(specs.values())
+
+
+#: Engines whose own warm-up has run (see the module docstring).
+_warmed_engines: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def warm_up_engine(engine: Any, settings: ChatSettings, tools: Sequence[Any] | None,
-                   schemas: Sequence[Any] | None) -> None:
-    """Warm ``engine`` up for a chat model with ``settings`` (see the module docstring)."""
-    engine.warmup()
+                   schemas: Sequence[Any] | None, *,
+                   calls: Sequence[Mapping[str, Any]] = (),
+                   engine_for: Callable[[str], Any] | None = None) -> None:
+    """Warm ``engine`` up for a chat model with ``settings`` (see the module docstring);
+    ``calls``: further call arguments whose grammars to compile (:func:`call_grammar_specs`,
+    rendered through ``engine_for``)."""
+    if engine not in _warmed_engines:
+        engine.warmup()
+        _warmed_engines.add(engine)
     backend = grammar_backend(engine)
-    for spec in warm_up_grammar_specs(engine, settings, tools, schemas):
+    specs = warm_up_grammar_specs(engine, settings, tools, schemas)
+    if calls:
+        specs += call_grammar_specs(calls, settings, engine_for or (lambda _name: engine))
+    for spec in specs:
         backend.compile(spec)
     prompt = prompt_token_ids(
         chat_tokenizer(engine, settings, settings.model),

@@ -6,7 +6,8 @@ constrained request or in ``warm_up``).
 :class:`GrammarBackend` (one per tokenizer + model vocabulary, shared process-wide through
 :func:`get_grammar_backend`) owns the xgrammar ``TokenizerInfo`` and ``GrammarCompiler``, a
 cache of compiled grammars keyed by spec, and the token masks the closing policy picks from;
-each request gets its own :class:`~.xgrammar_constraint.XGrammarConstraint`.
+each request gets its own :class:`~.xgrammar_constraint.XGrammarConstraint`. Compiled grammars
+are also kept on disk (:mod:`~.grammar_cache`) for the next process.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import xgrammar as xgr
 
 from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.structured.grammar_cache import GrammarDiskCache, tokenizer_fingerprint
 from langchain_ascend.structured.grammars import GrammarSpec
 from langchain_ascend.structured.xgrammar_constraint import (
     XGrammarConstraint,
@@ -50,9 +52,12 @@ class GrammarBackend:
             tokenizer's), i.e. the length of a logits row.
         stop_token_ids: Tokens that end a reply; the only tokens allowed once the grammar is
             complete, and never allowed before.
+        disk_cache: Where compiled grammars are kept between processes: ``True`` the default
+            folder (:mod:`~.grammar_cache`), a :class:`GrammarDiskCache`, or ``False``: none.
     """
 
-    def __init__(self, tokenizer: Any, *, vocab_size: int, stop_token_ids: list[int]) -> None:
+    def __init__(self, tokenizer: Any, *, vocab_size: int, stop_token_ids: list[int],
+                 disk_cache: GrammarDiskCache | None | bool = True) -> None:
         if not stop_token_ids:
             raise InvalidRequestError("constrained decoding needs at least one stop token id")
         self.vocab_size = int(vocab_size)
@@ -69,8 +74,20 @@ class GrammarBackend:
         decoded += [b""] * (self.vocab_size - len(decoded))
         self.decoded_vocab: list[bytes] = decoded
         self.token_lengths = np.array([len(t) for t in decoded], dtype=np.int64)  # (V,)
+        self.disk_cache = self._disk_cache(disk_cache)
         self._special = self._special_mask(tokenizer)  # (V,) bool
         self.policy_masks = self._policy_masks()  # name -> (W,) int32
+
+    def _disk_cache(self, choice: GrammarDiskCache | None | bool) -> GrammarDiskCache | None:
+        """``True``: the default folder, for this tokenizer; ``False``/``None``: none."""
+        if choice is True:
+            info = self.tokenizer_info
+            return GrammarDiskCache(tokenizer_fingerprint(
+                self.decoded_vocab, vocab_size=self.vocab_size,
+                stop_token_ids=self.stop_token_ids,
+                extra=(str(info.vocab_type), str(info.add_prefix_space),
+                       str(sorted(info.special_token_ids)))))
+        return choice or None
 
     def _special_mask(self, tokenizer: Any) -> np.ndarray:
         mask = np.zeros(self.vocab_size, dtype=bool)  # (V,)
@@ -114,7 +131,7 @@ class GrammarBackend:
         return packed
 
     def compile(self, spec: GrammarSpec) -> Any:
-        """Compile ``spec`` (cached by spec).
+        """Compile ``spec`` (cached by spec in memory, and on disk: ``grammar_cache``).
 
         Raises:
             InvalidRequestError: xgrammar rejects the schema / structural tag.
@@ -124,6 +141,24 @@ class GrammarBackend:
             if compiled is not None:
                 self._compiled.move_to_end(spec.cache_key)
                 return compiled
+        compiled = self._read_stored(spec)
+        if compiled is None:
+            compiled = self._compile_now(spec)
+            if self.disk_cache is not None:
+                self.disk_cache.store(spec, compiled.serialize_json())
+        with self._lock:
+            self._compiled[spec.cache_key] = compiled
+            while len(self._compiled) > _COMPILED_CACHE_SIZE:
+                self._compiled.popitem(last=False)
+        return compiled
+
+    def _read_stored(self, spec: GrammarSpec) -> Any | None:
+        if self.disk_cache is None:
+            return None
+        return self.disk_cache.load(
+            spec, lambda text: xgr.CompiledGrammar.deserialize_json(text, self.tokenizer_info))
+
+    def _compile_now(self, spec: GrammarSpec) -> Any:
         try:
             if spec.kind == "json_schema":
                 compiled = self._compiler.compile_json_schema(
@@ -141,10 +176,6 @@ class GrammarBackend:
             raise
         except Exception as exc:  # xgrammar raises RuntimeError / ValueError subclasses
             raise InvalidRequestError(f"cannot build a grammar for this schema: {exc}") from exc
-        with self._lock:
-            self._compiled[spec.cache_key] = compiled
-            while len(self._compiled) > _COMPILED_CACHE_SIZE:
-                self._compiled.popitem(last=False)
         return compiled
 
     def is_cached(self, spec: GrammarSpec) -> bool:
