@@ -1,36 +1,13 @@
 """One rule per kind of argument value, for every component (no torch, no components).
 
 The chat model, the engine, the vector store, the embeddings and the tool executor check
-their arguments with these functions, so a kind of value means the same everywhere:
-
-* an integer (:func:`check_int`, :func:`check_count`): a real integer (``int``, numpy
-  integers), never a ``bool`` — Python counts ``True`` as 1, but ``max_batch_size=True``,
-  ``k=True`` or ``num_blocks=True`` is a mistake, not a one;
-* a number (:func:`check_number`, :func:`check_probability`): an int or float (not a
-  ``bool``), finite (no NaN, no infinity), within the bounds;
-* a flag (:func:`check_flag`): exactly ``True`` or ``False`` (not ``1``, not ``"yes"``);
-* a choice (:func:`check_choice`): one of a fixed set of values;
-* a list (:func:`as_items`): any iterable but a mapping; a bare ``str`` is never iterated
-  character by character — it is one item where that reading is unambiguous
-  (``stop="###"``, ``delete("doc-1")``) and an error where a string is surely a mistake
-  (``embed_documents("text")``, ``add_texts("text")``);
-* text (:func:`check_text`): encodable as UTF-8 (no lone surrogate);
-* a device (:func:`check_device`): spelled ``auto``/``cpu``/``npu[:N]``/``cuda[:N]``; a dtype
-  (:func:`check_dtype`): a known name. Whether the device exists is known only when something
-  loads on it (``DeviceUnavailableError``).
-
-Each rule raises the caller's errors (:class:`Errors`): its ``type`` error for a wrong type
-and its ``value`` error for a value out of range. :data:`REQUEST` (the chat model, the
-engine, the tool executor, the agent) raises
-:class:`~langchain_ascend.errors.InvalidArgumentTypeError` /
-:class:`~langchain_ascend.errors.InvalidRequestError`; :data:`STORE` (the vector store and
-the embeddings) :class:`~langchain_ascend.errors.VectorStoreArgumentTypeError` /
-:class:`~langchain_ascend.errors.VectorStoreInputError`. Every one of them is a
-``ValueError``; the type errors are ``TypeError`` s too.
-
-Messages name the argument, what is allowed and the value:
-``"max_batch_size must be an integer >= 1, got bool True"`` (wrong type),
-``"top_p must be a finite number in (0, 1], got 0"`` (out of range).
+their arguments here, so a kind of value means the same everywhere: an integer is never a
+``bool`` (``max_batch_size=True`` is a mistake, not a one), a number is finite, a flag is
+exactly ``True`` or ``False``, a bare ``str`` is one item or an error, never iterated by
+character. Each rule raises the caller's :class:`Errors`: :data:`REQUEST` (chat model,
+engine, tool executor, agent) or :data:`STORE` (vector store, embeddings), every one a
+``ValueError`` (the type errors ``TypeError`` s too). Messages name the argument, what is
+allowed and the value: ``"top_p must be a finite number in (0, 1], got 0"``.
 """
 
 from __future__ import annotations

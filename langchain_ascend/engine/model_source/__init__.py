@@ -1,35 +1,14 @@
 """Where a model's weights come from: a local HF folder, a GGUF file, or a hub id.
 
-The engine loads a plain Hugging Face folder (``config.json``, weights, tokenizer files).
-:func:`resolve_model_source` turns whatever the user named into such a folder:
-
-- a local folder with ``config.json`` (and weights) is used as it is (kind ``"folder"``);
-- a ``.gguf`` file, or a folder holding GGUF files, is de-quantized once through
-  transformers' GGUF loader into float32 safetensors plus its tokenizer and generation config,
-  cached under ``gguf/`` of the package's cache root (``langchain_ascend.cache_dir``)
-  and keyed by the file's sha256 and the transformers version (kind ``"gguf"``);
-- an ``org/name`` string that is not a local path is looked up in the local Hugging Face cache
-  (downloaded when the hub is not switched off with ``HF_HUB_OFFLINE`` /
-  ``TRANSFORMERS_OFFLINE``) and its snapshot folder classified as above (kind ``"hub"`` for an
-  HF folder, ``"gguf"`` when the snapshot holds GGUF files).
-
-:func:`check_model_source` runs the same checks without converting or downloading anything —
-cheap enough for a constructor. Every failure is a :class:`~langchain_ascend.errors.
-ModelSourceError` whose message names the path or value and what was expected there.
-
-The package, one job per module:
-
-- ``locate``: what the user named (folder, GGUF file, folder of GGUF files, hub id);
-- ``gguf_header``: the GGUF header parser (:func:`inspect_gguf`);
-- ``gguf_convert``: which architectures transformers loads from GGUF, and the conversion;
-- ``gguf_cache``: hashing, the hash index, the lock and the cache folders;
-- ``gguf_blocks``: the weightless folder of a GGUF file whose blocks the engine runs as they
-  are (``quantization`` other than None).
-
-Example:
-    >>> resolved = resolve_model_source("SmolLM2-135M-Instruct.Q4_1.gguf")  # doctest: +SKIP
-    >>> resolved.kind, resolved.path.name  # doctest: +SKIP
-    ('gguf', 'SmolLM2-135M-Instruct.Q4_1-3c1f...-tf5.23.0-v1')
+:func:`resolve_model_source` turns whatever the user named into the plain Hugging Face folder
+the engine loads (kind ``"folder"``, ``"gguf"`` or ``"hub"``); a de-quantized GGUF is cached
+under ``gguf/`` of the cache root keyed by the file's sha256 and the transformers version, so
+a changed file or loader converts anew. :func:`check_model_source` runs the same checks
+without converting or downloading: cheap enough for a constructor. Every failure is a
+:class:`~langchain_ascend.errors.ModelSourceError` naming the path and what was expected.
+Modules: ``locate`` (what was named), ``gguf_header`` (the header parser), ``gguf_convert``
+(transformers' GGUF conversion), ``gguf_cache`` (hashes, index, lock), ``gguf_blocks`` (the
+folder of a GGUF whose blocks run as they are). User guide: README.md, "Models".
 """
 
 from __future__ import annotations
