@@ -93,10 +93,11 @@ def resolve_demo_model(model: str | None) -> tuple[str, bool]:
     return model, False
 
 
-def build_index(embeddings: Any, docs: list[dict[str, str]], *, batch_size: int = 4,
+def build_index(embeddings: Any, docs: list[dict[str, str]], *, batch_size: int = 16,
                 progress: bool = True) -> Any:
     """An :class:`~langchain_ascend.AscendFAISS` of ``docs``, embedded ``batch_size`` at a time
-    under a progress bar (the first batch also loads the embedding model)."""
+    under a progress bar. The bundled dozen go in one call: each call has a fixed cost (MiniLM,
+    2-core VM: 0.5-0.7 s of CPU for 4 documents, 0.8 s for all 12)."""
     from tqdm.auto import tqdm
 
     from langchain_ascend import AscendFAISS
