@@ -70,6 +70,7 @@ def engine_kwargs(chat: Any) -> dict[str, Any]:
         "max_num_batched_tokens": chat.max_num_batched_tokens,
         "compile": chat.compile,
         "quantization": chat.quantization,
+        "kv_cache_dtype": chat.kv_cache_dtype,
     }
     for key, value in (("max_context_length", chat.max_context_length),
                        ("block_size", chat.block_size), ("num_blocks", chat.num_kv_blocks)):

@@ -34,6 +34,12 @@ class EngineFields(BaseModel):
     GGUF file is de-quantized once into float32 in the package cache).
     ``engine.stats().weights`` reports the format and bytes."""
 
+    kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """What the KV cache stores keys and values in: ``"auto"`` (float16 for quantized
+    weights on the CPU, as llama.cpp's cache: half the bytes a decode reads per cached token;
+    the model's dtype everywhere else), or a dtype (float16 under a float32 model on the CPU
+    only where the native paged kernel runs: an error names this argument otherwise)."""
+
     device: str = "auto"
     """``"auto"`` (NPU, else CUDA, else CPU), ``"npu"``, ``"npu:1"``, ``"cuda"``, ``"cpu"``."""
 

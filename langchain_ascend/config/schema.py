@@ -175,6 +175,8 @@ class ModelConfig(Section):
     quantization: Literal["auto", "gguf", "int8", "int4", "none"] | None = None
     """``AscendChatModel.quantization``: ``auto`` (a .gguf file's own blocks), ``gguf``,
     ``int8``, ``int4``, ``none`` (float); unset: ``auto``."""
+    kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    """``AscendChatModel.kv_cache_dtype``; unset: ``auto``."""
     kv_cache_policy: str = "paged"
     max_context_length: int | None = Field(default=None, ge=1)
     block_size: int | None = Field(default=None, ge=1)

@@ -80,6 +80,9 @@ class LLMEngine:
             quantization=)``; float otherwise), ``"gguf"``, ``"int8"`` / ``"int4"`` (every
             linear layer quantized at load), ``"none"`` / None. ``stats().weights`` says
             what was loaded.
+        kv_cache_dtype: What the KV cache stores: ``"auto"`` (float16 for quantized weights
+            on the CPU, llama.cpp's cache type; the model's dtype elsewhere), ``"float32"``,
+            ``"bfloat16"`` or ``"float16"``. ``stats().weights["kv_cache_dtype"]`` says which.
 
     Example:
         >>> engine = LLMEngine(path, device="cpu")  # doctest: +SKIP
@@ -104,10 +107,12 @@ class LLMEngine:
         compile: bool | str = "auto",
         stream_buffer_limit: int = 1024,
         quantization: str | None = "auto",
+        kv_cache_dtype: str | None = "auto",
     ) -> None:
         loading = {"device": device, "dtype": dtype, "block_size": block_size,
                    "num_blocks": num_blocks, "kv_cache_memory_fraction": kv_cache_memory_fraction,
-                   "compile": compile, "quantization": quantization}
+                   "compile": compile, "quantization": quantization,
+                   "kv_cache_dtype": kv_cache_dtype}
         _check_settings(max_batch_size=max_batch_size,
                         max_num_batched_tokens=max_num_batched_tokens,
                         stream_buffer_limit=stream_buffer_limit,

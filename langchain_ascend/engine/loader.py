@@ -50,7 +50,7 @@ class LoadedModel:
              block_size: int | None, num_blocks: int | None, kv_cache_memory_fraction: float,
              max_batch_size: int, max_num_batched_tokens: int,
              max_context_length: int | None, compile: bool | str,
-             quantization: str | None) -> LoadedModel:
+             quantization: str | None, kv_cache_dtype: str | None = "auto") -> LoadedModel:
         """Load the model at ``model_path`` (settings as for ``LLMEngine``).
 
         Raises:
@@ -71,7 +71,7 @@ class LoadedModel:
             path, device=str(device), dtype=dtype_name(dtype), block_size=block_size,
             num_blocks=num_blocks, kv_cache_memory_fraction=kv_cache_memory_fraction,
             max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
-            compile=compile, quantization=quantization,
+            compile=compile, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
         )
         tokenizer = AutoTokenizer.from_pretrained(path)
         eos = hf_config.default_eos_token_ids(path, runner.config, tokenizer)

@@ -146,7 +146,8 @@ static int product(int dtype, int code, int variant, const void *weight, const v
     return st == 0 ? 0 : st == 3 ? 1 : 2;
 }
 
-/* Returns 0, 2 on bad shapes, or for a failing kernel status + 10 * op + 100 * (layer + 1),
+/* dtype: 0 float32, 1 bfloat16, 2 float32 over a float16 KV cache.
+   Returns 0, 2 on bad shapes, or for a failing kernel status + 10 * op + 100 * (layer + 1),
    op counting the layer's kernel calls from 1 and status 1 (out of memory), 2 (bad shapes) or
    3 (a slot or block id outside the cache). */
 int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const void *cos,
@@ -154,8 +155,10 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
                  int64_t table_stride, const int64_t *seq_lens, int64_t M, int64_t D,
                  int64_t H, int64_t KVH, int64_t Dh, int64_t I, int64_t NB, int64_t BS,
                  int64_t split_keys, void *scratch, int threads) {
-    if ((dtype != 0 && dtype != 1) || M < 1 || D % 8 || Dh % 16 || KVH < 1 || H % KVH)
+    if (dtype < 0 || dtype > 2 || M < 1 || D % 8 || Dh % 16 || KVH < 1 || H % KVH)
         return 2;
+    const int kv_f16 = dtype == 2; /* float32 compute over a float16 KV cache */
+    if (kv_f16) dtype = 0;
     const size_t el = dtype == 0 ? 4 : 2;
     const int64_t n_qkv = (H + 2 * KVH) * Dh, q_size = H * Dh;
     char *s = scratch;                           /* scratch regions, in elements of dtype: */
@@ -183,7 +186,11 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
             }
         }
         const int64_t num_slots = NB * BS;
-        if (dtype == 0)
+        if (kv_f16)
+            RUN(rope_kv_f32_f16kv((const float *)qkv, n_qkv, (const float *)(qkv + el * q_size),
+                                  (const float *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos,
+                                  sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
+        else if (dtype == 0)
             RUN(rope_kv_f32((const float *)qkv, n_qkv, (const float *)(qkv + el * q_size),
                             (const float *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos, sin,
                             slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
@@ -191,7 +198,11 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
             RUN(rope_kv_bf16((const uint16_t *)qkv, n_qkv, (const uint16_t *)(qkv + el * q_size),
                              (const uint16_t *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos,
                              sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
-        if (dtype == 0)
+        if (kv_f16)
+            RUN(paged_decode_f32_f16kv(qr, p->kv_cache, tables, table_stride, seq_lens, att, M,
+                                       H, KVH, Dh, NB, BS, p->window, (float)p->scale,
+                                       split_keys, threads));
+        else if (dtype == 0)
             RUN(paged_decode_f32(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
                                  KVH, Dh, NB, BS, p->window, (float)p->scale, split_keys,
                                  threads));

@@ -113,7 +113,8 @@ def scratch_elements(rows: int, hidden: int, heads: int, kv_heads: int, head_dim
 def run_stack(layers: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
               slot_mapping: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
               *, heads: int, kv_heads: int, head_dim: int, intermediate: int,
-              num_blocks: int, block_size: int, split_keys: int, scratch: torch.Tensor) -> None:
+              num_blocks: int, block_size: int, split_keys: int, scratch: torch.Tensor,
+              cache_dtype: torch.dtype | None = None) -> None:
     """Run every layer of ``layers`` (a ctypes array of :class:`DecodeLayer`) on ``hidden``.
 
     Args:
@@ -124,6 +125,8 @@ def run_stack(layers: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.T
         block_tables: ``(M, W)`` int32, each row's blocks.
         seq_lens: ``(M,)`` int64 context lengths (the new token included).
         scratch: At least :func:`scratch_elements` elements of ``hidden``'s dtype.
+        cache_dtype: The layers' KV cache dtype: ``hidden``'s (the default), or float16 under
+            float32 (code 2: keys and values stored and read as float16).
 
     Raises:
         ValueError: A tensor of the wrong dtype, shape or layout, or a slot or block id
@@ -138,6 +141,8 @@ def run_stack(layers: Any, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.T
     dtype = hidden.dtype
     rows, size = hidden.shape
     code = DTYPE_CODES.get(str(dtype).removeprefix("torch."))
+    if cache_dtype not in (None, dtype):
+        code = 2 if (dtype, cache_dtype) == (torch.float32, torch.float16) else None
     need = scratch_elements(rows, size, heads, kv_heads, head_dim, intermediate)
     if (code is None or not hidden.is_contiguous() or cos.shape != (rows, head_dim)
             or sin.shape != (rows, head_dim) or cos.dtype != dtype or sin.dtype != dtype

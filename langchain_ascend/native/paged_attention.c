@@ -23,7 +23,8 @@
  * cache (the caller writes them first).
  *
  * Queries and outputs are (B, H, D) in the cache's dtype; bfloat16 outputs are rounded to
- * nearest even. Return codes: 0 success, 1 out of memory, 2 D not a multiple of 8 or H not a
+ * nearest even. paged_decode_f32_f16kv reads a float16 cache with float32 queries and outputs
+ * (half the bytes per key of a float32 cache; F16C widens them exactly). Return codes: 0 success, 1 out of memory, 2 D not a multiple of 8 or H not a
  * multiple of KVH, 3 a block id outside [0, NB).
  */
 #include <math.h>
@@ -36,6 +37,9 @@
 
 /* 8 stored values at p as floats. */
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 load_f16x8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 
 /* Online-softmax state of one item: acc (G, D) unnormalised output, m (G) running max,
    l (G) running sum; sc (G, KEY_BLOCK) score scratch. */
@@ -192,6 +196,7 @@ static inline void softmax_update(float *row, int64_t n, int64_t D, int64_t r, S
     }
 DEFINE_CHUNK(chunk_f32, float, load_f32)
 DEFINE_CHUNK(chunk_bf16, uint16_t, load_bf16x8)
+DEFINE_CHUNK(chunk_f16, uint16_t, load_f16x8)
 
 
 /* What every work item of one call reads. */
@@ -284,8 +289,8 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
 /* One item on KV head h: each member's state (in part, at its row's place) and float query
    rows (qf, count * G * D), then the item's chunks, each attended by every member in turn
    while its keys are in cache. Returns 0, or 3 on a block id outside the cache. */
-#define DEFINE_ITEM(NAME, TYPE, CHUNK, TO_F32)                                                   \
-    static int NAME(const Call *c, const TYPE *q, const TYPE *cache, const Item *item,          \
+#define DEFINE_ITEM(NAME, QTYPE, TYPE, CHUNK, TO_F32)                                            \
+    static int NAME(const Call *c, const QTYPE *q, const TYPE *cache, const Item *item,         \
                     const int64_t *rows, int64_t h, float *part, float *sc, float *qf,           \
                     State *st) {                                                                 \
         const int64_t G = c->G, D = c->D, BS = c->BS, NB = c->NB;                                \
@@ -293,7 +298,7 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
             int64_t b = rows[item->first + i];                                                   \
             float *base = part + ((b * c->KVH + h) * c->num_splits + item->sp) * G * (D + 2);    \
             st[i] = (State){base, base + G * D, base + G * D + G, sc};                           \
-            const TYPE *qb = q + (b * c->H + h * G) * D;                                         \
+            const QTYPE *qb = q + (b * c->H + h * G) * D;                                        \
             float *qi = qf + i * G * D;                                                          \
             for (int64_t j = 0; j < G * D; j++) qi[j] = TO_F32(qb[j]);                           \
             for (int64_t r = 0; r < G; r++) { st[i].m[r] = -INFINITY; st[i].l[r] = 0.f; }        \
@@ -323,8 +328,9 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
         return 0;                                                                                \
     }
 #define IDENTITY(x) (x)
-DEFINE_ITEM(item_f32, float, chunk_f32, IDENTITY)
-DEFINE_ITEM(item_bf16, uint16_t, chunk_bf16, bf16_to_f32)
+DEFINE_ITEM(item_f32, float, float, chunk_f32, IDENTITY)
+DEFINE_ITEM(item_bf16, uint16_t, uint16_t, chunk_bf16, bf16_to_f32)
+DEFINE_ITEM(item_f16kv, float, uint16_t, chunk_f16, IDENTITY)
 
 /* Row b's output: its ranges' states merged by their log-sum-exp, in range order (only the
    ranges holding its keys: the same merge alone and in any batch), into merged (D). Returns
@@ -360,8 +366,8 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
 /* The whole call for one cache type: rows grouped into items, the items attended over the
    calling thread's OpenMP team, each row's ranges merged; FROM_F32 writes one float of the
    output. */
-#define DEFINE_PAGED(NAME, TYPE, ITEM, FROM_F32)                                                 \
-    int NAME(const TYPE *q, const TYPE *cache, const int32_t *tables, int64_t table_stride,     \
+#define DEFINE_PAGED(NAME, TYPE, CTYPE, ITEM, FROM_F32)                                          \
+    int NAME(const TYPE *q, const CTYPE *cache, const int32_t *tables, int64_t table_stride,    \
              const int64_t *seq_lens, TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D,   \
              int64_t NB, int64_t BS, int64_t window, float scale, int64_t split_keys,            \
              int num_threads) {                                                                  \
@@ -424,5 +430,6 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
         free(merged);                                                                            \
         return 0;                                                                                \
     }
-DEFINE_PAGED(paged_decode_f32, float, item_f32, IDENTITY)
-DEFINE_PAGED(paged_decode_bf16, uint16_t, item_bf16, f32_to_bf16)
+DEFINE_PAGED(paged_decode_f32, float, float, item_f32, IDENTITY)
+DEFINE_PAGED(paged_decode_bf16, uint16_t, uint16_t, item_bf16, f32_to_bf16)
+DEFINE_PAGED(paged_decode_f32_f16kv, float, uint16_t, item_f16kv, IDENTITY)

@@ -1,4 +1,5 @@
-"""Paged decode attention of a whole step in one native call, float32 or bfloat16.
+"""Paged decode attention of a whole step in one native call, float32 or bfloat16, and
+float32 queries over a float16 cache (half the bytes a decode streams per cached token).
 
 Every decoding request of the step attends its own blocks of the paged cache through its row
 of an int32 block table (``paged_attention.c``): no gather, no per-request Python, no padded
@@ -28,10 +29,13 @@ SPLIT_KEYS = 256
 whatever the batch and the row's result does not depend on the other rows."""
 
 
-def _kernel(dtype: torch.dtype) -> Any:
+def _kernel(dtype: torch.dtype, cache_dtype: torch.dtype | None = None) -> Any:
     import torch
 
-    symbol = {torch.float32: "paged_decode_f32", torch.bfloat16: "paged_decode_bf16"}.get(dtype)
+    symbol = {(torch.float32, torch.float32): "paged_decode_f32",
+              (torch.bfloat16, torch.bfloat16): "paged_decode_bf16",
+              (torch.float32, torch.float16): "paged_decode_f32_f16kv",
+              }.get((dtype, cache_dtype or dtype))
     if symbol is None:
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
@@ -40,9 +44,10 @@ def _kernel(dtype: torch.dtype) -> Any:
         ctypes.c_int])
 
 
-def available(dtype: torch.dtype) -> bool:
-    """Whether the kernel for ``dtype`` is built and loaded here (builds it on first call)."""
-    return _kernel(dtype) is not None
+def available(dtype: torch.dtype, cache_dtype: torch.dtype | None = None) -> bool:
+    """Whether the kernel for ``dtype`` queries over a ``cache_dtype`` cache (default: the
+    same) is built and loaded here (builds it on first call)."""
+    return _kernel(dtype, cache_dtype) is not None
 
 
 def unavailable_reason() -> str:
@@ -54,12 +59,13 @@ def unavailable_reason() -> str:
 
 def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
     """Whether the kernel reads these tensors: ``query (B, H, D)`` and a contiguous
-    ``(2, KVH, NB, BS, D)`` cache of the same float32/bfloat16 dtype on CPU, ``D % 8 == 0``."""
-    return (query.dim() == 3 and kv_cache.dim() == 5 and query.dtype == kv_cache.dtype
+    ``(2, KVH, NB, BS, D)`` cache of the same float32/bfloat16 dtype (or float32 queries over a
+    float16 cache) on CPU, ``D % 8 == 0``."""
+    return (query.dim() == 3 and kv_cache.dim() == 5
+            and _kernel(query.dtype, kv_cache.dtype) is not None
             and query.device.type == "cpu" and kv_cache.device.type == "cpu"
             and query.shape[2] == kv_cache.shape[4] and query.shape[2] % 8 == 0
-            and query.shape[1] % kv_cache.shape[1] == 0 and kv_cache.is_contiguous()
-            and _kernel(query.dtype) is not None)
+            and query.shape[1] % kv_cache.shape[1] == 0 and kv_cache.is_contiguous())
 
 
 def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -95,7 +101,7 @@ def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torc
     query = query.contiguous()
     out = torch.empty_like(query)
     threads = torch.get_num_threads()
-    status = _kernel(query.dtype)(
+    status = _kernel(query.dtype, kv_cache.dtype)(
         query.data_ptr(), kv_cache.data_ptr(), block_tables.data_ptr(), block_tables.stride(0),
         seq_lens.data_ptr(), out.data_ptr(), batch, heads, kv_heads, dim, blocks, block_size,
         window, scale, SPLIT_KEYS, threads)

@@ -9,6 +9,8 @@
  *
  * Rounding follows transformers': float32 computes the two products and their sum as separate
  * operations (no fused multiply-add); bfloat16 rounds each product and the sum to bfloat16.
+ * rope_kv_f32_f16kv computes in float32 and stores the cache's keys and values as float16
+ * (rounded to nearest even, as torch's .to(torch.float16)).
  * Inputs need contiguous rows of D values (rows of one token may be strided: q_stride and
  * kv_stride are the distances between tokens). Return codes: 0 success, 2 D not a multiple
  * of 16, 3 a slot outside the cache.
@@ -53,10 +55,23 @@ static void rotate_bf16(const uint16_t *x, const uint16_t *cos, const uint16_t *
     }
 }
 
-#define DEFINE_ROPE_KV(NAME, TYPE, ROTATE)                                                       \
+/* D values from src into a cache row of the same type, or of float16 (rounded). */
+static inline void copy_row_f32(float *dst, const float *src, int64_t D) {
+    memcpy(dst, src, sizeof(float) * D);
+}
+static inline void copy_row_bf16(uint16_t *dst, const uint16_t *src, int64_t D) {
+    memcpy(dst, src, sizeof(uint16_t) * D);
+}
+static inline void copy_row_to_f16(uint16_t *dst, const float *src, int64_t D) {
+    for (int64_t i = 0; i < D; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+}
+
+#define DEFINE_ROPE_KV(NAME, TYPE, CTYPE, ROTATE, COPY_ROW)                                      \
     int NAME(const TYPE *q, int64_t q_stride, const TYPE *k, const TYPE *v, int64_t kv_stride,  \
              const TYPE *cos, const TYPE *sin, const int64_t *slots, TYPE *q_out, TYPE *k_out,  \
-             TYPE *cache, int64_t T, int64_t H, int64_t KVH, int64_t D, int64_t num_slots) {    \
+             CTYPE *cache, int64_t T, int64_t H, int64_t KVH, int64_t D, int64_t num_slots) {   \
         if (D % 16) return 2;                                                                    \
         for (int64_t t = 0; t < T; t++)                                                          \
             if (slots[t] < 0 || slots[t] >= num_slots) return 3;                                 \
@@ -68,12 +83,13 @@ static void rotate_bf16(const uint16_t *x, const uint16_t *cos, const uint16_t *
             for (int64_t h = 0; h < KVH; h++) {                                                  \
                 TYPE *kr = k_out + (t * KVH + h) * D;                                            \
                 ROTATE(k + t * kv_stride + h * D, c, s, kr, D);                                  \
-                TYPE *slot = cache + h * head_stride + slots[t] * D;                             \
-                memcpy(slot, kr, sizeof(TYPE) * D);                                              \
-                memcpy(slot + values, v + t * kv_stride + h * D, sizeof(TYPE) * D);              \
+                CTYPE *slot = cache + h * head_stride + slots[t] * D;                            \
+                COPY_ROW(slot, kr, D);                                                           \
+                COPY_ROW(slot + values, v + t * kv_stride + h * D, D);                           \
             }                                                                                    \
         }                                                                                        \
         return 0;                                                                                \
     }
-DEFINE_ROPE_KV(rope_kv_f32, float, rotate_f32)
-DEFINE_ROPE_KV(rope_kv_bf16, uint16_t, rotate_bf16)
+DEFINE_ROPE_KV(rope_kv_f32, float, float, rotate_f32, copy_row_f32)
+DEFINE_ROPE_KV(rope_kv_bf16, uint16_t, uint16_t, rotate_bf16, copy_row_bf16)
+DEFINE_ROPE_KV(rope_kv_f32_f16kv, float, uint16_t, rotate_f32, copy_row_to_f16)

@@ -2,7 +2,7 @@
 
 ``rope_kv.c`` rotates ``q`` and ``k`` exactly as transformers' ``apply_rotary_pos_emb`` (same
 rounding, float32 or bfloat16) and stores the rotated keys and the values at their slots of
-the layer's paged cache. Used by ``engine.cpu.lean_attention`` on CPU decode and prefill
+the layer's paged cache (of the same dtype, or float16 under float32: rounded to nearest even). Used by ``engine.cpu.lean_attention`` on CPU decode and prefill
 steps; :func:`rope_and_write` returns None wherever the kernel does not apply, so callers keep
 their torch path.
 """
@@ -20,10 +20,13 @@ if TYPE_CHECKING:
 KERNEL = "rope_kv"
 
 
-def _kernel(dtype: torch.dtype) -> Any:
+def _kernel(dtype: torch.dtype, cache_dtype: torch.dtype | None = None) -> Any:
     import torch
 
-    symbol = {torch.float32: "rope_kv_f32", torch.bfloat16: "rope_kv_bf16"}.get(dtype)
+    symbol = {(torch.float32, torch.float32): "rope_kv_f32",
+              (torch.bfloat16, torch.bfloat16): "rope_kv_bf16",
+              (torch.float32, torch.float16): "rope_kv_f32_f16kv",
+              }.get((dtype, cache_dtype or dtype))
     if symbol is None:
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
@@ -31,9 +34,10 @@ def _kernel(dtype: torch.dtype) -> Any:
                                            i64, i64, i64, i64, i64])
 
 
-def available(dtype: torch.dtype) -> bool:
-    """Whether the kernel for ``dtype`` is built and loaded here (builds it on first call)."""
-    return _kernel(dtype) is not None
+def available(dtype: torch.dtype, cache_dtype: torch.dtype | None = None) -> bool:
+    """Whether the kernel for ``dtype`` inputs and a ``cache_dtype`` cache (default: the same)
+    is built and loaded here (builds it on first call)."""
+    return _kernel(dtype, cache_dtype) is not None
 
 
 def _rows_ok(x: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -52,7 +56,8 @@ def rope_and_write(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         cos, sin: ``(T, D)`` rotary tables of the tokens (transformers' ``position_embeddings``
             without their batch dimension), contiguous.
         slot_mapping: ``(T,)`` int64 cache slot of each token.
-        kv_cache: The layer's ``(2, KVH, NB, BS, D)`` cache, contiguous, same dtype.
+        kv_cache: The layer's ``(2, KVH, NB, BS, D)`` cache, contiguous, same dtype (or
+            float16 under float32 inputs).
 
     Returns:
         ``(rotated query (T, H, D), rotated key (T, KVH, D))``, or None where the kernel does
@@ -64,12 +69,12 @@ def rope_and_write(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     import torch
 
     dtype = query.dtype
-    kernel = _kernel(dtype)
+    kernel = _kernel(dtype, kv_cache.dtype)
     tokens, heads, dim = query.shape if query.dim() == 3 else (0, 0, 0)
     if (kernel is None or not all(_rows_ok(x, dtype) for x in (query, key, value))
             or key.shape != value.shape or key.stride() != value.stride() or dim % 16
             or key.shape[0] != tokens or key.shape[2] != dim
-            or kv_cache.dim() != 5 or kv_cache.dtype != dtype or not kv_cache.is_contiguous()
+            or kv_cache.dim() != 5 or not kv_cache.is_contiguous()
             or kv_cache.shape[1] != key.shape[1] or kv_cache.shape[4] != dim
             or cos.shape != (tokens, dim) or sin.shape != (tokens, dim)
             or cos.dtype != dtype or sin.dtype != dtype

@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantization", default="auto",
                    choices=["auto", "gguf", "int8", "int4", "none"],
                    help="how the weights are held (see AscendChatModel.quantization)")
+    p.add_argument("--kv-cache-dtype", default="auto",
+                   choices=["auto", "float32", "bfloat16", "float16"],
+                   help="what the KV cache stores (see AscendChatModel.kv_cache_dtype)")
     p.add_argument("--served-model-name", help="the model id clients send (default: the "
                    "model's file or folder name)")
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1 routes "
@@ -65,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 def chat_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``AscendChatModel`` arguments of the options given."""
     kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype,
-                              "quantization": args.quantization}
+                              "quantization": args.quantization,
+                              "kv_cache_dtype": args.kv_cache_dtype}
     for name in ("max_batch_size", "max_context_length", "max_tokens"):
         if getattr(args, name) is not None:
             kwargs[name] = getattr(args, name)

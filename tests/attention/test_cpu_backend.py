@@ -78,7 +78,7 @@ def test_without_the_paged_kernel_shared_prefixes_run_the_shared_kernel(monkeypa
     attend = decode_attention.attend
     monkeypatch.setattr(decode_attention, "attend",
                         lambda *a: calls.append(a[1].shape[1]) or attend(*a))
-    monkeypatch.setattr(paged_attention, "available", lambda dtype: False)
+    monkeypatch.setattr(paged_attention, "available", lambda *dtypes: False)
     for allocation in ("contiguous", "gapped"):
         calls.clear()
         case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, allocation=allocation,
@@ -104,7 +104,7 @@ def test_cpu_backend_runs_bfloat16_decodes_through_the_paged_kernel(paged_calls)
 
 def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
     monkeypatch.setattr(decode_attention, "available", lambda: False)
-    monkeypatch.setattr(paged_attention, "available", lambda dtype: False)
+    monkeypatch.setattr(paged_attention, "available", lambda *dtypes: False)
     for dtype in (torch.float32, torch.bfloat16):
         for shared in (0, 32):
             case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, dtype=dtype,

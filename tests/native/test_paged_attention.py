@@ -201,3 +201,20 @@ def test_custom_op_runs_eagerly_and_in_a_fullgraph_compile():
                                step(query, cache, tables, seq_lens))
     with pytest.raises(ValueError, match="does not apply"):
         op(query.double(), cache.double(), tables, seq_lens, 0.125, 0)
+
+
+def test_float32_queries_over_a_float16_cache_equal_the_widened_cache() -> None:
+    """The float16 reader widens each key and value exactly (F16C), so its output is the
+    float32 kernel's over the same values widened: bit for bit, shared prefixes included."""
+    if not paged_attention.available(torch.float32, torch.float16):
+        pytest.skip(f"kernel not built here: {paged_attention.unavailable_reason()}")
+    gen = torch.Generator().manual_seed(3)
+    cache = torch.randn(2, 3, 20, 16, 64, generator=gen).half()  # (2, KVH, NB, BS, D)
+    query = torch.randn(3, 9, 64, generator=gen)  # (B, H, D)
+    tables = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 8, 9]], dtype=torch.int32)
+    lens = torch.tensor([60, 33, 50])
+    ours = paged_attention.paged_decode(query, cache, tables, lens, 0.125, 0)
+    widened = paged_attention.paged_decode(query, cache.float().contiguous(), tables, lens,
+                                           0.125, 0)
+    assert ours is not None and ours.dtype == torch.float32
+    assert torch.equal(ours, widened)

@@ -151,3 +151,25 @@ def test_matvec_over_tiles_for_rows_declines_what_it_does_not_take():
     strided = torch.randn(3, 16)[:, ::2]  # copied, not misread
     torch.testing.assert_close(matvec.matvec_tiles_rows(tiles, strided, None),
                                strided @ tiles.transpose(1, 2).reshape(16, 8).T)
+
+
+def test_rope_kv_into_a_float16_cache_stores_the_rounded_values() -> None:
+    """float32 inputs, float16 cache: the same rotated outputs as into a float32 cache, and
+    the cache holds those values rounded as torch rounds them."""
+    from langchain_ascend.native import rope_kv
+
+    if not rope_kv.available(torch.float32, torch.float16):
+        pytest.skip("rope_kv kernel not built here")
+    gen = torch.Generator().manual_seed(5)
+    tokens, heads, kv_heads, dim = 4, 6, 2, 32
+    q = torch.randn(tokens, heads, dim, generator=gen)
+    k, v = (torch.randn(tokens, kv_heads, dim, generator=gen) for _ in range(2))
+    cos, sin = (torch.randn(tokens, dim, generator=gen) for _ in range(2))
+    slots = torch.tensor([3, 17, 40, 41])
+    full = torch.zeros(2, kv_heads, 4, 16, dim)
+    half = torch.zeros(2, kv_heads, 4, 16, dim, dtype=torch.float16)
+    a = rope_kv.rope_and_write(q, k, v, cos, sin, slots, full)
+    b = rope_kv.rope_and_write(q, k, v, cos, sin, slots, half)
+    assert a is not None and b is not None
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert torch.equal(half, full.half())

@@ -72,7 +72,9 @@ def test_resolve_quantization() -> None:
 
 
 def test_engine_runs_the_blocks_and_says_so(folder: Path, gguf_path: Path) -> None:
-    engine = _engine(folder)
+    # A float32 KV cache: the logits below are compared with the float model's own forward
+    # (the default float16 cache of quantized weights is test_kv_cache_dtype.py's).
+    engine = _engine(folder, kv_cache_dtype="float32")
     try:
         weights = engine.stats().weights
         assert weights["quantization"] == "gguf" and weights["format"] == "q4_1+q8_0"

@@ -94,8 +94,10 @@ class AttentionBackend(ABC):
         num_heads: Query heads.
         num_kv_heads: Key/value heads (``num_heads`` must be a multiple: GQA/MQA).
         head_dim: Size of one head.
-        dtype: Dtype of the cache (the model's dtype).
+        dtype: Dtype of the queries, keys and values (the model's dtype).
         device: Device of the cache.
+        cache_dtype: Dtype the cache stores keys and values in (default: ``dtype``); another
+            only where :meth:`supports_cache_dtype` says so.
     """
 
     name: ClassVar[str] = "base"
@@ -103,7 +105,8 @@ class AttentionBackend(ABC):
     """Dimension of a layer's cache tensor that block ids index."""
 
     def __init__(self, *, num_heads: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
+                 dtype: torch.dtype, device: torch.device,
+                 cache_dtype: torch.dtype | None = None) -> None:
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads "
                              f"({num_kv_heads})")
@@ -112,6 +115,18 @@ class AttentionBackend(ABC):
         self.head_dim = head_dim
         self.dtype = dtype
         self.device = device
+        self.cache_dtype = cache_dtype or dtype
+        if self.cache_dtype != dtype and not self.supports_cache_dtype(self.cache_dtype):
+            raise ValueError(
+                f"kv_cache_dtype={str(self.cache_dtype).removeprefix('torch.')} is not "
+                f"supported by the {self.name} attention backend for a "
+                f"{str(dtype).removeprefix('torch.')} model on {device}: use 'auto' or the "
+                "model's dtype")
+
+    def supports_cache_dtype(self, cache_dtype: torch.dtype) -> bool:
+        """Whether this backend stores keys and values as ``cache_dtype`` under a model of
+        ``self.dtype`` (the base: only the model's own dtype)."""
+        return cache_dtype == self.dtype
 
     @classmethod
     @abstractmethod
@@ -132,7 +147,7 @@ class AttentionBackend(ABC):
         import torch
 
         per_layer = 2 * block_size * self.num_kv_heads * self.head_dim
-        return per_layer * num_layers * torch.empty((), dtype=self.dtype).element_size()
+        return per_layer * num_layers * torch.empty((), dtype=self.cache_dtype).element_size()
 
     @abstractmethod
     def build_metadata(self, layout: BatchLayout) -> Any:

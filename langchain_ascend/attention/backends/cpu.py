@@ -50,13 +50,25 @@ class CPUBackend(TorchRefBackend):
 
         super().__init__(**kwargs)
         on_cpu = self.device.type == "cpu" and self.head_dim % 8 == 0
-        self.native = (on_cpu and self.dtype == torch.float32 and decode_attention.available())
+        same = self.cache_dtype == self.dtype
+        self.native = (on_cpu and same and self.dtype == torch.float32
+                       and decode_attention.available())
         self.paged_native = (on_cpu and self.dtype in (torch.float32, torch.bfloat16)
-                             and paged_attention.available(self.dtype))
+                             and paged_attention.available(self.dtype, self.cache_dtype))
         if not self.paged_native:
             logger.info("cpu attention backend without the paged kernel (%s)",
                         paged_attention.unavailable_reason() if on_cpu
                         else f"{self.dtype} on {self.device}, head size {self.head_dim}")
+
+    def supports_cache_dtype(self, cache_dtype) -> bool:
+        """The model's dtype, or float16 under a float32 model where the paged kernel reads it
+        (every decode then runs that kernel; prefills widen the keys and values they read)."""
+        import torch
+
+        return cache_dtype == self.dtype or (
+            self.device.type == "cpu" and self.head_dim % 8 == 0
+            and self.dtype == torch.float32 and cache_dtype == torch.float16
+            and paged_attention.available(self.dtype, cache_dtype))
 
     def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
         """The paged path for every decode step (torch_ref's without the paged kernel)."""

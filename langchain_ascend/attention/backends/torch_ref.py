@@ -342,8 +342,8 @@ class TorchRefBackend(AttentionBackend):
                  slot_mapping: torch.Tensor) -> None:
         """Store ``key``/``value`` ``(T, kv_heads, head_dim)`` at ``slot_mapping`` ``(T,)``."""
         slots = kv_cache.view(2, self.num_kv_heads, -1, self.head_dim)  # (2, KVH, slots, D)
-        slots[0].index_copy_(1, slot_mapping, key.transpose(0, 1))
-        slots[1].index_copy_(1, slot_mapping, value.transpose(0, 1))
+        slots[0].index_copy_(1, slot_mapping, key.transpose(0, 1).to(kv_cache.dtype))
+        slots[1].index_copy_(1, slot_mapping, value.transpose(0, 1).to(kv_cache.dtype))
 
     def forward(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale: float,
                 sliding_window: int | None = None):
@@ -463,11 +463,14 @@ class TorchRefBackend(AttentionBackend):
         if seg.block_ids is None:
             k = key[seg.start: seg.end].transpose(0, 1)[None]  # (1, KVH, n, D)
             v = value[seg.start: seg.end].transpose(0, 1)[None]
+            if kv_cache.dtype != q.dtype:  # the values the cache holds: a cold prompt attends
+                # exactly what a later cached-prefix pass will read back
+                k, v = (x.to(kv_cache.dtype).to(q.dtype) for x in (k, v))
         else:
             pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
             gathered = pages.index_select(2, seg.block_ids)  # (2, KVH, nb, bs*D)
             gathered = gathered.view(2, self.num_kv_heads, -1, self.head_dim)[:, :, : seg.seq_len]
-            k, v = gathered[0][None], gathered[1][None]  # (1, KVH, L, D)
+            k, v = gathered[0][None].to(q.dtype), gathered[1][None].to(q.dtype)  # (1, KVH, L, D)
         if window is not None and seg.seq_len > window:
             device = q.device
             q_pos = torch.arange(seg.context_len, seg.seq_len, device=device)  # (n,)

@@ -192,7 +192,7 @@ class NativeDecodeStack:
             heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
             num_blocks=cache.shape[2], block_size=cache.shape[3],
             split_keys=paged_attention.SPLIT_KEYS,
-            scratch=self._scratch)
+            scratch=self._scratch, cache_dtype=cache.dtype)
 
 
 def _stack_forward(self: Any, input_ids: Any = None, attention_mask: Any = None,

@@ -37,6 +37,34 @@ needs no gigabytes of cache, and an untouched pool still ends up resident on the
 the block pool has cycled through it."""
 
 
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""``kv_cache_dtype`` settings: ``"auto"`` or the dtype the cache stores keys and values in."""
+
+
+def resolve_kv_cache_dtype(setting: str | None, *, device: torch.device, dtype: torch.dtype,
+                           quantized: bool) -> torch.dtype:
+    """The dtype the KV cache stores (pure function; the backend checks it can read it).
+
+    ``"auto"`` (or None) is float16 for a float32 model with quantized weights on the CPU:
+    llama.cpp's cache type, and half the bytes a decode streams per cached token (at a 2k
+    context SmolLM2's float32 keys and values outweigh its 4-bit weights); the model's dtype
+    everywhere else, so a float model's text stays exactly the float model's.
+
+    Raises:
+        ValueError: ``setting`` is not one of :data:`KV_CACHE_DTYPES`.
+    """
+    import torch
+
+    if setting is None or setting == "auto":
+        if quantized and dtype == torch.float32 and platform.device_type(device) == "cpu":
+            return torch.float16
+        return dtype
+    if setting not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                         f"not {setting!r}")
+    return getattr(torch, setting)
+
+
 def plan_num_blocks(*, device: torch.device, bytes_per_block: int,
                     memory_fraction: float, num_blocks: int | None = None,
                     cpu_cap_bytes: int = CPU_KV_CACHE_CAP_BYTES,
@@ -116,7 +144,8 @@ class KVCache:
         block_size: Tokens per block.
 
     Attributes:
-        tensors: One cache tensor per layer, on ``backend.device`` with ``backend.dtype``.
+        tensors: One cache tensor per layer, on ``backend.device`` with
+            ``backend.cache_dtype``.
     """
 
     def __init__(self, backend: AttentionBackend, *, num_layers: int, num_blocks: int,
@@ -128,7 +157,7 @@ class KVCache:
         self.block_size = block_size
         shape = backend.kv_cache_shape(num_blocks, block_size)
         self.tensors: list[torch.Tensor] = [
-            lazy_zeros(shape, backend.dtype, backend.device) for _ in range(num_layers)]
+            lazy_zeros(shape, backend.cache_dtype, backend.device) for _ in range(num_layers)]
         self.blocks_dim = backend.blocks_dim
         self.num_bytes = sum(t.numel() * t.element_size() for t in self.tensors)
         logger.info("KV cache: %d blocks x %d tokens, %d layers, %.1f MiB on %s", num_blocks,

@@ -36,7 +36,11 @@ from langchain_ascend.engine.worker.compile import (
 )
 from langchain_ascend.engine.worker.compile_choice import model_fingerprint
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
-from langchain_ascend.engine.worker.kv_cache import KVCache, plan_num_blocks
+from langchain_ascend.engine.worker.kv_cache import (
+    KVCache,
+    plan_num_blocks,
+    resolve_kv_cache_dtype,
+)
 from langchain_ascend.engine.worker.packing import build_layout, pack
 from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.engine.worker.static_step import StaticDecodeStep
@@ -130,7 +134,8 @@ class ModelRunner:
              kv_cache_memory_fraction: float = 0.5, max_num_batched_tokens: int = 2048,
              max_batch_size: int = 64, attention_backend: str = "auto",
              compile: bool | str = "auto", weight_layout: str = "auto",
-             quantization: str | None = "auto") -> ModelRunner:
+             quantization: str | None = "auto", kv_cache_dtype: str | None = "auto",
+             ) -> ModelRunner:
         """Load a causal LM from ``model_path`` with our paged attention and allocate its cache.
 
         Args:
@@ -156,6 +161,9 @@ class ModelRunner:
             quantization: How the weights are held (``quant.load``): ``"auto"`` (a GGUF-backed
                 folder's own blocks, float otherwise), ``"gguf"``, ``"int8"``, ``"int4"``,
                 ``"none"`` / None.
+            kv_cache_dtype: What the KV cache stores (``kv_cache.resolve_kv_cache_dtype``):
+                ``"auto"`` (float16 for quantized weights on the CPU, else the model's dtype),
+                ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         """
         from langchain_ascend.quant.load import load_causal_lm
 
@@ -169,7 +177,8 @@ class ModelRunner:
             model, block_size=block_size, num_blocks=num_blocks,
             kv_cache_memory_fraction=kv_cache_memory_fraction,
             max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
-            attention_backend=attention_backend, compile=compile, weight_layout=weight_layout)
+            attention_backend=attention_backend, compile=compile, weight_layout=weight_layout,
+            kv_cache_dtype=kv_cache_dtype)
         runner.weights["quantization"] = mode
         return runner
 
@@ -178,7 +187,8 @@ class ModelRunner:
                    num_blocks: int | None = None, kv_cache_memory_fraction: float = 0.5,
                    max_num_batched_tokens: int = 2048, max_batch_size: int = 64,
                    attention_backend: str = "auto", compile: bool | str = "auto",
-                   weight_layout: str = "auto") -> ModelRunner:
+                   weight_layout: str = "auto",
+                   kv_cache_dtype: str | None = "auto") -> ModelRunner:
         """Wrap an already loaded causal LM; its attention is switched to ours.
 
         The model's device and dtype decide the cache's. Other arguments as in :meth:`load`;
@@ -201,8 +211,16 @@ class ModelRunner:
         num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))
-        backend = backend_cls(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                              dtype=dtype, device=device)
+        geometry = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
+                    "dtype": dtype, "device": device}
+        cache_dtype = resolve_kv_cache_dtype(kv_cache_dtype, device=device, dtype=dtype,
+                                             quantized=bool(weights["quantized_bytes"]))
+        try:
+            backend = backend_cls(**geometry, cache_dtype=cache_dtype)
+        except ValueError:
+            if kv_cache_dtype not in (None, "auto"):
+                raise
+            backend = backend_cls(**geometry)  # "auto": the model's dtype where no kernel reads
         block_size = block_size or backend_cls.preferred_block_size()
         backend_cls.check_block_size(block_size)
         usable = plan_num_blocks(device=device, bytes_per_block=backend.bytes_per_block(
@@ -214,6 +232,7 @@ class ModelRunner:
                      max_num_batched_tokens=max_num_batched_tokens,
                      max_batch_size=max_batch_size, compile=compile, hooks=hooks)
         runner.weights = weights
+        runner.weights["kv_cache_dtype"] = str(backend.cache_dtype).removeprefix("torch.")
         return runner
 
     def execute(self, batch: ScheduledBatch) -> list[int | list[int] | None]:

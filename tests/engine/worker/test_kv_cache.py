@@ -53,7 +53,8 @@ def test_a_forked_child_writes_its_own_copy() -> None:
 
 def test_kv_cache_tensors_are_lazy_on_the_cpu() -> None:
     backend = SimpleNamespace(
-        dtype=torch.bfloat16, device=torch.device("cpu"), blocks_dim=1,
+        dtype=torch.bfloat16, cache_dtype=torch.bfloat16, device=torch.device("cpu"),
+        blocks_dim=1,
         check_block_size=lambda size: None,
         kv_cache_shape=lambda blocks, size: (2, blocks, size, 4, 64))
     before = _rss()
