@@ -69,9 +69,10 @@ class CpuDecoder:
         """The decoder of ``model`` whose ``lean_layers`` (the layers ``lean_layer`` prepared)
         are all of its decoder layers, or None where it does not apply (module docstring)."""
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-        config = getattr(model, "config", None)
-        if (decoder is None or type(decoder).__name__ not in DECODER_CLASSES
-                or getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES):
+        if decoder is None or type(decoder).__name__ not in DECODER_CLASSES:
+            return None
+        config = model.config
+        if getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
             return None
         layers = list(decoder.layers)
         prepared = {id(layer) for layer in lean_layers}

@@ -119,6 +119,7 @@ def lean_layers(model: Any, attention: list[Any], norms: list[Any]) -> list[Any]
     lean = [module for module in model.modules() if is_lean_capable(module, prepared)]
     for module in lean:
         group = group_of([module.mlp.gate_proj, module.mlp.up_proj])
+        assert group is not None  # is_lean_capable checked it
         module.mlp.lean_gate_up = group
         # A quantized product gives a row the same bits in the stack and per op, so the
         # SiLU must too: the stack's own (decode_stack.c) instead of torch's.

@@ -150,7 +150,7 @@ class PackedLayers:
         :attr:`max_rows` rows."""
         metadata = getattr(step, "metadata", None)
         decodes = getattr(metadata, "decodes", None)
-        return (decodes is not None and not metadata.prefills and decodes.paged is not None
+        return (metadata is not None and decodes is not None and not metadata.prefills and decodes.paged is not None
                 and input_ids is not None and input_ids.dim() == 2 and input_ids.shape[0] == 1
                 and 0 < input_ids.shape[1] == decodes.num_decodes <= self.max_rows)
 
