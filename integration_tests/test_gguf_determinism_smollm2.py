@@ -2,7 +2,7 @@
 (issue 23): solo, streamed, batched with other requests, with speculation on or off, and
 decoding while another request's prompt is prefilled in the same steps.
 
-Pure-decode steps run every layer in one native call (``native/decode_stack.c``); prefills and
+Pure-decode steps run every layer in one native call (``engine.cpu.decoder``); prefills and
 mixed prefill+decode steps run the per-op path. The quantized products give each row the same
 bits whatever the batch (``native.qmatmul``), and the per-op path runs the stack's own code
 (the SiLU, the RMSNorm kernel for any number of rows). Decode attention is the paged kernel for

@@ -44,10 +44,6 @@ KNOWN_OFFENDERS: dict[str, dict] = {
     },
     # file name -> why two modules still share it.
     "shared_basenames": {
-        "decode_stack.py":
-            "engine/cpu/decode_stack.py (the CPU decode step's layer stack) and "
-            "native/decode_stack.py (the native kernel's stack): both folders are being reworked "
-            "by the CPU decoder / quantization change of issue 26, which renames one of them",
     },
 }
 

@@ -1,17 +1,26 @@
-"""The CPU seam: :func:`prepare` readies a loaded model for the CPU decode step, once.
+"""The CPU seam: :func:`prepare` readies a loaded model for the CPU, once.
 
-It lays out the linear weights (``weight_layout``; for ``"dual"`` it then measures up to
-how many rows the native kernels, bf16 or float32, beat torch), fuses sibling projections
-(``fused_projections``, with the ``"dual"`` layout) and RMSNorms (``fused_norms``) and gives
-the attention modules of known families a lean forward (``lean_attention``: rotary embedding
-and cache write in one native call) and, where all of a decoder layer's pieces were
-prepared, the layer itself a lean forward (``lean_layer``: the same pieces called directly,
-without transformers' module calls) and, where every layer is lean, the decoder a forward
-that runs all layers of a pure-decode step in one native call (``decode_stack``), each by
-swapping module instances' ``forward`` through
-``swap``, and builds the screened greedy head (``greedy_head``) as the runner's logits-head
-strategy. Values, parameters and the model code
-are unchanged. The model runner sees only the returned :class:`CPUHooks`.
+Which step goes where:
+
+* Pure-decode steps of a known family (Llama, Mistral, Qwen2, Qwen3) that the native stack
+  takes run through :class:`~langchain_ascend.engine.cpu.decoder.CpuDecoder`, which the model
+  runner calls explicitly (``hooks.decoder``): embedding, rotary tables, every layer in one
+  native call over the packed weights (float32 / bfloat16 tiles or GGUF blocks), the final
+  norm and the LM head.
+* Every other step (prefills, mixed steps, the compiled static step, a family the decoder does
+  not know) runs the HF forward with our attention. For its speed, ``prepare`` lays out the
+  linear weights (``weight_layout``; for ``"dual"`` it then measures up to how many rows the
+  native kernels, bf16 or float32, beat torch -- kernel choice by measurement lives there),
+  fuses sibling projections (``fused_projections``, with the ``"dual"`` layout) and RMSNorms
+  (``fused_norms``), and gives the attention modules (``lean_attention``) and, where all of a
+  layer's pieces were prepared, the decoder layers (``lean_layer``) lean forwards, each by
+  swapping module instances' ``forward`` through ``swap``. Each step hands the next the
+  modules it prepared; the decoder is built from the lean layers. The decoder module itself
+  keeps its class forward.
+
+It also makes the screened greedy head (``greedy_head``) the runner's logits-head strategy.
+Values, parameters and the model code are unchanged. The model runner sees only the returned
+:class:`CPUHooks`.
 """
 
 from __future__ import annotations
@@ -40,8 +49,8 @@ class CPUHooks(ModelHooks):
     bf16 kernel ``bf16_native_max_rows`` (the measured row limit, see
     ``weight_layout.tune_bf16_native_rows``), for a float32 model on the native rows kernel
     ``f32_native_max_rows`` (``weight_layout.tune_f32_native_rows``), ``lean_attention``
-    and ``lean_layers`` (counts), ``decode_stack`` (layers the native stack runs, 0: none)
-    and, once the head is made, ``screened_greedy`` (bool).
+    and ``lean_layers`` (counts), ``decode_stack`` (layers the native decoder runs, 0: no
+    :attr:`decoder`) and, once the head is made, ``screened_greedy`` (bool).
 
     Attributes:
         screen_greedy: Whether to try the screened greedy head.
@@ -67,7 +76,7 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
     """
     if platform.device_type(device) != "cpu":
         return ModelHooks()
-    from langchain_ascend.engine.cpu.decode_stack import native_decode_stack
+    from langchain_ascend.engine.cpu import decoder as cpu_decoder
     from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
     from langchain_ascend.engine.cpu.fused_projections import fuse_projections
     from langchain_ascend.engine.cpu.lean_attention import lean_attention
@@ -88,8 +97,11 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         native_max_rows = tune(model) if layout == "dual" else None
         if native_max_rows is not None:
             changes[key] = native_max_rows
-    changes["fused_norms"] = fuse_rms_norms(model)
-    changes["lean_attention"] = lean_attention(model)
-    changes["lean_layers"] = lean_layers(model)
-    changes["decode_stack"] = native_decode_stack(model)
-    return CPUHooks(changes=changes, screen_greedy=options.screen_greedy)
+    norms = fuse_rms_norms(model)
+    attention = lean_attention(model)
+    layers = lean_layers(model, attention, norms)
+    decoder = cpu_decoder.CpuDecoder.build(model, layers)
+    changes.update(fused_norms=len(norms), lean_attention=len(attention),
+                   lean_layers=len(layers),
+                   decode_stack=0 if decoder is None else decoder.num_layers)
+    return CPUHooks(changes=changes, decoder=decoder, screen_greedy=options.screen_greedy)

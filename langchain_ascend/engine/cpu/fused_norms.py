@@ -61,24 +61,22 @@ def is_fusable(module: Any) -> bool:
     return dtype == torch.float32 or (dtype == torch.bfloat16 and native_rms_norm.available())
 
 
-def fuse_rms_norms(model: Any) -> int:
+def fuse_rms_norms(model: Any) -> list[Any]:
     """Route every fusable RMSNorm of ``model`` through the native kernel or ``F.rms_norm``
     (float32) or the native bf16 kernel (bfloat16).
 
     Returns:
-        How many modules were switched.
+        The modules switched.
     """
     import torch
     import torch.nn.functional as F
 
     if not hasattr(F, "rms_norm"):
-        return 0
-    count = 0
-    for module in model.modules():
-        if is_fusable(module):
-            forward = _bf16_forward if module.weight.dtype == torch.bfloat16 else _fused_forward
-            swap_forward(module, forward, "fused_norms")
-            count += 1
-    if count:
-        logger.info("fused %d RMSNorm modules", count)
-    return count
+        return []
+    fused = [module for module in model.modules() if is_fusable(module)]
+    for module in fused:
+        forward = _bf16_forward if module.weight.dtype == torch.bfloat16 else _fused_forward
+        swap_forward(module, forward, "fused_norms")
+    if fused:
+        logger.info("fused %d RMSNorm modules", len(fused))
+    return fused

@@ -103,22 +103,20 @@ def is_lean_capable(module: Any) -> bool:
                                                        "head_dim", "scaling", "layer_idx")))
 
 
-def lean_attention(model: Any) -> int:
+def lean_attention(model: Any) -> list[Any]:
     """Swap every lean-capable attention module of ``model`` to the lean forward.
 
     Returns:
-        How many modules were switched (0 where the native kernel cannot be built).
+        The modules switched (none where the native kernel cannot be built).
     """
     first = next(model.parameters())
     if not rope_kv.available(first.dtype):
-        return 0
-    count = 0
-    for module in model.modules():
-        if is_lean_capable(module):
-            module.lean_head_norms = type(module).__name__ == "Qwen3Attention"
-            module.lean_qkv = group_of([module.q_proj, module.k_proj, module.v_proj])
-            swap_forward(module, _lean_forward, "lean_attention")
-            count += 1
-    if count:
-        logger.info("lean attention forward on %d modules", count)
-    return count
+        return []
+    lean = [module for module in model.modules() if is_lean_capable(module)]
+    for module in lean:
+        module.lean_head_norms = type(module).__name__ == "Qwen3Attention"
+        module.lean_qkv = group_of([module.q_proj, module.k_proj, module.v_proj])
+        swap_forward(module, _lean_forward, "lean_attention")
+    if lean:
+        logger.info("lean attention forward on %d modules", len(lean))
+    return lean

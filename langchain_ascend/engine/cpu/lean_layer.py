@@ -13,7 +13,8 @@ products takes ``silu(gate) * up`` from the native decode stack's code, so a dec
 bits do not depend on whether its step ran in the stack or here (issue 23).
 
 It applies to a layer whose pieces were all prepared: lean attention, fused q/k/v and
-gate/up groups (the ``"dual"`` layout), fused norms, a SiLU MLP. Only the layer instances'
+gate/up groups (the ``"dual"`` layout), fused norms, a SiLU MLP -- ``prepare`` hands over the
+modules it prepared, no marker is read. Only the layer instances'
 ``forward`` is swapped (``engine.cpu.swap``); a call the lean path cannot take (no paged step,
 an HF cache object, a batch of several sequences) runs the class's own forward.
 """
@@ -27,8 +28,8 @@ from langchain_ascend.attention import registry
 from langchain_ascend.engine.cpu.fused_projections import group_of
 from langchain_ascend.engine.cpu.lean_attention import lean_attend
 from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
-from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
-from langchain_ascend.native import decode_stack as native_stack
+from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
+from langchain_ascend.native import stack_kernel as native_stack
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def lean_mlp(mlp: Any, x: Any) -> Any:
     """``down(silu(gate(x)) * up(x))`` of a prepared MLP: the fused gate/up product once,
     split into views (``x (..., hidden)`` -> ``(..., hidden)``). An MLP of quantized products
     (``lean_native_silu``) computes ``silu(gate) * up`` with the native stack's code
-    (``native.decode_stack.silu_mul``), so a decoding row computed here equals the same row
+    (``native.stack_kernel.silu_mul``), so a decoding row computed here equals the same row
     computed by the stack bit for bit (torch's SiLU differs in the last float32 bit)."""
     import torch.nn.functional as F
 
@@ -88,42 +89,43 @@ def _is_silu(act: Any) -> bool:
     return isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
 
 
-def is_lean_capable(layer: Any) -> bool:
+def is_lean_capable(layer: Any, prepared: set[int]) -> bool:
     """Whether ``layer`` is a decoder layer of a known family whose pieces were all prepared
-    (lean attention with a fused q/k/v product, fused norms, a SiLU MLP with a fused gate/up
-    product) and whose own forward is untouched."""
+    -- its attention and both norms among ``prepared`` (ids of the modules the lean attention
+    and the fused norms switched), a fused q/k/v product, a SiLU MLP with a fused gate/up
+    product -- and whose own forward is untouched."""
     if type(layer).__name__ not in LEAN_LAYERS or is_swapped(layer):
         return False
     attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     norms = [getattr(layer, name, None) for name in ("input_layernorm",
                                                      "post_attention_layernorm")]
-    return (attention is not None and swapped_by(attention) == "lean_attention"
+    return (attention is not None and id(attention) in prepared
             and getattr(attention, "lean_qkv", None) is not None
-            and all(norm is not None and swapped_by(norm) == "fused_norms" for norm in norms)
+            and all(norm is not None and id(norm) in prepared for norm in norms)
             and type(mlp).__name__ in LEAN_MLPS
             and _is_silu(getattr(mlp, "act_fn", None))
             and group_of([getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None)])
             is not None)
 
 
-def lean_layers(model: Any) -> int:
-    """Swap every lean-capable decoder layer of ``model`` (after the other CPU preparations)
-    to the lean forward.
+def lean_layers(model: Any, attention: list[Any], norms: list[Any]) -> list[Any]:
+    """Swap every lean-capable decoder layer of ``model`` to the lean forward, given the
+    ``attention`` modules ``lean_attention`` and the ``norms`` ``fused_norms`` switched.
 
     Returns:
-        How many layers were switched.
+        The layers switched, in module order.
     """
-    count = 0
-    for module in model.modules():
-        if is_lean_capable(module):
-            group = group_of([module.mlp.gate_proj, module.mlp.up_proj])
-            module.mlp.lean_gate_up = group
-            # A quantized product gives a row the same bits in the stack and per op, so the
-            # SiLU must too: the stack's own (decode_stack.c) instead of torch's.
-            module.mlp.lean_native_silu = (is_quantized_linear(group.linear)
-                                           and group.sizes[0] == group.sizes[1])
-            swap_forward(module, _lean_layer_forward, "lean_layer")
-            count += 1
-    if count:
-        logger.info("lean decoder-layer forward on %d layers", count)
-    return count
+    prepared = {id(module) for module in [*attention, *norms]}
+    lean = [module for module in model.modules() if is_lean_capable(module, prepared)]
+    for module in lean:
+        group = group_of([module.mlp.gate_proj, module.mlp.up_proj])
+        assert group is not None  # is_lean_capable checked it
+        module.mlp.lean_gate_up = group
+        # A quantized product gives a row the same bits in the stack and per op, so the
+        # SiLU must too: the stack's own (decode_stack.c) instead of torch's.
+        module.mlp.lean_native_silu = (is_quantized_linear(group.linear)
+                                       and group.sizes[0] == group.sizes[1])
+        swap_forward(module, _lean_layer_forward, "lean_layer")
+    if lean:
+        logger.info("lean decoder-layer forward on %d layers", len(lean))
+    return lean

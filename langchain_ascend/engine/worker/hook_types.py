@@ -1,5 +1,5 @@
 """The types a device-specific preparation and the model runner share: the options, the
-hooks record and the logits-head strategy.
+hooks record, the logits-head strategy and the step decoder.
 
 A leaf (no package imports at run time), so ``engine.cpu`` (which makes :class:`ModelHooks`)
 and ``worker.hooks`` (which calls ``engine.cpu.prepare``) both build on it without importing
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     PackedStep = tuple[BatchLayout, list[int], list[int], list[int]]
     """``(layout, input_ids, positions, sample_rows)`` of one packed step."""
 
-__all__ = ["WEIGHT_LAYOUTS", "HookOptions", "LogitsHead", "ModelHooks", "PlainLogitsHead"]
+__all__ = ["WEIGHT_LAYOUTS", "HookOptions", "LogitsHead", "ModelHooks", "PlainLogitsHead",
+           "StepDecoder"]
 
 WEIGHT_LAYOUTS = ("auto", "row", "column", "dual")
 """Accepted ``weight_layout`` values (applied on the CPU, see ``engine.cpu.weight_layout``)."""
@@ -44,6 +45,25 @@ class PlainLogitsHead:
     def run(self, runner: Any, packed: PackedStep, params: Sequence[SamplingParams],
             ) -> tuple[list[int] | None, torch.Tensor | None]:
         return None, runner.compute_logits(*packed)
+
+
+class StepDecoder(Protocol):
+    """Runs some steps of a model natively instead of its HF forward (the CPU's
+    ``engine.cpu.decoder.CpuDecoder``); the runner calls it for the steps it accepts."""
+
+    def can_run(self, input_ids: torch.Tensor, step: Any) -> bool:
+        """Whether the step of ``input_ids`` ``(1, T)`` (paged attention ``step``) is one
+        this decoder runs."""
+        ...
+
+    def hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+               step: Any) -> torch.Tensor:
+        """``(1, T, D)`` final hidden states of an accepted step, writing its K/V."""
+        ...
+
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``(S, V)`` logits of ``rows`` of :meth:`hidden`'s output."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -71,9 +91,12 @@ class ModelHooks:
 
     Attributes:
         changes: What was done to the model, for logs and tests (empty: nothing).
+        decoder: The step decoder the runner calls for the steps it can run (None: every
+            step runs the HF forward).
     """
 
     changes: dict[str, Any] = field(default_factory=dict)
+    decoder: StepDecoder | None = None
 
     def make_logits_head(self, model: Any) -> LogitsHead:
         """The runner's logits-head strategy for ``model``; built by the runner once its KV

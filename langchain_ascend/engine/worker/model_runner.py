@@ -9,6 +9,11 @@ speculative verify pass's rows among them, then prefill chunks: ``packing``),
 driven by the step metadata passed as a keyword argument. Only the hidden states of the
 positions that sample reach the LM head (``logits_to_keep``), so a long prefill never builds
 a ``(T, vocab)`` logits matrix.
+
+Where preparing the model gave a step decoder (``hooks.decoder``: on the CPU the native
+``engine.cpu.decoder.CpuDecoder``), the steps it accepts (pure decodes) run through it
+instead of the HF forward, explicitly: :meth:`ModelRunner.compute_hidden` and the eager
+:meth:`ModelRunner.compute_logits` ask it first.
 """
 
 from __future__ import annotations
@@ -313,9 +318,21 @@ class ModelRunner:
 
         ints, rows, step = self._step_inputs(layout, input_ids, positions, sample_rows)
         with torch.inference_mode(), _without_autocast(self.device.type):
-            out = self.model.get_decoder()(input_ids=ints[0:1], position_ids=ints[1:2],
-                                           use_cache=False, **{registry.STEP_KWARG: step})
-            return out.last_hidden_state[0, rows]  # (S, hidden)
+            hidden = self._decoded_hidden(ints[0:1], ints[1:2], step)
+            if hidden is None:
+                hidden = self.model.get_decoder()(
+                    input_ids=ints[0:1], position_ids=ints[1:2], use_cache=False,
+                    **{registry.STEP_KWARG: step}).last_hidden_state  # (1, T, hidden)
+            return hidden[0, rows]  # (S, hidden)
+
+    def _decoded_hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                        step: registry.PagedAttentionStep) -> torch.Tensor | None:
+        """``(1, T, hidden)`` from the step decoder (``hooks.decoder``) where it runs this step
+        (``(1, T)`` ids and positions), else None: the HF forward runs it."""
+        decoder = self.hooks.decoder
+        if decoder is None or not decoder.can_run(input_ids, step):
+            return None
+        return decoder.hidden(input_ids, position_ids, step)
 
     def compute_logits(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
                        sample_rows: list[int]) -> torch.Tensor:
@@ -346,7 +363,12 @@ class ModelRunner:
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                  sample_rows: torch.Tensor, step: registry.PagedAttentionStep) -> torch.Tensor:
-        """The model call itself: ``(1, T)`` ids and positions -> ``(S, V)`` logits."""
+        """The model call itself: ``(1, T)`` ids and positions -> ``(S, V)`` logits (the step
+        decoder's where it runs the step)."""
+        hidden = self._decoded_hidden(input_ids, position_ids, step)  # (1, T, hidden)
+        if hidden is not None:
+            assert self.hooks.decoder is not None
+            return self.hooks.decoder.logits(hidden, sample_rows)  # (S, V)
         kwargs = {registry.STEP_KWARG: step}
         if self._keeps_logits:
             out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,

@@ -18,15 +18,16 @@ PROMPTS = [[5, 17, 300, 41, 9, 2, 77], [8, 8, 100], [3] * 13]
 """Three unrelated prompts decoded together."""
 
 
-def prepared_runner(path: Any, dtype: Any, *, without: Sequence[tuple[Any, str]] = (),
+def prepared_runner(path: Any, dtype: Any, *, without: Sequence[tuple[Any, str, Any]] = (),
                     weight_layout_name: str = "auto") -> ModelRunner:
     """A CPU runner of the model at ``path`` whose native row limit is 64 for every product
     (the measured one may differ between two runners and change their rounding), with each
-    ``(module, function)`` of ``without`` made to prepare nothing."""
+    ``(owner, function, nothing)`` of ``without`` made to prepare nothing (return
+    ``nothing``)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
-        for module, name in without:
-            patch.setattr(module, name, lambda model: 0)
+        for owner, name, nothing in without:
+            patch.setattr(owner, name, lambda *args, nothing=nothing: nothing)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         return ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False,
                                       weight_layout=weight_layout_name)

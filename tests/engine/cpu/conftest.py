@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_ascend.native import decode_stack as native_stack
+from langchain_ascend.native import stack_kernel as native_stack
 
 
 @pytest.fixture

@@ -49,8 +49,11 @@ def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_pat
     owners = {type(swapped_by(m)).__name__ if not isinstance(swapped_by(m), str)
               else swapped_by(m) for m in swapped}
     assert owners == {DUAL, "fused_norms", FusedProjections.__name__} | (
-        {"lean_attention", "lean_layer"} if lean else set()) | (
-        {"NativeDecodeStack"} if stacked else set())
+        {"lean_attention", "lean_layer"} if lean else set())
+    # the native stack is no swap: the decoder keeps its class forward, the runner calls
+    # the CpuDecoder (hooks.decoder) explicitly
+    assert not is_swapped(model.get_decoder())
+    assert (hooks.decoder is not None) == bool(stacked)
     with torch.inference_mode():
         after = [model(ids).logits, model(ids[:, :1]).logits]
     for got, want in zip(after, before, strict=True):

@@ -8,9 +8,8 @@ from _lean_steps import PROMPTS, prepared_runner
 
 from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.cpu import decode_stack as stack_module
-from langchain_ascend.engine.cpu.swap import swapped_by
-from langchain_ascend.native import decode_stack as native_stack
+from langchain_ascend.engine.cpu.decoder import CpuDecoder
+from langchain_ascend.native import stack_kernel as native_stack
 from langchain_ascend.testing import needs_native_kernels
 from langchain_ascend.testing.runner_steps import greedy_decode
 
@@ -21,7 +20,7 @@ GREEDY = SamplingParams(max_tokens=8)
 
 def _runner(path, dtype, *, stack):
     return prepared_runner(path, dtype,
-                           without=() if stack else [(stack_module, "native_decode_stack")])
+                           without=() if stack else [(CpuDecoder, "build", None)])
 
 
 def _decode_logits(runner, prompts, tables):
@@ -90,7 +89,7 @@ def test_steps_the_stack_does_not_take_run_the_per_op_path(tiny_model_paths,
     assert stack_calls == [3, 4]
     stack_calls.clear()
     # more rows than the stack's limit: per-op
-    swapped_by(runner.model.get_decoder()).max_rows = 1
+    runner.hooks.decoder.stack.max_rows = 1
     runner.forward_batch([ScheduledSegment("a", [6], 5, [0, 1], True, GREEDY),
                           ScheduledSegment("b", [10], 3, [2], True, GREEDY)])
     assert stack_calls == []
@@ -100,7 +99,7 @@ def test_steps_the_stack_does_not_take_run_the_per_op_path(tiny_model_paths,
 
 def test_stack_refuses_bad_tensors_with_typed_errors(tiny_model_paths):
     runner = _runner(tiny_model_paths["qwen2"], torch.float32, stack=True)
-    stack = swapped_by(runner.model.get_decoder())
+    stack = runner.hooks.decoder.stack
     heads, kv_heads, head_dim, intermediate = stack.geometry
     size = runner.model.config.hidden_size
     cache = runner.kv_cache.tensors[0]

@@ -21,12 +21,12 @@ def test_fused_norms_give_bit_identical_logits_through_torch(tiny_model_paths, a
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     with torch.inference_mode():
         before = model(IDS).logits
-        swapped = fuse_rms_norms(model)
+        swapped = len(fuse_rms_norms(model))
         after = model(IDS).logits
     assert swapped == len(norms) > 0  # qwen3 also has per-head q/k norms
     assert all("forward" in m.__dict__ for m in norms)
     assert torch.equal(before, after)
-    assert fuse_rms_norms(model) == 0  # already swapped: nothing changes twice
+    assert fuse_rms_norms(model) == []  # already swapped: nothing changes twice
 
 
 @needs_native_kernels()
@@ -56,7 +56,7 @@ def test_bf16_norms_through_the_native_kernel_are_bit_identical(tiny_model_paths
     kernel = native_rms_norm.rms_norm_bf16
     with torch.inference_mode():
         before = [model(IDS).logits, model(IDS[:, :1]).logits]
-        assert fuse_rms_norms(model) == len(norms) > 0
+        assert len(fuse_rms_norms(model)) == len(norms) > 0
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(native_rms_norm, "rms_norm_bf16",
                           lambda *args, **kw: calls.append(args[0].shape) or kernel(*args, **kw))
@@ -68,9 +68,9 @@ def test_bf16_norms_through_the_native_kernel_are_bit_identical(tiny_model_paths
 
 def test_other_dtypes_and_unknown_norms_keep_their_forward(tiny_model_paths, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.float16)
-    assert fuse_rms_norms(model) == 0
+    assert fuse_rms_norms(model) == []
     monkeypatch.setattr(native_rms_norm, "available", lambda: False)  # no bf16 kernel here
-    assert fuse_rms_norms(model.to(torch.bfloat16)) == 0
+    assert fuse_rms_norms(model.to(torch.bfloat16)) == []
 
     class GemmaStyleRMSNorm(torch.nn.Module):  # (1 + weight) scaling: not the same formula
         def __init__(self) -> None:

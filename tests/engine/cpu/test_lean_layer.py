@@ -25,7 +25,7 @@ def _layers(runner):
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
 def test_lean_layers_give_identical_logits_and_tokens(tiny_model_paths, arch, dtype):
     lean = prepared_runner(tiny_model_paths[arch], dtype)
-    plain = prepared_runner(tiny_model_paths[arch], dtype, without=[(lean_module, "lean_layers")])
+    plain = prepared_runner(tiny_model_paths[arch], dtype, without=[(lean_module, "lean_layers", [])])
     layers = _layers(lean)
     assert layers and all(swapped_by(m) == "lean_layer" for m in layers)
     assert lean.hooks.changes["lean_layers"] == len(layers)

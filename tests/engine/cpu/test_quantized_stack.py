@@ -11,12 +11,11 @@ from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.cpu import decode_stack as stack_module
 from langchain_ascend.engine.cpu import quantized_layout, weight_layout
+from langchain_ascend.engine.cpu.decoder import CpuDecoder
 from langchain_ascend.engine.cpu.fused_projections import fuse_projections, group_of
-from langchain_ascend.engine.cpu.swap import swapped_by
 from langchain_ascend.engine.worker.model_runner import ModelRunner
-from langchain_ascend.native import decode_stack as native_stack
+from langchain_ascend.native import stack_kernel as native_stack
 from langchain_ascend.quant import quantize
 from langchain_ascend.testing import needs_native_kernels
 from langchain_ascend.testing.runner_steps import greedy_decode
@@ -41,7 +40,7 @@ def _runner(path, dtype, fmt, *, stack, only=None):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
         if not stack:
-            patch.setattr(stack_module, "native_decode_stack", lambda model: 0)
+            patch.setattr(CpuDecoder, "build", lambda model, layers: None)
         model = _quantized_model(path, dtype, fmt, only)
         return ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
 
@@ -176,7 +175,7 @@ def test_stack_mixes_quantized_and_float_products(tiny_model_paths, stack_calls)
     assert isinstance(layer.mlp.down_proj, QuantizedLinear)
     assert isinstance(layer.self_attn.o_proj, torch.nn.Linear)
     assert stacked.hooks.changes["decode_stack"] == stacked.model.config.num_hidden_layers
-    assert swapped_by(stacked.model.get_decoder()).max_rows == 64  # the float products' limit
+    assert stacked.hooks.decoder.stack.max_rows == 64  # the float products' limit
     assert (greedy_decode(stacked, PROMPTS, 5, blocks_per_request=6)
             == greedy_decode(plain, PROMPTS, 5, blocks_per_request=6))
     assert stack_calls == [3] * 5

@@ -1,44 +1,32 @@
-"""Pure-decode steps of a prepared Llama-style model through ONE native call for all layers.
+"""The packed per-layer weights of the native decode stack, and the one call that runs them.
 
-With every decoder layer lean (``engine.cpu.lean_layer``), a decode step still runs about ten
-kernels per layer from Python; on a small CPU the interpreter and dispatch time between them
-is a few milliseconds per step, a third of a batch-1 step of a 30-layer model. The decoder
-model's (``LlamaModel`` etc.) ``forward`` is swapped for one that, on a pure-decode step the
-native stack can take, embeds the tokens, computes the rotary tables (the model's own
-modules), runs every layer in ``native.decode_stack`` and applies the final norm; any other
-call -- prefills, mixed steps, a step the CPU backend does not attend with its paged kernel,
-more rows than the native products take, plain transformers use -- runs the class's forward
-(the per-op lean path).
+:class:`PackedLayers` holds, for every decoder layer of a prepared Llama-style model, the
+record ``native.stack_kernel`` reads (pointers to the norms, the products' tiles or GGUF
+blocks, the biases, Qwen3's head norms, the layer's paged cache) and runs all layers of a
+pure-decode step on the hidden rows in ONE native call. It is built and called by
+:class:`~langchain_ascend.engine.cpu.decoder.CpuDecoder`, which owns the rest of the step
+(embedding, rotary tables, final norm, LM head) and decides which steps it takes.
 
-The stack reads the same tiles, norms and caches as the per-op path and runs the same kernels,
-so its values are the per-op path's up to the SiLU's exponential and, for one float32 row, the
-order of the product's sums (``decode_stack.c``); tests compare the two.
+The stack reads the same tiles, norms and caches as the per-op (lean) path and runs the same
+kernels, so its values are the per-op path's up to the SiLU's exponential and, for one float32
+row, the order of the product's sums (``decode_stack.c``); tests compare the two.
 
 Products whose layers are ``quant.linear.QuantizedLinear`` (fused q/k/v and gate/up groups
 included, ``engine.cpu.fused_projections``) run in the stack from their GGUF blocks with the
 kernel the per-op path calls (``native.qmatmul``, float32 bias, a bf16 model rounding the
 product once), so such a product's values are the per-op path's bit for bit; a layer may mix
-quantized and float products. The LM head is not part of the stack: a quantized head
-(``QuantizedLinear``, q8_0 for a GGUF's tied table) runs ``native.qmatmul`` through its own
-forward.
+quantized and float products.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_ascend.attention import registry
 from langchain_ascend.engine.cpu.lean_attention import sliding_window
 from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
-from langchain_ascend.engine.cpu.swap import swap_forward, swapped_by
-from langchain_ascend.native import decode_stack, paged_attention, qmatmul
+from langchain_ascend.native import paged_attention, qmatmul, stack_kernel
 
-logger = logging.getLogger(__name__)
-
-STACK_MODELS = frozenset({"LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model"})
-"""Decoder classes whose forward is: embed, rotary tables, the layers, the final norm."""
 QUANTIZED_MAX_ROWS = 256
 """Row limit of a quantized product in the stack (``native.qmatmul`` takes any number of rows;
 this bounds the stack's scratch)."""
@@ -53,7 +41,7 @@ def _tiles(linear: Any, dtype: Any) -> Any:
 
 def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int] | None:
     """``(weight, bias, kind code, row limit)`` of one product as the stack reads it: a
-    quantized linear's blocks with a float32 copy of its bias (``decode_stack.product_code``
+    quantized linear's blocks with a float32 copy of its bias (``stack_kernel.product_code``
     of its format and layout), or a float linear's tiles copy with its own bias (code 0); None where the
     stack cannot take it."""
     import torch
@@ -65,7 +53,7 @@ def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int] | None:
             return None
         bias = None if linear.bias is None else linear.bias.detach().to(
             torch.float32).contiguous()  # (N,)
-        code = decode_stack.product_code(qweight.fmt, qweight.layout)
+        code = stack_kernel.product_code(qweight.fmt, qweight.layout)
         return blocks, bias, code, QUANTIZED_MAX_ROWS
     tiles = _tiles(linear, dtype)
     if tiles is None:
@@ -78,12 +66,12 @@ def _ptr(tensor: Any) -> int | None:
 
 
 @dataclass
-class NativeDecodeStack:
+class PackedLayers:
     """The native stack of one model: its layers' kernel records and the step rule.
 
     Attributes:
         dtype: The model's dtype (float32 or bfloat16).
-        layers: One :class:`~langchain_ascend.native.decode_stack.DecodeLayer` per layer
+        layers: One :class:`~langchain_ascend.native.stack_kernel.DecodeLayer` per layer
             (cache pointers filled on the first step, from the step's caches).
         modules: The decoder layers, in order.
         max_rows: Most rows of a step (every product's native row limit).
@@ -101,18 +89,15 @@ class NativeDecodeStack:
     _scratch: Any = None
 
     @classmethod
-    def for_model(cls, decoder: Any) -> NativeDecodeStack | None:
-        """The stack of ``decoder`` (a prepared ``LlamaModel``-like module), or None where it
-        does not apply (another class, a layer that is not lean, a float product without
-        tiles, the kernel not built here)."""
+    def for_layers(cls, layers: list[Any]) -> PackedLayers | None:
+        """The packed stack of ``layers`` (decoder layers the lean path prepared, in order,
+        ``engine.cpu.lean_layer``), or None where it does not apply (no layers, a float
+        product without tiles, a dtype or the kernel not built here)."""
         import torch
 
-        layers = list(getattr(decoder, "layers", []))
-        if (type(decoder).__name__ not in STACK_MODELS or not layers
-                or not decode_stack.available()
-                or any(swapped_by(layer) != "lean_layer" for layer in layers)):
+        if not layers or not stack_kernel.available():
             return None
-        dtype = next(decoder.parameters()).dtype
+        dtype = next(layers[0].parameters()).dtype
         if dtype not in (torch.float32, torch.bfloat16):
             return None
         first = layers[0].self_attn
@@ -137,7 +122,7 @@ class NativeDecodeStack:
             (qkv_w, qkv_b, qkv_code, _), (o_w, o_b, o_code, _) = products[0], products[1]
             (gu_w, gu_b, gu_code, _), (down_w, down_b, down_code, _) = products[2], products[3]
             norms = (attn.q_norm, attn.k_norm) if attn.lean_head_norms else (None, None)
-            record = decode_stack.DecodeLayer(
+            record = stack_kernel.DecodeLayer(
                 norm1=_ptr(layer.input_layernorm.weight),
                 norm2=_ptr(layer.post_attention_layernorm.weight),
                 qkv_tiles=_ptr(qkv_w), qkv_bias=_ptr(qkv_b),
@@ -155,7 +140,7 @@ class NativeDecodeStack:
             records.append(record)
             keep.extend(tensor for product in products for tensor in product[:2]
                         if tensor is not None)
-        array = (decode_stack.DecodeLayer * len(records))(*records)
+        array = (stack_kernel.DecodeLayer * len(records))(*records)
         return cls(dtype=dtype, layers=array, modules=layers, max_rows=max_rows or 0,
                    geometry=(heads, kv_heads, head_dim, intermediate), keep=keep)
 
@@ -165,7 +150,7 @@ class NativeDecodeStack:
         :attr:`max_rows` rows."""
         metadata = getattr(step, "metadata", None)
         decodes = getattr(metadata, "decodes", None)
-        return (decodes is not None and not metadata.prefills and decodes.paged is not None
+        return (metadata is not None and decodes is not None and not metadata.prefills and decodes.paged is not None
                 and input_ids is not None and input_ids.dim() == 2 and input_ids.shape[0] == 1
                 and 0 < input_ids.shape[1] == decodes.num_decodes <= self.max_rows)
 
@@ -180,52 +165,16 @@ class NativeDecodeStack:
             self._caches = caches
         rows, size = hidden.shape
         heads, kv_heads, head_dim, intermediate = self.geometry
-        need = decode_stack.scratch_elements(rows, size, heads, kv_heads, head_dim,
+        need = stack_kernel.scratch_elements(rows, size, heads, kv_heads, head_dim,
                                              intermediate)
         if self._scratch is None or self._scratch.numel() < need:
             self._scratch = torch.empty(need, dtype=self.dtype)
         decodes = step.metadata.decodes
         block_tables, seq_lens = decodes.paged
         cache = caches[0]  # (2, KVH, NB, BS, Dh), the same shape for every layer
-        decode_stack.run_stack(
+        stack_kernel.run_stack(
             self.layers, hidden, cos, sin, step.metadata.slot_mapping, block_tables, seq_lens,
             heads=heads, kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate,
             num_blocks=cache.shape[2], block_size=cache.shape[3],
             split_keys=paged_attention.SPLIT_KEYS,
             scratch=self._scratch, cache_dtype=cache.dtype)
-
-
-def _stack_forward(self: Any, input_ids: Any = None, attention_mask: Any = None,
-                   position_ids: Any = None, past_key_values: Any = None,
-                   inputs_embeds: Any = None, use_cache: Any = None, **kwargs: Any) -> Any:
-    stack = swapped_by(self)
-    step = kwargs.get(registry.STEP_KWARG)
-    if (past_key_values is not None or inputs_embeds is not None or position_ids is None
-            or not stack.takes(step, input_ids)):
-        return type(self).forward(self, input_ids=input_ids, attention_mask=attention_mask,
-                                  position_ids=position_ids, past_key_values=past_key_values,
-                                  inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
-    from transformers.modeling_outputs import BaseModelOutputWithPast
-
-    embeds = self.embed_tokens(input_ids)  # (1, M, D)
-    cos, sin = self.rotary_emb(embeds, position_ids)  # (1, M, Dh) each
-    hidden = embeds[0].contiguous()  # (M, D), updated in place by the stack
-    stack.run(hidden, cos[0].contiguous(), sin[0].contiguous(), step)
-    return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden[None]))  # (1, M, D)
-
-
-def native_decode_stack(model: Any) -> int:
-    """Give ``model``'s decoder the native-stack forward where :meth:`NativeDecodeStack.
-    for_model` applies (after the other CPU preparations).
-
-    Returns:
-        How many layers the stack runs (0: not applied).
-    """
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    stack = None if decoder is None else NativeDecodeStack.for_model(decoder)
-    if stack is None:
-        return 0
-    swap_forward(decoder, _stack_forward, stack)
-    logger.info("native decode stack over %d layers, up to %d rows", len(stack.modules),
-                stack.max_rows)
-    return len(stack.modules)
