@@ -117,7 +117,10 @@ def test_an_unknown_family_gets_no_decoder_and_runs_the_hf_forward(quantized):
             model, lambda name, linear: quantize(linear.weight.data, "q8_0"))
     prompt = [5, 17, 300, 41, 9]
     want = _hf_next_logits(model, prompt + [7])  # (V,), before the runner prepares it
-    runner = ModelRunner.from_model(model, num_blocks=16, block_size=4, compile=False)
+    # float32 keys and values (quantized weights would get a float16 cache): compared with
+    # the HF forward's own attention
+    runner = ModelRunner.from_model(model, num_blocks=16, block_size=4, compile=False,
+                                    kv_cache_dtype="float32")
     assert runner.hooks.decoder is None and runner.hooks.changes["decode_stack"] == 0
     runner.forward_batch([ScheduledSegment("a", prompt, 0, [0, 1], True, GREEDY)])
     got = runner.forward_batch([ScheduledSegment("a", [7], 5, [0, 1], True, GREEDY)])[1]
