@@ -17,8 +17,10 @@
  * build.py), largest first.
  *
  * A member holds the G = H / KVH query rows of its KV head in float32; an item walks its
- * blocks, merging runs of consecutive block ids into chunks of up to KEY_BLOCK keys, with a
- * running max / sum / weighted value sum per row (online softmax). A row's ranges are merged
+ * keys in chunks of KEY_BLOCK positions, each read block by block, with a running max / sum /
+ * weighted value sum per row (online softmax). Chunks follow positions, never where the
+ * blocks lie in the cache: a prefix block the pool moved, or a request whose blocks are not
+ * consecutive, gives the same bits as consecutive blocks. A row's ranges are merged
  * by their log-sum-exp at the end, in range order. The step's K/V must already be in the
  * cache (the caller writes them first).
  *
@@ -172,26 +174,46 @@ static inline void softmax_update(float *row, int64_t n, int64_t D, int64_t r, S
     }
 }
 
-/* Attend the G query rows qf (G, D) over n <= KEY_BLOCK consecutive keys k / values v (rows
-   of D values of type TYPE): rows in pairs, a last odd row alone. */
+/* The keys and values of one chunk, one piece per cache block it touches: np pieces of
+   n[p] consecutive rows at k[p] / v[p] (rows of D values of the cache's type). */
+typedef struct {
+    const void *k[KEY_BLOCK], *v[KEY_BLOCK];
+    int64_t n[KEY_BLOCK];
+    int np;
+} Pieces;
+
+/* Attend the G query rows qf (G, D) over the chunk's n <= KEY_BLOCK keys: rows in pairs, a
+   last odd row alone. Scores are written piece by piece into one row of n, then one
+   online-softmax update, then the values piece by piece: a piece's keys group exactly as
+   they would in one contiguous run (pieces start on block boundaries, whole multiples of 8
+   keys into the chunk for the block sizes used), and the values accumulate in key order, so
+   the result does not depend on where the blocks lie in the cache. */
 #define DEFINE_CHUNK(NAME, TYPE, LOAD)                                                           \
     DEFINE_SCORES(NAME##_scores, TYPE, LOAD)                                                     \
     DEFINE_VALUES(NAME##_values, TYPE, LOAD)                                                     \
-    static void NAME(const float *qf, const TYPE *k, const TYPE *v, int64_t n, int64_t G,       \
-                     int64_t D, float scale, State *st) {                                        \
+    static void NAME(const float *qf, const Pieces *pc, int64_t n, int64_t G, int64_t D,        \
+                     float scale, State *st) {                                                   \
         int64_t r = 0;                                                                           \
         for (; r + 2 <= G; r += 2) {                                                             \
             float *row0 = st->sc + r * KEY_BLOCK, *row1 = row0 + KEY_BLOCK;                      \
-            NAME##_scores_pair(qf + r * D, qf + (r + 1) * D, k, n, D, scale, row0, row1);        \
+            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
+                NAME##_scores_pair(qf + r * D, qf + (r + 1) * D, (const TYPE *)pc->k[p],        \
+                                   pc->n[p], D, scale, row0 + off, row1 + off);                  \
             softmax_update(row0, n, D, r, st);                                                   \
             softmax_update(row1, n, D, r + 1, st);                                               \
-            NAME##_values_pair(row0, row1, v, n, D, st->acc + r * D, st->acc + (r + 1) * D);     \
+            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
+                NAME##_values_pair(row0 + off, row1 + off, (const TYPE *)pc->v[p], pc->n[p], D,  \
+                                   st->acc + r * D, st->acc + (r + 1) * D);                      \
         }                                                                                        \
         if (r < G) {                                                                             \
             float *row0 = st->sc + r * KEY_BLOCK;                                                \
-            NAME##_scores_one(qf + r * D, k, n, D, scale, row0);                                 \
+            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
+                NAME##_scores_one(qf + r * D, (const TYPE *)pc->k[p], pc->n[p], D, scale,       \
+                                  row0 + off);                                                   \
             softmax_update(row0, n, D, r, st);                                                   \
-            NAME##_values_one(row0, v, n, D, st->acc + r * D);                                   \
+            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
+                NAME##_values_one(row0 + off, (const TYPE *)pc->v[p], pc->n[p], D,               \
+                                  st->acc + r * D);                                              \
         }                                                                                        \
     }
 DEFINE_CHUNK(chunk_f32, float, load_f32)
@@ -311,18 +333,23 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
         const TYPE *kh = cache + h * head_stride, *vh = cache + (c->KVH + h) * head_stride;      \
         int64_t pos = s0;                                                                        \
         while (pos < s1) {                                                                       \
-            int64_t blk = table[pos / BS];                                                       \
-            if (blk < 0 || blk >= NB) return 3;                                                  \
-            int64_t slot = blk * BS + pos % BS;                                                  \
-            int64_t n = BS - pos % BS;                                                           \
-            /* extend over following blocks stored right after this one */                      \
-            while (n < KEY_BLOCK && pos + n < s1 && table[(pos + n) / BS] == blk + (n + pos % BS) / BS \
-                   && blk + (n + pos % BS) / BS < NB)                                            \
-                n += BS;                                                                         \
-            if (n > KEY_BLOCK) n = KEY_BLOCK;                                                    \
-            if (pos + n > s1) n = s1 - pos;                                                      \
+            /* chunks of KEY_BLOCK keys by position alone, cut into pieces at block bounds */   \
+            int64_t n = s1 - pos < KEY_BLOCK ? s1 - pos : KEY_BLOCK;                             \
+            Pieces pc;                                                                           \
+            pc.np = 0;                                                                           \
+            for (int64_t at = pos; at < pos + n;) {                                              \
+                int64_t blk = table[at / BS];                                                    \
+                if (blk < 0 || blk >= NB) return 3;                                              \
+                int64_t len = BS - at % BS;                                                      \
+                if (at + len > pos + n) len = pos + n - at;                                      \
+                int64_t slot = blk * BS + at % BS;                                               \
+                pc.k[pc.np] = kh + slot * D;                                                     \
+                pc.v[pc.np] = vh + slot * D;                                                     \
+                pc.n[pc.np++] = len;                                                             \
+                at += len;                                                                       \
+            }                                                                                    \
             for (int64_t i = 0; i < item->count; i++)                                            \
-                CHUNK(qf + i * G * D, kh + slot * D, vh + slot * D, n, G, D, c->scale, &st[i]); \
+                CHUNK(qf + i * G * D, &pc, n, G, D, c->scale, &st[i]);                           \
             pos += n;                                                                            \
         }                                                                                        \
         return 0;                                                                                \

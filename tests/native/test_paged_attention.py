@@ -218,3 +218,25 @@ def test_float32_queries_over_a_float16_cache_equal_the_widened_cache() -> None:
                                            0.125, 0)
     assert ours is not None and ours.dtype == torch.float32
     assert torch.equal(ours, widened)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+def test_where_the_blocks_lie_does_not_change_a_bit(cache_dtype) -> None:
+    """The same keys in consecutive blocks or scattered over the cache (a prefix block the
+    pool relocated): the same output, bit for bit (chunks follow positions, not blocks)."""
+    if not paged_attention.available(torch.float32, cache_dtype):
+        pytest.skip(f"kernel not built here: {paged_attention.unavailable_reason()}")
+    gen = torch.Generator().manual_seed(11)
+    blocks, block_size, kv_heads, dim, length = 12, 16, 3, 64, 150  # 10 blocks in use
+    together = torch.randn(2, kv_heads, blocks, block_size, dim, generator=gen).to(cache_dtype)
+    order = [7, 2, 9, 0, 11, 4, 1, 10, 3, 5]  # where logical block i lives when scattered
+    scattered = torch.zeros_like(together)
+    for logical, physical in enumerate(order):
+        scattered[:, :, physical] = together[:, :, logical]
+    query = torch.randn(2, 9, dim, generator=gen)  # (B, H, D)
+    lens = torch.tensor([length, 70])
+    consecutive = torch.arange(10, dtype=torch.int32).repeat(2, 1)
+    moved = torch.tensor(order, dtype=torch.int32).repeat(2, 1)
+    a = paged_attention.paged_decode(query, together, consecutive, lens, 0.125, 0)
+    b = paged_attention.paged_decode(query, scattered, moved, lens, 0.125, 0)
+    assert a is not None and torch.equal(a, b)
