@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from langchain_ascend.engine.core.util import cdiv
+from langchain_ascend.int_math import cdiv
 from langchain_ascend.validation import check_count
 
 if TYPE_CHECKING:

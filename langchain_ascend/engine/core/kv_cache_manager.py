@@ -23,7 +23,7 @@ from langchain_ascend.engine.core.block_pool import (
     hash_block_tokens,
 )
 from langchain_ascend.engine.core.request import Request
-from langchain_ascend.engine.core.util import cdiv
+from langchain_ascend.int_math import cdiv
 from langchain_ascend.validation import check_count
 
 

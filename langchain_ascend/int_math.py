@@ -1,4 +1,4 @@
-"""Small helpers shared by the scheduling core and its neighbours (torch-free)."""
+"""Integer helpers shared across layers (a leaf: imports nothing of the package)."""
 
 from __future__ import annotations
 
