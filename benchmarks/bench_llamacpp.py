@@ -97,14 +97,30 @@ def rss_probe(side: str, path: str, mode: str, dtype: str, threads: int) -> floa
     """Peak RSS (MB) of a fresh process that loads one side and runs one agent task."""
     here = os.path.dirname(os.path.abspath(__file__))
     code = (
-        f"import sys, resource; sys.path.insert(0, {here!r})\n"
+        f"import sys; sys.path.insert(0, {here!r})\n"
         "import bench_llamacpp as b\n"
         f"b.rss_child({side!r}, {path!r}, {mode!r}, {dtype!r}, {threads})\n"
-        "print('PEAK_RSS_MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        "print('PEAK_RSS_MB', b.peak_rss_mb())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     return float(out.rsplit("PEAK_RSS_MB", 1)[1].split()[0])
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS in MB: ``VmHWM`` of ``/proc/self/status`` where there is one.
+    (``ru_maxrss`` survives exec: a probe spawned by a parent that already held ours reported
+    the parent's peak, 923 MB for llama.cpp's side too.)"""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rss_child(side: str, path: str, mode: str, dtype: str, threads: int) -> None:
