@@ -12,9 +12,8 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.utils.function_calling import convert_to_json_schema
-
 from langchain_core.messages import HumanMessage
+from langchain_core.utils.function_calling import convert_to_json_schema
 
 from langchain_ascend.chat.messages import to_template_tools
 from langchain_ascend.chat.prepare import (

@@ -42,8 +42,8 @@ def _tiles(linear: Any, dtype: Any) -> Any:
 def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int] | None:
     """``(weight, bias, kind code, row limit)`` of one product as the stack reads it: a
     quantized linear's blocks with a float32 copy of its bias (``stack_kernel.product_code``
-    of its format and layout), or a float linear's tiles copy with its own bias (code 0); None where the
-    stack cannot take it."""
+    of its format and layout), or a float linear's tiles copy with its own bias (code 0); None
+    where the stack cannot take it."""
     import torch
 
     if is_quantized_linear(linear):
@@ -150,8 +150,8 @@ class PackedLayers:
         :attr:`max_rows` rows."""
         metadata = getattr(step, "metadata", None)
         decodes = getattr(metadata, "decodes", None)
-        return (metadata is not None and decodes is not None and not metadata.prefills and decodes.paged is not None
-                and input_ids is not None and input_ids.dim() == 2 and input_ids.shape[0] == 1
+        return (metadata is not None and decodes is not None and not metadata.prefills
+                and decodes.paged is not None and input_ids is not None and input_ids.dim() == 2 and input_ids.shape[0] == 1
                 and 0 < input_ids.shape[1] == decodes.num_decodes <= self.max_rows)
 
     def run(self, hidden: Any, cos: Any, sin: Any, step: Any) -> None:
