@@ -10,6 +10,10 @@ from langchain_ascend.errors import MissingExtraError
 
 PLOT = "plot"
 """matplotlib: ``AscendTimeline.write_png`` and the demo's ``--out`` chart."""
+SERVE = "serve"
+"""FastAPI, uvicorn, prometheus-client: ``langchain-ascend serve`` and its app."""
+RAY = "ray"
+"""Ray Serve: ``langchain-ascend serve --ray`` (:mod:`langchain_ascend.serve.ray`)."""
 
 
 def install_hint(extra: str) -> str:

@@ -6,9 +6,12 @@ Every other module of :mod:`langchain_ascend.serve` imports these names from her
 
 from __future__ import annotations
 
+from langchain_ascend.errors import MissingExtraError
+from langchain_ascend.extras import SERVE, install_hint
+
 MISSING_EXTRA = (
     "the OpenAI-compatible server needs FastAPI, uvicorn and prometheus-client: "
-    "pip install 'langchain-ascend[serve]'"
+    + install_hint(SERVE)
 )
 
 try:
@@ -26,7 +29,7 @@ try:
     )
     from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(f"{MISSING_EXTRA} ({error})") from error
+    raise MissingExtraError(f"{MISSING_EXTRA} ({error})") from error
 
 __all__ = [
     "CONTENT_TYPE_LATEST",

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_ascend.errors import MissingExtraError
+from langchain_ascend.extras import RAY, install_hint
+
 __all__ = ["MISSING_EXTRA", "build_ray_app"]
 
-MISSING_EXTRA = "the Ray Serve application needs Ray Serve: pip install 'langchain-ascend[ray]'"
+MISSING_EXTRA = f"the Ray Serve application needs Ray Serve: {install_hint(RAY)}"
 
 
 def build_ray_app(*args: Any, **kwargs: Any) -> Any:
@@ -22,5 +25,5 @@ def build_ray_app(*args: Any, **kwargs: Any) -> Any:
     except ImportError as error:
         if "ray" not in str(error).lower():
             raise
-        raise ImportError(f"{MISSING_EXTRA} ({error})") from error
+        raise MissingExtraError(f"{MISSING_EXTRA} ({error})") from error
     return build(*args, **kwargs)

@@ -14,6 +14,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_ascend.errors import MissingExtraError
+from langchain_ascend.serve.ray import MISSING_EXTRA
+
 __all__ = ["APP_NAME", "REPLICA_BUILDER", "actor_options", "add_ray_options", "replica_argv",
            "run_ray"]
 
@@ -89,8 +92,7 @@ def run_ray(args: argparse.Namespace, argv: Sequence[str]) -> int:
         import ray
         from ray import serve
     except ImportError as error:
-        raise SystemExit(f"--ray needs Ray Serve: pip install 'langchain-ascend[ray]' "
-                         f"({error})") from error
+        raise MissingExtraError(f"--ray: {MISSING_EXTRA} ({error})") from error
     from langchain_ascend.serve.ray.ray_app import build_ray_app
 
     app = build_ray_app(app_builder=REPLICA_BUILDER, app_kwargs={"argv": replica_argv(argv)},
