@@ -329,10 +329,12 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool] | None = None,
         **kwargs: Any,
     ) -> int:
-        """Prompt tokens of a call with ``messages`` (and ``tools`` bound): the model's chat
-        template and tokenizer, as the call renders them (``chat.token_count``), so the count
-        equals its ``usage_metadata["input_tokens"]``. ``kwargs``: further call arguments
-        (``tool_choice``, ``chat_template_kwargs``, ``reasoning``...). Works offline."""
+        """Prompt tokens of a call with ``messages`` and ``tools``: the model's chat template
+        and tokenizer, as the call renders them (``chat.token_count``), so the count equals its
+        ``usage_metadata["input_tokens"]``. Pass the tools here: ``llm.bind_tools(...)`` hands
+        this method none (LangChain's bindings forward only ``config``, as for every chat model).
+        ``kwargs``: further call arguments (``tool_choice``, ``chat_template_kwargs``,
+        ``reasoning``...). Works offline."""
         if tools:
             kwargs["tools"] = to_template_tools(tools)
         return count_prompt_tokens(messages, kwargs, self._settings(), self._tokenizer_for)
