@@ -95,6 +95,18 @@ def cuda_reason() -> str:
     return ""
 
 
+def probably_cpu(device: str | None) -> bool:
+    """Without importing torch: whether ``device`` most likely resolves to the CPU -- ``"cpu"``,
+    or ``"auto"`` where torch_npu is not installed and no NVIDIA device node exists. A guess
+    for starting CPU-only work early (the C kernels' compiles): a wrong one costs that work,
+    never a result; :func:`resolve_device` still decides."""
+    text = (device or "auto").strip().lower()
+    if text == "cpu":
+        return True
+    return (text == "auto" and importlib.util.find_spec("torch_npu") is None
+            and not os.path.exists("/dev/nvidia0"))
+
+
 def _parse(device: str) -> tuple[str, int | None]:
     text = device.strip().lower()
     kind, _, index = text.partition(":")

@@ -73,9 +73,33 @@ def main(argv: list[str] | None = None) -> int:
         return ERROR_EXIT
 
 
+def option_value(argv: list[str], name: str) -> str | None:
+    """The value of option ``name`` in ``argv`` (``name VALUE`` or ``name=VALUE``; the last one
+    wins, as with argparse), or None."""
+    value = None
+    for index, arg in enumerate(argv):
+        if arg == name and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith(name + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def _start_kernel_compiles(rest: list[str]) -> None:
+    """Where the command will most likely run on the CPU, start compiling the decode step's C
+    kernels now, before its imports: on a first run they compile on a second core meanwhile
+    (``native.build``). ``--config`` may name another device: then this is only a guess."""
+    from langchain_ascend import platform
+    from langchain_ascend.native import build, stack_kernel
+
+    if platform.probably_cpu(option_value(rest, "--device")):
+        build.start_compiles([stack_kernel.KERNEL])
+
+
 def _run(command: str, rest: list[str]) -> int:
     """Run one command with its own arguments."""
     if command == "demo":
+        _start_kernel_compiles(rest)
         from langchain_ascend.app.demo import main as demo_main
 
         return demo_main(rest)
@@ -84,6 +108,7 @@ def _run(command: str, rest: list[str]) -> int:
 
         return doctor_main(rest)
     if command == "serve":
+        _start_kernel_compiles(rest)
         from langchain_ascend.serve.serve_command import main as serve_main
 
         return serve_main(rest)

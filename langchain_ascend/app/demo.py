@@ -295,9 +295,8 @@ def _load_chat_model(model: str, *, device: str, dtype: str, max_tokens: int,
     from langchain_ascend.engine.model_source import check_model_source, resolve_model_source
 
     check_model_source(model)
-    _start_native_builds(device)
-    with stages("model", ["source: config, tokenizer", "load: weights, kernels, KV cache",
-                          "warm-up step"], enabled=progress) as advance:
+    with stages("model", ["source: config, tokenizer", _load_step_name(), "warm-up step"],
+                enabled=progress) as advance:
         # A GGUF runs its own blocks: the first use writes only its config and tokenizer.
         resolve_model_source(model, progress=progress, quantization="auto")  # cached for the load
         advance()
@@ -311,13 +310,13 @@ def _load_chat_model(model: str, *, device: str, dtype: str, max_tokens: int,
     return llm
 
 
-def _start_native_builds(device: str) -> None:
-    """On the CPU, build the kernels a first run lacks in the background, beside the load."""
-    from langchain_ascend import platform
+def _load_step_name() -> str:
+    """The load step's label; on a first run it names the C kernels compiling meanwhile."""
     from langchain_ascend.native import build
 
-    if platform.resolve_device(device).type == "cpu":
-        build.prebuild()
+    compiling = sorted({name.split("-")[0] for name in build.jobs_in_flight()})
+    return "load: weights, kernels, KV cache" + (
+        f" (compiling {', '.join(compiling)}.c: first run)" if compiling else "")
 
 
 def _bundled_search(device: str, *, progress: bool) -> tuple[BaseTool, Any]:

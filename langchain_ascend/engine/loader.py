@@ -60,7 +60,11 @@ class LoadedModel:
 
         from langchain_ascend.engine.worker.model_runner import ModelRunner
 
-        platform.resolve_device(device)  # an unusable device fails here, before anything loads
+        resolved = platform.resolve_device(device)  # an unusable device fails here, first
+        if resolved.type == "cpu":  # the decode step's C kernels build while the weights load
+            from langchain_ascend.native import build, stack_kernel
+
+            build.prebuild([stack_kernel.KERNEL])
         path = os.fspath(model_path)
         if num_blocks is None:
             num_blocks = default_num_blocks(

@@ -1,7 +1,8 @@
 """native.build on a folder of small kernels written here: a kernel another source includes is
-loaded from that one's library, the first build a process waits for starts the others beside
-it (their compiles overlap), a broken including source falls back to the kernel's own, and
-nothing is built where kernels cannot run."""
+loaded from that one's library, a load builds only the library it needs, prebuilt libraries
+compile side by side, an early compile needs no OpenMP runtime (torch) and a later load only
+links it, a broken including source falls back to the kernel's own, and nothing is built
+where kernels cannot run."""
 
 from __future__ import annotations
 
@@ -38,15 +39,15 @@ def kernels(tmp_path, monkeypatch) -> list[tuple[str, float, float]]:
     monkeypatch.setattr(build, "_builds", {})
     build.included_kernels.cache_clear()
     compiles: list[tuple[str, float, float]] = []
-    real_compile = build._compile
+    real_compile = build._compile_object
 
-    def timed_compile(compiler_path: str, source: Path, openmp_path: str, target: Path) -> None:
+    def timed_compile(compiler_path: str, source: Path, target: Path) -> None:
         start = time.perf_counter()
         time.sleep(0.3)  # long enough for the other build to start meanwhile
-        real_compile(compiler_path, source, openmp_path, target)
+        real_compile(compiler_path, source, target)
         compiles.append((source.stem, start, time.perf_counter()))
 
-    monkeypatch.setattr(build, "_compile", timed_compile)
+    monkeypatch.setattr(build, "_compile_object", timed_compile)
     yield compiles
     build.included_kernels.cache_clear()
 
@@ -65,17 +66,41 @@ def test_package_kernels_come_from_the_decode_stack() -> None:
     assert build.provider("decode_attention") == "decode_attention"
 
 
-def test_first_load_builds_every_library_at_once(kernels) -> None:
+def test_a_load_builds_only_the_library_it_needs(kernels) -> None:
     alpha = build.function("alpha", "alpha_value", [])
     assert alpha() == 1
     assert "beta-" in build.load("alpha").reason
     assert build.function("beta", "beta_value", [])() == 2
-    build.function("gamma", "gamma_value", [])  # its build started with alpha's
-    for future in list(build._builds.values()):
-        future.result(timeout=60)
-    assert sorted(name for name, _, _ in kernels) == ["beta", "gamma"]  # alpha never alone
+    assert [name for name, _, _ in kernels] == ["beta"]  # alpha never alone, gamma not needed
+    assert build.jobs_in_flight() == []
+
+
+def test_prebuilt_libraries_compile_side_by_side(kernels) -> None:
+    assert build.prebuild() == ["beta", "gamma"]
+    build.wait_for_builds()
+    assert build.function("gamma", "gamma_value", [])() == 3
     (_, beta_start, beta_end), (_, gamma_start, gamma_end) = sorted(kernels)
     assert gamma_start < beta_end and beta_start < gamma_end  # the two compiles overlapped
+
+
+def test_an_early_compile_needs_no_openmp_runtime_and_a_load_only_links_it(kernels,
+                                                                         monkeypatch) -> None:
+    real_runtime = build.openmp_runtime
+
+    def no_runtime() -> str | None:
+        raise AssertionError("an early compile must not look for torch's OpenMP runtime")
+
+    monkeypatch.setattr(build, "openmp_runtime", no_runtime)
+    assert build.start_compiles(["gamma"]) == ["gamma"]
+    assert build.start_compiles(["gamma"]) == ["gamma"]  # in flight: not started twice
+    assert [name.split("-")[0] for name in build.jobs_in_flight()] == ["gamma"]
+    assert build.jobs_in_flight()[0].endswith(".o")
+    build.wait_for_builds()
+    assert build.jobs_in_flight() == []
+    assert build.start_compiles(["gamma"]) == []  # compiled
+    monkeypatch.setattr(build, "openmp_runtime", real_runtime)
+    assert build.function("gamma", "gamma_value", [])() == 3
+    assert [name for name, _, _ in kernels] == ["gamma"]  # linked, not compiled again
 
 
 def test_loads_wait_for_a_build_in_flight(kernels) -> None:
@@ -94,6 +119,15 @@ def test_loads_wait_for_a_build_in_flight(kernels) -> None:
     assert build.prebuild() == []  # everything built
 
 
+def test_no_early_compile_where_the_library_is_built(kernels) -> None:
+    """A cache older than object files holds libraries only: nothing compiles again."""
+    assert build.function("gamma", "gamma_value", [])() == 3
+    for obj in build.cache_dir().glob("*.o"):
+        obj.unlink()
+    assert build.start_compiles(["gamma"]) == []
+    assert [name for name, _, _ in kernels] == ["gamma"]
+
+
 def test_a_broken_including_source_falls_back_to_the_kernel_alone(kernels, caplog) -> None:
     (build.SOURCE_DIR / "beta.c").write_text('#include "alpha.c"\nint beta_value(void) { oops }\n')
     assert build.function("alpha", "alpha_value", [])() == 1
@@ -106,6 +140,7 @@ def test_a_broken_including_source_falls_back_to_the_kernel_alone(kernels, caplo
 def test_nothing_is_built_where_kernels_cannot_run(kernels, monkeypatch) -> None:
     monkeypatch.setenv(build.DISABLE_ENV_VAR, "0")
     assert build.prebuild() == []
+    assert build.start_compiles() == []
     assert build.load("gamma").lib is None
     assert kernels == []
 

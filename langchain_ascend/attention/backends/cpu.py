@@ -38,7 +38,7 @@ class CPUBackend(TorchRefBackend):
 
     Attributes:
         native: Whether torch_ref's shared path runs the shared-prefix kernel (float32 on CPU,
-            built here, head size a multiple of 8; used only without the paged kernel).
+            built here, head size a multiple of 8; only without the paged kernel).
         paged_native: Whether the paged kernel runs every decode (float32 or bfloat16 on CPU,
             built here, head size a multiple of 8).
     """
@@ -51,10 +51,11 @@ class CPUBackend(TorchRefBackend):
         super().__init__(**kwargs)
         on_cpu = self.device.type == "cpu" and self.head_dim % 8 == 0
         same = self.cache_dtype == self.dtype
-        self.native = (on_cpu and same and self.dtype == torch.float32
-                       and decode_attention.available())
         self.paged_native = (on_cpu and self.dtype in (torch.float32, torch.bfloat16)
                              and paged_attention.available(self.dtype, self.cache_dtype))
+        # Asked only where the paged kernel is missing: available() builds the kernel.
+        self.native = (not self.paged_native and on_cpu and same
+                       and self.dtype == torch.float32 and decode_attention.available())
         if not self.paged_native:
             logger.info("cpu attention backend without the paged kernel (%s)",
                         paged_attention.unavailable_reason() if on_cpu
