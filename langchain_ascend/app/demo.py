@@ -250,8 +250,10 @@ def build_demo(model: str | None = None, *, device: str = "auto", dtype: str = "
                              overrides=overrides)
     llm, agent, tools, store, label, random_weights = parts
     seconds = time.perf_counter() - start
-    print(f"setup: {seconds:.1f} s, CPU {stage_times.cpu_seconds():.1f} s since the process "
-          f"started (tools: {', '.join(t.name for t in tools)})", flush=True)
+    age = stage_times.process_age_s()
+    since_start = "" if age is None else f" ({age:.1f} s with the imports before it)"
+    print(f"setup: {seconds:.1f} s{since_start}, CPU {stage_times.cpu_seconds():.1f} s since the "
+          f"process started (tools: {', '.join(t.name for t in tools)})", flush=True)
     print(f"  stages: {times.summary()}", flush=True)
     return DemoParts(agent=agent, llm=llm, store=store, model=label,
                      random_weights=random_weights, setup_seconds=seconds)

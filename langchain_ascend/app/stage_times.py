@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import os
 import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 
 def cpu_seconds() -> float:
@@ -29,6 +31,17 @@ def cpu_seconds() -> float:
         usage = resource.getrusage(who)
         total += usage.ru_utime + usage.ru_stime
     return total
+
+
+def process_age_s() -> float | None:
+    """Wall seconds since this process started (Linux ``/proc``; None elsewhere): with the
+    imports before the first stage, which no stage records."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,3 +46,16 @@ def test_nothing_is_recorded_outside_a_recording() -> None:
     stage_times.record("nowhere", 3.0, 1.0)
     assert [item.name for item in inner.stages] == ["inner"]
     assert [item.name for item in outer.stages] == ["outer"]
+
+
+def test_process_age_counts_the_time_since_the_process_started() -> None:
+    """A fresh process that sleeps before asking: its age holds the sleep (the imports before
+    the demo's first stage are counted the same way)."""
+    import subprocess
+    import sys
+
+    code = ("import time; time.sleep(0.5); from langchain_ascend.app import stage_times; "
+            "print(stage_times.process_age_s())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert 0.5 <= float(done.stdout) < 60
