@@ -92,6 +92,8 @@ def _start_kernel_compiles(rest: list[str]) -> None:
     from langchain_ascend import platform
     from langchain_ascend.native import build, stack_kernel
 
+    if "-h" in rest or "--help" in rest:
+        return
     if platform.probably_cpu(option_value(rest, "--device")):
         build.start_compiles([stack_kernel.KERNEL])
 

@@ -123,3 +123,25 @@ def test_demo_config_builds_the_agent_from_the_example_file(tiny_qwen2_path):
     assert [(r.question, r.hop, r.tool_choice) for r in rows] == [(1, 1, "required"),
                                                                    (1, 2, "none")]
     assert rows[0].tool_calls and rows[0].cache_read > 0  # warmed: system prompt + tools
+
+
+def test_option_value_reads_both_spellings_and_the_last_wins():
+    assert cli.option_value(["--model", "m", "--device", "cpu"], "--device") == "cpu"
+    assert cli.option_value(["--device=npu:1"], "--device") == "npu:1"
+    assert cli.option_value(["--device", "cpu", "--device=cuda"], "--device") == "cuda"
+    assert cli.option_value(["--device"], "--device") is None
+    assert cli.option_value(["--devices", "cpu"], "--device") is None
+
+
+def test_demo_and_serve_start_the_kernel_compiles_only_where_the_cpu_is_likely(monkeypatch):
+    from langchain_ascend import platform
+    from langchain_ascend.native import build
+
+    started = []
+    monkeypatch.setattr(build, "start_compiles", lambda names: started.append(list(names)))
+    monkeypatch.setattr(platform, "probably_cpu", lambda device: device in (None, "cpu"))
+    cli._start_kernel_compiles(["--device", "cpu"])
+    cli._start_kernel_compiles(["--device", "npu"])
+    cli._start_kernel_compiles(["--help"])
+    cli._start_kernel_compiles([])
+    assert started == [["decode_stack"], ["decode_stack"]]

@@ -157,3 +157,22 @@ def test_package_import_is_light():
     assert float(out[0]) < 2.0
     assert out[1] == "False" and out[2] == "False"
     assert "AscendChatModel" in out[3] and "NPUStreamToolExecutor" in out[3]
+
+
+def test_probably_cpu_guesses_without_torch(monkeypatch):
+    import importlib.util
+
+    from langchain_ascend import platform as plat
+
+    assert plat.probably_cpu("cpu") and plat.probably_cpu(" CPU ")
+    assert not plat.probably_cpu("npu:0") and not plat.probably_cpu("cuda")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "torch_npu" else real_find_spec(name, *a))
+    assert not plat.probably_cpu("auto")  # torch_npu installed: auto may pick an NPU
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch_npu" else real_find_spec(name, *a))
+    monkeypatch.setattr(plat.os.path, "exists", lambda path: path == "/dev/nvidia0")
+    assert not plat.probably_cpu(None)  # an NVIDIA device node: auto may pick CUDA
+    monkeypatch.setattr(plat.os.path, "exists", lambda path: False)
+    assert plat.probably_cpu(None) and plat.probably_cpu("auto")
