@@ -43,6 +43,30 @@ _CLOSERS_ONLY = re.compile(rb"^\s*[\]}][\]}\s]*$")
 _COMPILED_CACHE_SIZE = 256
 
 
+def _whole_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _growth_flags(decoded: list[bytes]) -> dict[str, np.ndarray]:
+    """Per token: whether it can lengthen the closing path by at most 0, 3 or 5 tokens (see
+    ``GrammarBackend._policy_masks``)."""
+    no_quote = np.array([b'"' not in t for t in decoded], dtype=bool)
+    plain = no_quote & np.array([b"\\" not in t for t in decoded], dtype=bool)
+    whole = np.array([bool(t) and _whole_utf8(t) for t in decoded], dtype=bool)
+    closing_quote = np.array([bool(_QUOTE_THEN_CLOSERS.match(t)) for t in decoded], dtype=bool)
+    inert_outside = np.array(
+        [bool(t) and (t.isspace() or bool(_DIGITS.match(t)) or bool(_CLOSERS_ONLY.match(t)))
+         for t in decoded], dtype=bool)
+    return {"grows_0_in_string": (plain & whole) | closing_quote,
+            "grows_3_in_string": plain | closing_quote,
+            "grows_5_in_string": no_quote | closing_quote,
+            "grows_0_outside": inert_outside}
+
+
 class GrammarBackend:
     """xgrammar state for one tokenizer and model vocabulary size.
 
@@ -107,6 +131,12 @@ class GrammarBackend:
         ``,`` or ``:`` (ends a number, moves to the next required part); ``digits``: an
         optional space then digits (a whole number); ``no_opener``: no ``{``/``[``; ``stop``:
         the stop tokens.
+
+        The budget guard's growth bounds: ``grows_0_in_string`` (whole UTF-8 text without
+        ``"`` or ``\\``, or a quote then closers: never lengthens the closing path inside a
+        string), ``grows_3_in_string`` (no ``"`` or ``\\``: at most 3 continuation bytes
+        pending), ``grows_5_in_string`` (no ``"``: at most an escape's ``uXXXX`` pending),
+        ``grows_0_outside`` (whitespace, digits or closers only).
         """
         decoded = self.decoded_vocab
         no_opener = np.array([b"{" not in t and b"[" not in t for t in decoded], dtype=bool)
@@ -122,6 +152,7 @@ class GrammarBackend:
             "digits": np.array([bool(_DIGITS.match(t)) for t in decoded]),
             "no_opener": no_opener,
             "stop": np.zeros(self.vocab_size, dtype=bool),
+            **_growth_flags(decoded),
         }
         packed = {}
         for name, mask in flags.items():

@@ -39,6 +39,10 @@ _GUARD_MARGIN = 2
 _MAX_SIMULATED_TOKENS = 512
 _LOOKAHEAD_CHOICES = 16
 _LOOKAHEAD_SLACK = 64
+# Where more than _LOOKAHEAD_CHOICES tokens are allowed and the slack is under
+# _UNCHECKED_GROWTH, only tokens whose growth of the closing path is bounded within the slack
+# stay (one token can add up to 3 continuation bytes of a character, or 5 of an escape).
+_UNCHECKED_GROWTH = 8
 # Closing policy preference order, inside and outside a JSON string.
 _STRING_TIERS = (
     "quote_colon", "quote_then_closers", "quote_first", "contains_no_opener", "no_opener")
@@ -96,9 +100,11 @@ class XGrammarConstraint:
     matcher, a deterministic *closing policy* — inside a JSON string take a token that closes
     it; outside take a stop token, else ``}``/``]``, else a token with a closer and no opener,
     else a ``,``/``:``, else a number, else the longest token that opens nothing — and counts
-    the tokens the policy needs to reach a stop token. When the remaining budget is down to that count it follows the policy
-    to the end. Before that, where the grammar offers only a few tokens besides stopping (such
-    as "start another call"), it drops those after which closing would no longer fit. So the
+    the tokens the policy needs to reach a stop token. When the remaining budget is down to
+    that count it follows the policy to the end. Before that, where the grammar offers only a
+    few tokens besides stopping (such as "start another call"), it drops those after which
+    closing would no longer fit; where it offers many and the slack is small, it keeps those
+    whose growth of the closing path is bounded within the slack. So the
     reply ends complete and valid instead of being cut off by ``max_tokens``; a model that
     finishes on its own never notices the guard.
 
@@ -233,8 +239,18 @@ class XGrammarConstraint:
         stop = self._backend.policy_masks["stop"]
         choices = self._token_ids(allowed & ~stop)
         total = choices.size + int((allowed & stop).any())
-        if total < 2 or choices.size > _LOOKAHEAD_CHOICES:
+        if total < 2:
             return allowed
+        if choices.size > _LOOKAHEAD_CHOICES:
+            if slack >= _UNCHECKED_GROWTH:
+                return allowed
+            return self._keep_bounded_growth(allowed, slack, limit, remaining)
+        self._keep_fitting(allowed, choices, limit, remaining)
+        return allowed
+
+    def _keep_fitting(self, allowed: np.ndarray, choices: np.ndarray, limit: int,
+                      remaining: int) -> None:
+        """Clear from ``allowed`` each of ``choices`` after which closing no longer fits."""
         for token in choices.tolist():
             if self._path is not None and self._path[0] == token:
                 continue  # on the closing path: fits by construction
@@ -243,7 +259,30 @@ class XGrammarConstraint:
                 _clear_bit(allowed, token)  # taking it would leave no room to close
             else:
                 self._choice_paths[token] = path
-        return allowed
+
+    def _keep_bounded_growth(self, allowed: np.ndarray, slack: int, limit: int,
+                             remaining: int) -> np.ndarray:
+        """Too many choices to look ahead one by one, with little slack: keep the tokens that
+        cannot lengthen the closing path past ``slack`` (plain text inside a string, digits
+        or closers outside: a multi-byte character's first byte can cost 3 more tokens, an
+        escape 5), the closing path's next token, and the rest only where a lookahead shows
+        they fit."""
+        masks = self._backend.policy_masks
+        if self._strings.in_string and not self._strings.escaped:
+            bound = max((g for g in (0, 3, 5) if g <= slack), default=0)
+            safe = allowed & masks[f"grows_{bound}_in_string"]  # (W,)
+        else:
+            safe = allowed & (masks["grows_0_outside"] | masks["stop"])  # (W,)
+        others = self._token_ids(allowed & ~safe & ~masks["stop"])
+        if others.size <= _LOOKAHEAD_CHOICES:
+            fitting = allowed & ~safe
+            self._keep_fitting(fitting, others, limit, remaining)
+            return safe | fitting
+        if self._path is None:
+            self._estimate(limit)
+        if self._path:
+            _set_bit(safe, self._path[0])
+        return safe if safe.any() else allowed
 
     # -- TokenConstraint protocol ------------------------------------------------------------
 

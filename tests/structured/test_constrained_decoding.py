@@ -260,3 +260,38 @@ def test_backend_and_grammars_share_one_special_token_map(backend, tokenizer):
     assert backend.special_tokens == special
     assert special["<|im_end|>"] == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert set(special) == set(tokenizer.all_special_tokens)
+
+
+
+def _pending_bytes_sampler(backend, allowed_ids, gen, near_the_end):
+    """An adversarial sampler: near the end of the budget (and now and then before) a token
+    whose last byte starts a 4-byte character whenever one is allowed (3 continuation bytes
+    then cost up to 3 more tokens to close), else any allowed token."""
+    ids = allowed_ids.tolist()
+    costly = [t for t in ids if backend.decoded_vocab[t][-1:] >= b"\xf0"]
+    if costly and (near_the_end or float(torch.rand(1, generator=gen)) < 0.05):
+        ids = costly
+    return ids[int(torch.randint(len(ids), (1,), generator=gen))]
+
+
+@pytest.mark.parametrize(("tool_name", "max_tokens", "seeds"), [
+    ("Weather", 40, range(24, 30)), ("Weather", 48, range(4)), ("Weather", 64, range(6, 12)),
+    (None, 48, range(4))])
+def test_budget_guard_closes_even_when_a_character_leaves_bytes_pending(
+        backend, tokenizer, tool_name, max_tokens, seeds):
+    spec = tool_call_grammar(TOOLS, fmt="hermes", tool_name=tool_name, parallel=False)
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(seed)
+        constraint = backend.new_constraint(spec, max_tokens=max_tokens)
+        ids = []
+        for step in range(max_tokens):
+            token = _pending_bytes_sampler(backend, constraint.allowed_token_ids(), gen,
+                                           near_the_end=step >= max_tokens - 16)
+            constraint.accept_token(token)
+            assert constraint.rejected_token is None
+            if token in backend.stop_token_ids:
+                break
+            ids.append(token)
+        else:
+            pytest.fail(f"seed {seed}: cut at max_tokens={max_tokens}: {tokenizer.decode(ids)!r}")
+        assert parse_tool_calls(tokenizer.decode(ids), "hermes").tool_calls
