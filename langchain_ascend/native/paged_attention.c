@@ -17,17 +17,21 @@
  * build.py), largest first.
  *
  * A member holds the G = H / KVH query rows of its KV head in float32; an item walks its
- * keys in chunks of KEY_BLOCK positions, each read block by block, with a running max / sum /
- * weighted value sum per row (online softmax). Chunks follow positions, never where the
- * blocks lie in the cache: a prefix block the pool moved, or a request whose blocks are not
- * consecutive, gives the same bits as consecutive blocks. A row's ranges are merged
- * by their log-sum-exp at the end, in range order. The step's K/V must already be in the
- * cache (the caller writes them first).
+ * keys in chunks of KEY_BLOCK positions, each read block by block, and all its members' rows
+ * attend each chunk together: scores in row pairs, one online-softmax update per row (running
+ * max / sum / weighted value sum), values three rows at a time with the accumulators in
+ * registers. No row's bits depend on the rows it is grouped with (each score is reduced by one
+ * fixed tree, each output is a chain of FMAs in key order), so requests may share a group.
+ * Chunks follow positions, never where the blocks lie in the cache: a prefix block the pool
+ * moved, or a request whose blocks are not consecutive, gives the same bits as consecutive
+ * blocks. A row's ranges are merged by their log-sum-exp at the end, in range order. The
+ * step's K/V must already be in the cache (the caller writes them first).
  *
  * Queries and outputs are (B, H, D) in the cache's dtype; bfloat16 outputs are rounded to
  * nearest even. paged_decode_f32_f16kv reads a float16 cache with float32 queries and outputs
- * (half the bytes per key of a float32 cache; F16C widens them exactly). Return codes: 0 success, 1 out of memory, 2 D not a multiple of 8 or H not a
- * multiple of KVH, 3 a block id outside [0, NB).
+ * (half the bytes per key of a float32 cache; F16C widens them exactly). Return codes: 0
+ * success, 1 out of memory, 2 D not a multiple of 8 or H not a multiple of KVH, 3 a block id
+ * outside [0, NB).
  */
 #include <math.h>
 #include <stdint.h>
@@ -43,134 +47,132 @@ static inline __m256 load_f16x8(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* Online-softmax state of one item: acc (G, D) unnormalised output, m (G) running max,
-   l (G) running sum; sc (G, KEY_BLOCK) score scratch. */
+/* Online-softmax state of one query row: acc (D) unnormalised output, m its running max, l its
+   running sum. */
 typedef struct {
-    float *acc, *m, *l, *sc;
-} State;
+    float *acc, *m, *l;
+} Row;
 
-/* Scores of one row (8 keys at a time, 8 accumulators) or a pair of rows (4 keys at a time,
-   each key load serving both rows) against n keys, scaled, into row0 / row1. */
+/* Scores of a pair of rows (4 keys at a time, each key load serving both rows) or of one row
+   (8 keys at a time) against n keys, scaled, into row0 / row1. Every score is its 8-lane dot
+   product reduced by hsum8x8's tree (a tail's missing keys are zero sums), so a row's scores
+   have the same bits whichever rows it is paired with: rows may be paired across requests. */
 #define DEFINE_SCORES(NAME, TYPE, LOAD)                                                          \
     static inline void NAME##_pair(const float *q0, const float *q1, const TYPE *k, int64_t n,  \
                                    int64_t D, float scale, float *row0, float *row1) {          \
         const __m256 vscale = _mm256_set1_ps(scale);                                             \
-        int64_t j = 0;                                                                           \
-        for (; j + 4 <= n; j += 4) {                                                             \
+        for (int64_t j = 0; j < n; j += 4) {                                                     \
+            int cnt = n - j < 4 ? (int)(n - j) : 4;                                              \
             __m256 a[8];                                                                         \
             for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();                              \
-            for (int64_t d = 0; d < D; d += 8) {                                                 \
-                __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);               \
-                for (int i = 0; i < 4; i++) {                                                    \
-                    __m256 kv = LOAD(k + (j + i) * D + d);                                       \
-                    a[i] = _mm256_fmadd_ps(x0, kv, a[i]);                                        \
-                    a[4 + i] = _mm256_fmadd_ps(x1, kv, a[4 + i]);                                \
+            if (cnt == 4) {                                                                      \
+                for (int64_t d = 0; d < D; d += 8) {                                             \
+                    __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);           \
+                    for (int i = 0; i < 4; i++) {                                                \
+                        __m256 kv = LOAD(k + (j + i) * D + d);                                   \
+                        a[i] = _mm256_fmadd_ps(x0, kv, a[i]);                                    \
+                        a[4 + i] = _mm256_fmadd_ps(x1, kv, a[4 + i]);                            \
+                    }                                                                            \
                 }                                                                                \
+            } else {                                                                             \
+                for (int i = 0; i < cnt; i++)                                                    \
+                    for (int64_t d = 0; d < D; d += 8) {                                         \
+                        __m256 kv = LOAD(k + (j + i) * D + d);                                   \
+                        a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a[i]);               \
+                        a[4 + i] = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a[4 + i]);       \
+                    }                                                                            \
             }                                                                                    \
             float sums[8];                                                                       \
             _mm256_storeu_ps(sums, _mm256_mul_ps(                                                \
                 hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));               \
-            for (int i = 0; i < 4; i++) { row0[j + i] = sums[i]; row1[j + i] = sums[4 + i]; }   \
-        }                                                                                        \
-        for (; j < n; j++) {                                                                     \
-            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                           \
-            for (int64_t d = 0; d < D; d += 8) {                                                 \
-                __m256 kv = LOAD(k + j * D + d);                                                 \
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a0);                           \
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a1);                           \
-            }                                                                                    \
-            row0[j] = hsum(a0) * scale;                                                          \
-            row1[j] = hsum(a1) * scale;                                                          \
+            for (int i = 0; i < cnt; i++) { row0[j + i] = sums[i]; row1[j + i] = sums[4 + i]; } \
         }                                                                                        \
     }                                                                                            \
     static inline void NAME##_one(const float *q0, const TYPE *k, int64_t n, int64_t D,         \
                                   float scale, float *row0) {                                    \
         const __m256 vscale = _mm256_set1_ps(scale);                                             \
-        int64_t j = 0;                                                                           \
-        for (; j + 8 <= n; j += 8) {                                                             \
+        for (int64_t j = 0; j < n; j += 8) {                                                     \
+            int cnt = n - j < 8 ? (int)(n - j) : 8;                                              \
             __m256 a[8];                                                                         \
             for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();                              \
-            for (int64_t d = 0; d < D; d += 8) {                                                 \
-                __m256 x0 = _mm256_loadu_ps(q0 + d);                                             \
-                for (int i = 0; i < 8; i++)                                                      \
-                    a[i] = _mm256_fmadd_ps(x0, LOAD(k + (j + i) * D + d), a[i]);                 \
-            }                                                                                    \
-            _mm256_storeu_ps(row0 + j, _mm256_mul_ps(                                            \
-                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));               \
-        }                                                                                        \
-        for (; j < n; j++) {                                                                     \
-            __m256 a0 = _mm256_setzero_ps();                                                     \
-            for (int64_t d = 0; d < D; d += 8)                                                   \
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), LOAD(k + j * D + d), a0);          \
-            row0[j] = hsum(a0) * scale;                                                          \
-        }                                                                                        \
-    }
-
-/* acc (1 or 2 rows of D) += p (n weights per row) @ v (n rows of D), 32 columns at a time
-   (each value load serving both rows of a pair). */
-#define DEFINE_VALUES(NAME, TYPE, LOAD)                                                          \
-    static inline void NAME##_pair(const float *p0, const float *p1, const TYPE *v, int64_t n,  \
-                                   int64_t D, float *acc0, float *acc1) {                        \
-        for (int64_t d = 0; d < D; d += 32) {                                                    \
-            int w = D - d >= 32 ? 4 : (int)((D - d) / 8);                                        \
-            __m256 o0[4], o1[4];                                                                 \
-            for (int i = 0; i < w; i++) {                                                        \
-                o0[i] = _mm256_loadu_ps(acc0 + d + 8 * i);                                       \
-                o1[i] = _mm256_loadu_ps(acc1 + d + 8 * i);                                       \
-            }                                                                                    \
-            for (int64_t j = 0; j < n; j++) {                                                    \
-                __m256 w0 = _mm256_set1_ps(p0[j]), w1 = _mm256_set1_ps(p1[j]);                   \
-                const TYPE *vr = v + j * D + d;                                                  \
-                for (int i = 0; i < w; i++) {                                                    \
-                    __m256 vv = LOAD(vr + 8 * i);                                                \
-                    o0[i] = _mm256_fmadd_ps(w0, vv, o0[i]);                                      \
-                    o1[i] = _mm256_fmadd_ps(w1, vv, o1[i]);                                      \
+            if (cnt == 8) {                                                                      \
+                for (int64_t d = 0; d < D; d += 8) {                                             \
+                    __m256 x0 = _mm256_loadu_ps(q0 + d);                                         \
+                    for (int i = 0; i < 8; i++)                                                  \
+                        a[i] = _mm256_fmadd_ps(x0, LOAD(k + (j + i) * D + d), a[i]);             \
                 }                                                                                \
+            } else {                                                                             \
+                for (int i = 0; i < cnt; i++)                                                    \
+                    for (int64_t d = 0; d < D; d += 8)                                           \
+                        a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), LOAD(k + (j + i) * D + d), \
+                                               a[i]);                                            \
             }                                                                                    \
-            for (int i = 0; i < w; i++) {                                                        \
-                _mm256_storeu_ps(acc0 + d + 8 * i, o0[i]);                                       \
-                _mm256_storeu_ps(acc1 + d + 8 * i, o1[i]);                                       \
-            }                                                                                    \
-        }                                                                                        \
-    }                                                                                            \
-    static inline void NAME##_one(const float *p0, const TYPE *v, int64_t n, int64_t D,         \
-                                  float *acc0) {                                                 \
-        for (int64_t d = 0; d < D; d += 32) {                                                    \
-            int w = D - d >= 32 ? 4 : (int)((D - d) / 8);                                        \
-            __m256 o0[4];                                                                        \
-            for (int i = 0; i < w; i++) o0[i] = _mm256_loadu_ps(acc0 + d + 8 * i);               \
-            for (int64_t j = 0; j < n; j++) {                                                    \
-                __m256 w0 = _mm256_set1_ps(p0[j]);                                               \
-                const TYPE *vr = v + j * D + d;                                                  \
-                for (int i = 0; i < w; i++) o0[i] = _mm256_fmadd_ps(w0, LOAD(vr + 8 * i), o0[i]); \
-            }                                                                                    \
-            for (int i = 0; i < w; i++) _mm256_storeu_ps(acc0 + d + 8 * i, o0[i]);               \
+            float sums[8];                                                                       \
+            _mm256_storeu_ps(sums, _mm256_mul_ps(                                                \
+                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));               \
+            for (int i = 0; i < cnt; i++) row0[j + i] = sums[i];                                 \
         }                                                                                        \
     }
 
-/* Online-softmax update of row r after its n scores were written to row: the scores become
+/* acc (1, 2 or 3 rows of D) += p (n weights per row) @ v (n rows of D), W vectors of 8 columns
+   at a time (32 columns, then 8 for the rest of D; each value load serving every row of the
+   group, the group's accumulators in registers). Each output is a chain of FMAs in key order,
+   so a row's bits do not depend on its group. */
+#define VALUES_COLUMNS(W, ROWS, LOAD)                                                            \
+    {                                                                                            \
+        __m256 o[ROWS][W];                                                                       \
+        for (int r = 0; r < ROWS; r++)                                                           \
+            for (int i = 0; i < W; i++) o[r][i] = _mm256_loadu_ps(acc[r] + d + 8 * i);           \
+        for (int64_t j = 0; j < n; j++) {                                                        \
+            __m256 wt[ROWS];                                                                     \
+            for (int r = 0; r < ROWS; r++) wt[r] = _mm256_broadcast_ss(p[r] + j);                \
+            for (int i = 0; i < W; i++) {                                                        \
+                __m256 vv = LOAD(v + j * D + d + 8 * i);                                         \
+                for (int r = 0; r < ROWS; r++) o[r][i] = _mm256_fmadd_ps(wt[r], vv, o[r][i]);    \
+            }                                                                                    \
+        }                                                                                        \
+        for (int r = 0; r < ROWS; r++)                                                           \
+            for (int i = 0; i < W; i++) _mm256_storeu_ps(acc[r] + d + 8 * i, o[r][i]);           \
+    }
+#define DEFINE_VALUES_ROWS(NAME, TYPE, LOAD, ROWS)                                               \
+    static inline void NAME(const float *const *p, const TYPE *v, int64_t n, int64_t D,         \
+                            float *const *acc) {                                                 \
+        int64_t d = 0;                                                                           \
+        for (; d + 32 <= D; d += 32) VALUES_COLUMNS(4, ROWS, LOAD)                               \
+        for (; d < D; d += 8) VALUES_COLUMNS(1, ROWS, LOAD)                                      \
+    }
+#define DEFINE_VALUES(NAME, TYPE, LOAD)                                                          \
+    DEFINE_VALUES_ROWS(NAME##_one, TYPE, LOAD, 1)                                                \
+    DEFINE_VALUES_ROWS(NAME##_pair, TYPE, LOAD, 2)                                               \
+    DEFINE_VALUES_ROWS(NAME##_three, TYPE, LOAD, 3)
+
+/* Online-softmax update of one row after its n scores were written to sc: the scores become
    weights exp(s - new max), the row's sum and output are rescaled. */
-static inline void softmax_update(float *row, int64_t n, int64_t D, int64_t r, State *st) {
-    float bm = -INFINITY;
-    for (int64_t j = 0; j < n; j++) bm = row[j] > bm ? row[j] : bm;
-    float nm = st->m[r] > bm ? st->m[r] : bm;
-    float alpha = st->m[r] == -INFINITY ? 0.f : expf(st->m[r] - nm);
+static inline void softmax_update(float *sc, int64_t n, int64_t D, const Row *rw) {
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sc + j));
+    float lanes[8], bm = -INFINITY;
+    _mm256_storeu_ps(lanes, vmax);
+    for (int i = 0; i < 8; i++) bm = lanes[i] > bm ? lanes[i] : bm;
+    for (; j < n; j++) bm = sc[j] > bm ? sc[j] : bm;
+    float nm = *rw->m > bm ? *rw->m : bm;
+    float alpha = *rw->m == -INFINITY ? 0.f : expf(*rw->m - nm);
     __m256 vnm = _mm256_set1_ps(nm), vsum = _mm256_setzero_ps();
     float sum = 0.f;
-    int64_t j = 0;
+    j = 0;
     for (; j + 8 <= n; j += 8) {
-        __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(row + j), vnm));
-        _mm256_storeu_ps(row + j, p);
+        __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vnm));
+        _mm256_storeu_ps(sc + j, p);
         vsum = _mm256_add_ps(vsum, p);
     }
-    for (; j < n; j++) { float p = expf(row[j] - nm); row[j] = p; sum += p; }
-    st->l[r] = st->l[r] * alpha + hsum(vsum) + sum;
-    st->m[r] = nm;
+    for (; j < n; j++) { float p = expf(sc[j] - nm); sc[j] = p; sum += p; }
+    *rw->l = *rw->l * alpha + hsum(vsum) + sum;
+    *rw->m = nm;
     if (alpha != 1.f) {
-        float *a = st->acc + r * D;
         __m256 va = _mm256_set1_ps(alpha);
         for (int64_t d = 0; d < D; d += 8)
-            _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), va));
+            _mm256_storeu_ps(rw->acc + d, _mm256_mul_ps(_mm256_loadu_ps(rw->acc + d), va));
     }
 }
 
@@ -182,38 +184,43 @@ typedef struct {
     int np;
 } Pieces;
 
-/* Attend the G query rows qf (G, D) over the chunk's n <= KEY_BLOCK keys: rows in pairs, a
-   last odd row alone. Scores are written piece by piece into one row of n, then one
-   online-softmax update, then the values piece by piece: a piece's keys group exactly as
-   they would in one contiguous run (pieces start on block boundaries, whole multiples of 8
-   keys into the chunk for the block sizes used), and the values accumulate in key order, so
-   the result does not depend on where the blocks lie in the cache. */
+/* Attend the R query rows qf (R, D) of one item (every member's G rows) over the chunk's
+   n <= KEY_BLOCK keys: the scores of all rows (in pairs, a last odd row alone) piece by piece
+   into sc (R, KEY_BLOCK), each row's online-softmax update, then the values piece by piece in
+   groups of three rows. A piece's keys group exactly as they would in one contiguous run
+   (pieces start on block boundaries, whole multiples of 8 keys into the chunk for the block
+   sizes used), the values accumulate in key order, and no row's bits depend on the rows it is
+   grouped with: the result depends neither on where the blocks lie in the cache nor on the
+   other requests of the call. */
 #define DEFINE_CHUNK(NAME, TYPE, LOAD)                                                           \
     DEFINE_SCORES(NAME##_scores, TYPE, LOAD)                                                     \
     DEFINE_VALUES(NAME##_values, TYPE, LOAD)                                                     \
-    static void NAME(const float *qf, const Pieces *pc, int64_t n, int64_t G, int64_t D,        \
-                     float scale, State *st) {                                                   \
-        int64_t r = 0;                                                                           \
-        for (; r + 2 <= G; r += 2) {                                                             \
-            float *row0 = st->sc + r * KEY_BLOCK, *row1 = row0 + KEY_BLOCK;                      \
-            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
-                NAME##_scores_pair(qf + r * D, qf + (r + 1) * D, (const TYPE *)pc->k[p],        \
-                                   pc->n[p], D, scale, row0 + off, row1 + off);                  \
-            softmax_update(row0, n, D, r, st);                                                   \
-            softmax_update(row1, n, D, r + 1, st);                                               \
-            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
-                NAME##_values_pair(row0 + off, row1 + off, (const TYPE *)pc->v[p], pc->n[p], D,  \
-                                   st->acc + r * D, st->acc + (r + 1) * D);                      \
+    static void NAME(const float *qf, const Pieces *pc, int64_t n, int64_t R, int64_t D,        \
+                     float scale, float *sc, const Row *rows) {                                  \
+        for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++) {                        \
+            const TYPE *k = (const TYPE *)pc->k[p];                                              \
+            int64_t r = 0;                                                                       \
+            for (; r + 2 <= R; r += 2)                                                           \
+                NAME##_scores_pair(qf + r * D, qf + (r + 1) * D, k, pc->n[p], D, scale,         \
+                                   sc + r * KEY_BLOCK + off, sc + (r + 1) * KEY_BLOCK + off);    \
+            if (r < R)                                                                           \
+                NAME##_scores_one(qf + r * D, k, pc->n[p], D, scale, sc + r * KEY_BLOCK + off);  \
         }                                                                                        \
-        if (r < G) {                                                                             \
-            float *row0 = st->sc + r * KEY_BLOCK;                                                \
-            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
-                NAME##_scores_one(qf + r * D, (const TYPE *)pc->k[p], pc->n[p], D, scale,       \
-                                  row0 + off);                                                   \
-            softmax_update(row0, n, D, r, st);                                                   \
-            for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++)                      \
-                NAME##_values_one(row0 + off, (const TYPE *)pc->v[p], pc->n[p], D,               \
-                                  st->acc + r * D);                                              \
+        for (int64_t r = 0; r < R; r++) softmax_update(sc + r * KEY_BLOCK, n, D, rows + r);      \
+        for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++) {                        \
+            const TYPE *v = (const TYPE *)pc->v[p];                                              \
+            int64_t r = 0, m = pc->n[p];                                                         \
+            for (; r < R; r += 3) {                                                              \
+                const float *w[3];                                                               \
+                float *acc[3];                                                                   \
+                for (int i = 0; i < 3 && r + i < R; i++) {                                       \
+                    w[i] = sc + (r + i) * KEY_BLOCK + off;                                       \
+                    acc[i] = rows[r + i].acc;                                                    \
+                }                                                                                \
+                if (r + 3 <= R) NAME##_values_three(w, v, m, D, acc);                            \
+                else if (r + 2 == R) NAME##_values_pair(w, v, m, D, acc);                        \
+                else NAME##_values_one(w, v, m, D, acc);                                         \
+            }                                                                                    \
         }                                                                                        \
     }
 DEFINE_CHUNK(chunk_f32, float, load_f32)
@@ -308,23 +315,27 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
     return n_items;
 }
 
-/* One item on KV head h: each member's state (in part, at its row's place) and float query
-   rows (qf, count * G * D), then the item's chunks, each attended by every member in turn
-   while its keys are in cache. Returns 0, or 3 on a block id outside the cache. */
+/* One item on KV head h: each member's G row states (in part, at its row's place) and float
+   query rows (qf, count * G * D), then the item's chunks, each attended by all count * G rows
+   at once while its keys are in cache. sc holds count * G * KEY_BLOCK scores. Returns 0, or 3
+   on a block id outside the cache. */
 #define DEFINE_ITEM(NAME, QTYPE, TYPE, CHUNK, TO_F32)                                            \
     static int NAME(const Call *c, const QTYPE *q, const TYPE *cache, const Item *item,         \
                     const int64_t *rows, int64_t h, float *part, float *sc, float *qf,           \
-                    State *st) {                                                                 \
+                    Row *rs) {                                                                   \
         const int64_t G = c->G, D = c->D, BS = c->BS, NB = c->NB;                                \
         for (int64_t i = 0; i < item->count; i++) {                                              \
             int64_t b = rows[item->first + i];                                                   \
             float *base = part + ((b * c->KVH + h) * c->num_splits + item->sp) * G * (D + 2);    \
-            st[i] = (State){base, base + G * D, base + G * D + G, sc};                           \
+            for (int64_t r = 0; r < G; r++) {                                                    \
+                rs[i * G + r] = (Row){base + r * D, base + G * D + r, base + G * D + G + r};     \
+                *rs[i * G + r].m = -INFINITY;                                                    \
+                *rs[i * G + r].l = 0.f;                                                          \
+            }                                                                                    \
             const QTYPE *qb = q + (b * c->H + h * G) * D;                                        \
             float *qi = qf + i * G * D;                                                          \
             for (int64_t j = 0; j < G * D; j++) qi[j] = TO_F32(qb[j]);                           \
-            for (int64_t r = 0; r < G; r++) { st[i].m[r] = -INFINITY; st[i].l[r] = 0.f; }        \
-            memset(st[i].acc, 0, sizeof(float) * G * D);                                         \
+            memset(base, 0, sizeof(float) * G * D);                                              \
         }                                                                                        \
         int64_t lead = rows[item->first], s0, s1;                                                \
         row_range(c, lead, item->sp, &s0, &s1);                                                  \
@@ -348,8 +359,7 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
                 pc.n[pc.np++] = len;                                                             \
                 at += len;                                                                       \
             }                                                                                    \
-            for (int64_t i = 0; i < item->count; i++)                                            \
-                CHUNK(qf + i * G * D, &pc, n, G, D, c->scale, &st[i]);                           \
+            CHUNK(qf, &pc, n, item->count * G, D, c->scale, sc, rs);                             \
             pos += n;                                                                            \
         }                                                                                        \
         return 0;                                                                                \
@@ -421,23 +431,23 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
         int failed = 0, bad_block = 0;                                                           \
         _Pragma("omp parallel num_threads(num_threads)")                                        \
         {                                                                                        \
-            float *sc = (float *)malloc(sizeof(float) * G * (KEY_BLOCK + widest * D));           \
-            State *st = (State *)malloc(sizeof(State) * widest);                                 \
-            if (!sc || !st) {                                                                    \
+            float *sc = (float *)malloc(sizeof(float) * widest * G * (KEY_BLOCK + D));           \
+            Row *rs = (Row *)malloc(sizeof(Row) * widest * G);                                   \
+            if (!sc || !rs) {                                                                    \
                 _Pragma("omp atomic write")                                                      \
                 failed = 1;                                                                      \
             }                                                                                    \
             _Pragma("omp for schedule(dynamic, 1)")                                             \
             for (int64_t u = 0; u < n_items * KVH; u++) {                                        \
-                if (!sc || !st) continue;                                                        \
+                if (!sc || !rs) continue;                                                        \
                 if (ITEM(&c, q, cache, items + u / KVH, rows, u % KVH, part, sc,                 \
-                         sc + G * KEY_BLOCK, st)) {                                              \
+                         sc + widest * G * KEY_BLOCK, rs)) {                                     \
                     _Pragma("omp atomic write")                                                  \
                     bad_block = 1;                                                               \
                 }                                                                                \
             }                                                                                    \
             free(sc);                                                                            \
-            free(st);                                                                            \
+            free(rs);                                                                            \
         }                                                                                        \
         free(rows);                                                                              \
         free(items);                                                                             \
