@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from langchain_ascend.engine.model_source import resolve_model_source
-from langchain_ascend.engine.shared_engines import get_engine
 from langchain_ascend.errors import ModelSourceError
 
 
@@ -85,6 +84,10 @@ def load_engine(chat: Any, name: str) -> Any:
     Raises:
         ModelSourceError: The model cannot be found or prepared.
     """
+    # The engine's stack (scheduler, runner, kernels) loads with the first model, not with
+    # `import langchain_ascend.chat_models`.
+    from langchain_ascend.engine.shared_engines import get_engine
+
     return get_engine(model_folder(chat, name), device=chat.device, dtype=chat.dtype,
                       **engine_kwargs(chat))
 
