@@ -348,6 +348,8 @@ class AscendTimeline(BaseCallbackHandler):
     def __enter__(self) -> AscendTimeline:
         """Watch every run started inside the block (no ``callbacks=`` needed), and start
         the NPU profiler with ``profile_npu``."""
+        # attach loads langchain_core's tracer hooks (langsmith, requests: ~650 modules), which
+        # a timeline only written or read does not need.
         from langchain_ascend.observe.attach import attach
 
         self._attachments.append(attach(self))
