@@ -23,6 +23,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         "`info` only; --version and --help stay at the CLI's ~85 modules",
     (PKG + "app.cli", PKG + "app.demo"): "the demo command loads langchain_core",
     (PKG + "app.cli", PKG + "app.doctor"): "the doctor command loads numpy (GGUF headers)",
+    (PKG + "app.cli", PKG + "native.build"): "demo and serve only (their early kernel compile)",
+    (PKG + "app.cli", PKG + "native.stack_kernel"):
+        "demo and serve only (their early kernel compile)",
     (PKG + "app.cli", PKG + "serve.serve_command"):
         "the serve command loads FastAPI (the serve extra) and the chat model",
     (PKG + "chat.engines", PKG + "engine.shared_engines"):
