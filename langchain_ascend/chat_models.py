@@ -44,6 +44,7 @@ from langchain_ascend.chat.template import load_chat_template
 from langchain_ascend.chat.token_count import count_prompt_tokens, text_token_ids
 from langchain_ascend.chat.tool_support import ToolCallFormatSetting
 from langchain_ascend.chat.warm_up import warm_up_engine
+from langchain_ascend.engine.model_source import check_model_source
 from langchain_ascend.model_env import required_model_from_env
 
 
@@ -244,8 +245,6 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         super().__init__(**kwargs)
         # Checked here (not in a validator) so the typed ModelSourceError reaches the caller
         # instead of being folded into pydantic's ValidationError.
-        from langchain_ascend.engine.model_source import check_model_source
-
         check_model_source(self.model, gguf_file=self.gguf_file)
         self._chat_template_text = load_chat_template(self.chat_template)
 

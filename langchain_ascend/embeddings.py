@@ -36,6 +36,7 @@ from langchain_ascend.errors import (
     VectorStoreArgumentTypeError,
     VectorStoreInputError,
 )
+from langchain_ascend.platform import resolve_device, resolve_dtype
 from langchain_ascend.validation import (
     STORE,
     as_items,
@@ -181,8 +182,6 @@ class AscendEmbeddings(BaseModel, Embeddings):
 
     # ---- model ----------------------------------------------------------------------------
     def _load(self) -> Any:
-        from langchain_ascend.platform import resolve_device, resolve_dtype
-
         model_kwargs = dict(self.model_kwargs)
         requested = model_kwargs.pop("device", None)  # HuggingFaceEmbeddings' habit
         device = resolve_device(requested if requested and self.device == "auto" else self.device)

@@ -1,5 +1,6 @@
 """Reading the package's modules for the shape tests (imported by name: tests/ has no
-packages): module names, the module list, ``if TYPE_CHECKING:`` blocks, import cycles."""
+packages): module names, the module list, ``if TYPE_CHECKING:`` blocks, what an import statement
+imports, import cycles."""
 
 from __future__ import annotations
 
@@ -28,6 +29,28 @@ def is_type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and (
         (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
         or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def import_targets(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """Package modules the statement ``node`` of module ``name`` imports.
+
+    ``from pkg import x`` counts as an import of ``pkg.x`` when that is a module, else of
+    ``pkg``; relative imports are resolved against ``name``'s package.
+    """
+    modules = all_modules()
+    if isinstance(node, ast.Import):
+        found = {alias.name for alias in node.names}
+    else:
+        base = node.module or ""
+        if node.level:
+            package = name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+        found = set()
+        for alias in node.names:
+            sub = f"{base}.{alias.name}"
+            found.add(sub if sub in modules else base)
+    return {m for m in found if m in modules and m != name}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -22,7 +22,13 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from pathlib import Path
 
-from package_graph import PACKAGE_ROOT, all_modules, find_cycle, is_type_checking
+from package_graph import (
+    PACKAGE_ROOT,
+    all_modules,
+    find_cycle,
+    import_targets,
+    is_type_checking,
+)
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
@@ -74,28 +80,14 @@ def _walk_runtime(node: ast.AST) -> Iterator[ast.AST]:
 
 
 def imports_of(name: str) -> set[str]:
-    """Package modules ``name`` imports anywhere: at load or inside functions.
-
-    ``from pkg import x`` counts as an import of ``pkg.x`` when that is a module, else of
-    ``pkg``; type-checking-only imports are left out (they never run).
-    """
-    modules = all_modules()
-    is_package = modules[name].name == "__init__.py"
-    package = name if is_package else name.rpartition(".")[0]
+    """Package modules ``name`` imports anywhere: at load or inside functions (see
+    :func:`package_graph.import_targets`); type-checking-only imports are left out (they never
+    run)."""
     found: set[str] = set()
     for node in _walk_runtime(tree_of(name)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                head = parts[: len(parts) - node.level + 1]
-                base = ".".join(head + ([base] if base else []))
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                found.add(sub if sub in modules else base)
-    return {m for m in found if m in modules and m != name}
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= import_targets(name, node)
+    return found
 
 
 def import_graph() -> dict[str, set[str]]:

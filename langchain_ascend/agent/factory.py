@@ -12,6 +12,7 @@ from langchain_core.tools import tool as as_tool
 from langchain_ascend.agent.loop import AscendAgent
 from langchain_ascend.agent.retriever_tool import DEFAULT_NAME, retriever_tool
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError
+from langchain_ascend.tools import NPUStreamToolExecutor
 from langchain_ascend.validation import check_count
 
 #: ``tool_choice=None`` on a hop means: bind without a choice (the model's own default).
@@ -86,8 +87,6 @@ def create_ascend_agent(
         bound_tools.append(retriever_tool(retriever, name=retriever_name,
                                           description=retriever_description))
     if executor is None:
-        from langchain_ascend.tools import NPUStreamToolExecutor
-
         executor = NPUStreamToolExecutor(bound_tools)
     elif not isinstance(executor, Runnable):
         raise InvalidArgumentTypeError(

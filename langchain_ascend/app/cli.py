@@ -49,7 +49,7 @@ def _info(argv: list[str]) -> int:
     parser.add_argument("device", nargs="?", default="auto",
                         help="the device string to resolve (default: auto)")
     args = parser.parse_args(argv)
-    from langchain_ascend.platform import describe
+    from langchain_ascend.platform import describe  # not at the top: keeps --version light
 
     info = describe(args.device)
     print(f"langchain-ascend {__version__}")
@@ -100,6 +100,8 @@ def _start_kernel_compiles(rest: list[str]) -> None:
 
 def _run(command: str, rest: list[str]) -> int:
     """Run one command with its own arguments."""
+    # Each command's module loads only when it runs, so `--version`, `--help` and `info` stay
+    # light (demo loads langchain_core, doctor numpy, serve FastAPI).
     if command == "demo":
         _start_kernel_compiles(rest)
         from langchain_ascend.app.demo import main as demo_main

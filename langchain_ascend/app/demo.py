@@ -40,11 +40,22 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
+from langchain_ascend.agent import create_ascend_agent, retriever_tool
 from langchain_ascend.app import stage_times
+from langchain_ascend.app.demo_config import Overrides, load_demo_config
 from langchain_ascend.app.demo_tools import build_tools, safe_eval
 from langchain_ascend.app.demo_warm_up import warm_up_agent
 from langchain_ascend.app.stage_times import stages
+from langchain_ascend.chat_models import AscendChatModel
+from langchain_ascend.embeddings import AscendEmbeddings
+from langchain_ascend.engine.model_source import check_model_source, resolve_model_source
+from langchain_ascend.errors import MissingExtraError
+from langchain_ascend.native import build
+from langchain_ascend.observe import AscendTimeline
+from langchain_ascend.testing import build_model, smollm2_gguf_path
 from langchain_ascend.tool_formats.hermes import TOOL_RESPONSE_OPEN
+from langchain_ascend.tools import NPUStreamToolExecutor
+from langchain_ascend.vectorstores import AscendFAISS
 
 __all__ = ["build_demo", "build_tools", "main", "run_demo", "safe_eval"]
 
@@ -81,14 +92,10 @@ def resolve_demo_model(model: str | None) -> tuple[str, bool]:
     ``"tiny-random"`` the random-weight bench model built offline, anything else is passed on.
     """
     if model == TINY_RANDOM:
-        from langchain_ascend.testing import build_model
-
         print("Building a random-weight Qwen2-shaped model (~40M params) on first use ...",
               flush=True)
         return str(build_model("bench", "qwen2")), True
     if model is None:
-        from langchain_ascend.testing import smollm2_gguf_path
-
         return str(smollm2_gguf_path()), False
     return model, False
 
@@ -99,8 +106,6 @@ def build_index(embeddings: Any, docs: list[dict[str, str]], *, batch_size: int 
     under a progress bar. The bundled dozen go in one call: each call has a fixed cost (MiniLM,
     2-core VM: 0.5-0.7 s of CPU for 4 documents, 0.8 s for all 12)."""
     from tqdm.auto import tqdm
-
-    from langchain_ascend import AscendFAISS
 
     store = None
     with tqdm(total=len(docs), desc="indexing", unit="doc", disable=not progress) as bar:
@@ -263,8 +268,6 @@ def _build_parts(model: str | None, *, device: str, dtype: str, max_hops: int,
                  max_tokens: int, progress: bool, config: str | Path | None,
                  overrides: Any) -> tuple[Any, Any, list[BaseTool], Any, str, bool]:
     """``(llm, agent, tools, store, label, random_weights)``, built and warmed."""
-    from langchain_ascend import NPUStreamToolExecutor, create_ascend_agent
-
     if config is not None:
         llm, agent, tools, store, label, random_weights = _parts_from_config(
             config, overrides, progress=progress)
@@ -293,9 +296,6 @@ def _print_model(model: str, random_weights: bool) -> None:
 def _load_chat_model(model: str, *, device: str, dtype: str, max_tokens: int,
                      progress: bool) -> Any:
     """The demo's greedy chat model, loaded and warmed (a bad model fails before any bar)."""
-    from langchain_ascend import AscendChatModel
-    from langchain_ascend.engine.model_source import check_model_source, resolve_model_source
-
     check_model_source(model)
     with stages("model", ["source: config, tokenizer", _load_step_name(), "warm-up step"],
                 enabled=progress) as advance:
@@ -314,8 +314,6 @@ def _load_chat_model(model: str, *, device: str, dtype: str, max_tokens: int,
 
 def _load_step_name() -> str:
     """The load step's label; on a first run it names the C kernels compiling meanwhile."""
-    from langchain_ascend.native import build
-
     compiling = sorted({name.split("-")[0] for name in build.jobs_in_flight()})
     return "load: weights, kernels, KV cache" + (
         f" (compiling {', '.join(compiling)}.c: first run)" if compiling else "")
@@ -323,9 +321,6 @@ def _load_step_name() -> str:
 
 def _bundled_search(device: str, *, progress: bool) -> tuple[BaseTool, Any]:
     """``search_docs`` over the bundled documents, and its store."""
-    from langchain_ascend import AscendEmbeddings
-    from langchain_ascend.agent import retriever_tool
-
     with stage_times.stage("indexing"):
         store = build_index(AscendEmbeddings(device=device), load_documents(),
                             progress=progress)
@@ -337,8 +332,6 @@ def _bundled_search(device: str, *, progress: bool) -> tuple[BaseTool, Any]:
 def _parts_from_config(config: str | Path, overrides: Any, *, progress: bool,
                        ) -> tuple[Any, Any, list[BaseTool], Any, str, bool]:
     """llm, agent, tools, store, model label and random-weights flag from a config file."""
-    from langchain_ascend.app.demo_config import Overrides, load_demo_config
-
     overrides = overrides or Overrides()
     random_weights = False
     if overrides.model is not None:
@@ -368,8 +361,6 @@ def _parts_from_config(config: str | Path, overrides: Any, *, progress: bool,
 def write_outputs(timeline: Any, out: Path, *, title: str) -> list[Path]:
     """Write the timeline's trace, chart and summary table into ``out``; without matplotlib
     (the ``plot`` extra) print a one-line note and skip the chart."""
-    from langchain_ascend.errors import MissingExtraError
-
     out.mkdir(parents=True, exist_ok=True)
     written = [timeline.write_chrome_trace(out / "trace.json")]
     try:
@@ -397,8 +388,6 @@ def run_demo(model: str | None = None, *, device: str = "auto", dtype: str = "au
     timeline = None
     config: dict[str, Any] = {}
     if out is not None:
-        from langchain_ascend import AscendTimeline
-
         timeline = AscendTimeline()
         config = {"callbacks": [timeline]}
 
@@ -475,8 +464,6 @@ def main(argv: list[str] | None = None) -> int:
     questions = tuple(args.question) if args.question else QUESTIONS
     overrides = None
     if args.config is not None:
-        from langchain_ascend.app.demo_config import Overrides
-
         overrides = Overrides(model=args.model, device=args.device, dtype=args.dtype,
                               max_hops=args.max_hops, max_tokens=args.max_tokens)
     run_demo(args.model, device=args.device or "auto", dtype=args.dtype or "auto",

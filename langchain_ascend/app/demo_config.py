@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.config import load_agent_config, read_config
+from langchain_ascend.model_env import model_from_env
+
 #: The file's ``model`` keys the demo fills when unset (greedy, short replies).
 DEMO_MODEL_DEFAULTS = {"max_tokens": 64, "temperature": 0.0}
 
@@ -48,8 +51,6 @@ def config_data(config: Any, overrides: Overrides, *, system_prompt: str,
     """The validated config as a dict with the demo's defaults and the command line's
     overrides applied (``default_model()``: the model when neither the command line, the
     file nor ``$LANGCHAIN_ASCEND_MODEL`` names one)."""
-    from langchain_ascend.model_env import model_from_env
-
     data = config.model_dump(exclude_unset=True, mode="json")
     model = data.setdefault("model", {})
     for key, value in DEMO_MODEL_DEFAULTS.items():
@@ -88,8 +89,6 @@ def load_demo_config(path: str | os.PathLike[str], overrides: Overrides, *,
     Raises:
         ConfigError: The file is missing or invalid (names the key, file and line).
     """
-    from langchain_ascend.config import load_agent_config, read_config
-
     config = read_config(Path(path))
     data = config_data(config, overrides, system_prompt=system_prompt,
                        default_model=default_model)

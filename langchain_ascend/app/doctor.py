@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend import platform
 from langchain_ascend.app.doctor_checks import (
     ALLOC_KEYS,
     NATIVE_KERNELS,
@@ -35,6 +36,11 @@ from langchain_ascend.app.doctor_checks import (
     check_visible_devices,
     classify_torch_import,
 )
+from langchain_ascend.app.doctor_weights import check_model_weights
+from langchain_ascend.attention.backends import backend_name_for, get_backend_class
+from langchain_ascend.engine import hf_config
+from langchain_ascend.engine.worker.compile import resolve_plan
+from langchain_ascend.native import build
 
 # The caller's own setting, read before platform imports torch with autoload off.
 _ORIGINAL_AUTOLOAD = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
@@ -115,10 +121,6 @@ def _model_geometry(model: str, device: Any, dtype: str) -> tuple[int, int, int]
     """(bytes per block, block size, context length) of the HF model folder ``model``."""
     from transformers import AutoConfig
 
-    from langchain_ascend import platform
-    from langchain_ascend.attention.backends import backend_name_for, get_backend_class
-    from langchain_ascend.engine import hf_config
-
     config = AutoConfig.from_pretrained(model)
     num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(config)
     backend_cls = get_backend_class(backend_name_for(platform.device_type(device), "auto"))
@@ -139,13 +141,10 @@ def gather(*, device: str = "auto", model: str | None = None, memory_fraction: f
     findings.append(torch_import)
     findings.append(check_transformers(_version("transformers"), _transformers_spec()))
     if model is not None:
-        from langchain_ascend.app.doctor_weights import check_model_weights
-
         findings.append(check_model_weights(model))
     if _version("torch") is None:
         skip = "torch is not installed"
         return findings + [Finding(n, "skip", skip) for n in _TORCH_CHECKS]
-    from langchain_ascend import platform
 
     try:
         resolved = platform.resolve_device(device)
@@ -165,7 +164,6 @@ def gather(*, device: str = "auto", model: str | None = None, memory_fraction: f
     findings.append(check_alloc_conf(env, kind))
     findings.append(_kv_finding(resolved, model, memory_fraction, num_blocks))
     findings.append(_native_finding())
-    from langchain_ascend.engine.worker.compile import resolve_plan
 
     findings.append(check_compile(device_type=kind, plan=resolve_plan("auto", resolved),
                                   compile_backend=platform.compile_backend(resolved),
@@ -203,8 +201,6 @@ def _bf16_supported(torch: Any, kind: str) -> bool | None:
 
 def _kv_finding(device: Any, model: str | None, memory_fraction: float,
                 num_blocks: int | None) -> Finding:
-    from langchain_ascend import platform
-
     memory = platform.memory_info(device)
     geometry: tuple[int, int, int] | None = None
     if model is not None:
@@ -225,8 +221,6 @@ def _kv_finding(device: Any, model: str | None, memory_fraction: float,
 
 
 def _native_finding() -> Finding:
-    from langchain_ascend.native import build
-
     problem = build.host_problem()
     results: dict[str, str | None] = {}
     if problem is None:

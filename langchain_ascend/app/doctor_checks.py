@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from langchain_ascend.cache_dir import COMPILE_CHOICE, NATIVE, cache_subdir
+from langchain_ascend.engine.worker.kv_cache import (
+    CPU_KV_CACHE_CAP_BYTES,
+    DEFAULT_MAX_KV_TOKENS,
+    MIN_NUM_BLOCKS,
+)
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -245,12 +250,6 @@ def check_kv_pool(*, device: str, free_bytes: int, total_bytes: int, memory_frac
     (``engine.worker.kv_cache.plan_num_blocks``'s rules: ``memory_fraction`` of free memory,
     at most 2 GiB on CPU, room for ``max_batch_size`` full contexts and at most 256k tokens;
     or ``num_blocks`` when given)."""
-    from langchain_ascend.engine.worker.kv_cache import (
-        CPU_KV_CACHE_CAP_BYTES,
-        DEFAULT_MAX_KV_TOKENS,
-        MIN_NUM_BLOCKS,
-    )
-
     name = "KV pool vs free memory"
     gib = 2**30
     memory = f"{device}: {free_bytes / gib:.1f} of {total_bytes / gib:.1f} GiB free"

@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 from langchain_ascend.app.doctor_checks import Finding
+from langchain_ascend.quant.gguf_file import GGUFFile, GGUFFormatError
+from langchain_ascend.quant.gguf_model import SUPPORTED_ARCHITECTURES, target_format
 
 NAME = "model weights"
 
@@ -23,9 +25,6 @@ def _mb(num_bytes: float) -> str:
 
 def gguf_weights(path: Path) -> Finding:
     """The weights line of a GGUF file."""
-    from langchain_ascend.quant.gguf_file import GGUFFile, GGUFFormatError
-    from langchain_ascend.quant.gguf_model import SUPPORTED_ARCHITECTURES, target_format
-
     try:
         gguf = GGUFFile(path)
     except (GGUFFormatError, OSError) as exc:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.engine.model_source import resolve_model_source
 from langchain_ascend.errors import ModelSourceError
 
 
@@ -52,8 +53,6 @@ def model_folder(chat: Any, name: str) -> Path:
     """The local HF folder of model ``name`` for chat model ``chat`` (see the module
     docstring); a GGUF file is prepared as ``chat.quantization`` asks (only its config and
     tokenizer are written when its blocks run as they are)."""
-    from langchain_ascend.engine.model_source import resolve_model_source
-
     own = name == chat.model
     revision = chat.model_kwargs.get("revision") if own else None
     source: str | Path = hub_revision_folder(name, revision) if revision else name
@@ -85,6 +84,8 @@ def load_engine(chat: Any, name: str) -> Any:
     Raises:
         ModelSourceError: The model cannot be found or prepared.
     """
+    # The engine's stack (scheduler, runner, kernels) loads with the first model, not with
+    # `import langchain_ascend.chat_models`.
     from langchain_ascend.engine.shared_engines import get_engine
 
     return get_engine(model_folder(chat, name), device=chat.device, dtype=chat.dtype,

@@ -29,6 +29,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from langchain_ascend.chat.template import HOW_TO_SET
 from langchain_ascend.errors import (
     ChatTemplateError,
     InvalidArgumentTypeError,
@@ -251,8 +252,6 @@ def render_prompt(
         ChatTemplateError: No chat template, or the template rejected the conversation.
     """
     if not has_chat_template(tokenizer):
-        from langchain_ascend.chat.template import HOW_TO_SET
-
         raise ChatTemplateError(
             f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'this model')!r} has no chat "
             f"template (a base model, or a GGUF file without tokenizer.chat_template): "

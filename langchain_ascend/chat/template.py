@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.engine.hf_config import end_of_turn_token_ids
 from langchain_ascend.errors import ChatTemplateError, InvalidArgumentTypeError
 
 #: Text that only a Jinja template holds: a statement or an expression tag.
@@ -198,6 +199,4 @@ def template_stop_token_ids(tokenizer: Any, chat_template: str | None) -> list[i
     model's own EOS is another token (a base model's ``<|endoftext|>``). Empty for None."""
     if not chat_template:
         return []
-    from langchain_ascend.engine.hf_config import end_of_turn_token_ids
-
     return end_of_turn_token_ids(chat_template, tokenizer)

@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend import platform
+from langchain_ascend.agent import create_ascend_agent
+from langchain_ascend.agent.retriever_tool import DEFAULT_NAME, retriever_tool
 from langchain_ascend.chat.template import is_jinja
+from langchain_ascend.chat_models import AscendChatModel
 from langchain_ascend.config.schema import (
     AgentConfig,
     EmbeddingsConfig,
@@ -21,6 +25,9 @@ from langchain_ascend.config.schema import (
 )
 from langchain_ascend.config.source import ConfigError, Source, read_raw, validate
 from langchain_ascend.config.tool_imports import import_tools
+from langchain_ascend.embeddings import AscendEmbeddings
+from langchain_ascend.tools import NPUStreamToolExecutor
+from langchain_ascend.vectorstores import AscendFAISS
 
 # model-section keys that are not AscendChatModel fields of the same name.
 _NOT_CHAT_FIELDS = {"path", "kv_cache_policy"}
@@ -87,7 +94,6 @@ def load_agent_config(source: Source, *,
     config = read_config(source)
     tools = [*import_tools(config.tools.imports if config.tools else None), *(tools or [])]
     out = _build(config, tools, chat_model=True, executor=True)
-    from langchain_ascend.agent import create_ascend_agent
 
     options = config.agent.model_dump(exclude_unset=True) if config.agent is not None else {}
     out.agent = create_ascend_agent(out.chat_model, out.tools, executor=out.tool_executor,
@@ -126,8 +132,6 @@ def _build(config: AgentConfig, tools: Sequence[Any] | None, *, chat_model: bool
         out.embeddings = build_embeddings(config.embeddings or EmbeddingsConfig(), device)
     store = config.vectorstore
     if store is not None:
-        from langchain_ascend.agent.retriever_tool import DEFAULT_NAME, retriever_tool
-
         out.vectorstore = build_vectorstore(store, out.embeddings, device)
         out.retriever = out.vectorstore.as_retriever(
             **({"search_kwargs": {"k": store.k}} if store.k is not None else {}))
@@ -150,7 +154,6 @@ def config_device(npu: NpuConfig) -> str:
         return npu.device
     if npu.device in ("npu", "cuda"):
         return f"{npu.device}:{index}"
-    from langchain_ascend import platform
 
     if platform.probe_npu().available:
         return f"npu:{index}"
@@ -161,8 +164,6 @@ def config_device(npu: NpuConfig) -> str:
 
 def build_chat_model(model: ModelConfig, device: str) -> Any:
     """``AscendChatModel`` from the ``model`` keys the file set, on ``device``."""
-    from langchain_ascend.chat_models import AscendChatModel
-
     fields = {k: v for k, v in model.model_dump(exclude_unset=True).items()
               if k not in _NOT_CHAT_FIELDS}
     if model.path is not None:
@@ -172,8 +173,6 @@ def build_chat_model(model: ModelConfig, device: str) -> Any:
 
 def build_embeddings(section: EmbeddingsConfig, device: str) -> Any:
     """``AscendEmbeddings`` on ``embeddings.device``, else the config's device."""
-    from langchain_ascend.embeddings import AscendEmbeddings
-
     fields = section.model_dump(exclude_unset=True)
     fields["device"] = section.device or device
     return AscendEmbeddings(**fields)
@@ -181,8 +180,6 @@ def build_embeddings(section: EmbeddingsConfig, device: str) -> Any:
 
 def build_vectorstore(section: VectorStoreConfig, embeddings: Any, device: str) -> Any:
     """``AscendFAISS.load_local(path)`` or ``from_texts(texts | lines of texts_file)``."""
-    from langchain_ascend.vectorstores import AscendFAISS
-
     options: dict[str, Any] = {"device": device}
     if section.distance_strategy is not None:
         options["distance_strategy"] = section.distance_strategy
@@ -211,8 +208,6 @@ def build_executor(section: ToolsConfig, npu: NpuConfig, device: str,
                    tools: Sequence[Any] | None) -> Any:
     """``NPUStreamToolExecutor(tools)`` with the ``tools`` keys the file set; device streams
     on the config's device unless ``npu.stream.enable_async`` is false (``device=None``)."""
-    from langchain_ascend.tools import NPUStreamToolExecutor
-
     fields = section.model_dump(exclude_unset=True)
     fields.pop("imports", None)  # the tools themselves, not an executor option
     return NPUStreamToolExecutor(list(tools or []),

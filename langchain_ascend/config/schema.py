@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from langchain_ascend.chat_models import AscendChatModel
+
 Device = Literal["auto", "npu", "cuda", "cpu"]
 IMPORT_PATH = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$"
 """A tool's import path (``tools.imports``): a dotted module path, then ``:name`` or ``.name``."""
@@ -154,8 +156,6 @@ class NpuConfig(Section):
 
 
 def _chat_model_fields() -> dict[str, Any]:
-    from langchain_ascend.chat_models import AscendChatModel
-
     return dict(AscendChatModel.model_fields)
 
 

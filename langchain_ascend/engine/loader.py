@@ -13,7 +13,11 @@ import os
 from typing import Any
 
 from langchain_ascend import platform
+from langchain_ascend.attention.backends import backend_name_for, get_backend_class
 from langchain_ascend.engine import hf_config
+from langchain_ascend.engine.worker.kv_cache import plan_num_blocks
+from langchain_ascend.engine.worker.model_runner import ModelRunner
+from langchain_ascend.native import build, stack_kernel
 
 __all__ = ["LoadedModel", "default_num_blocks", "dtype_name"]
 
@@ -58,12 +62,8 @@ class LoadedModel:
         """
         from transformers import AutoTokenizer
 
-        from langchain_ascend.engine.worker.model_runner import ModelRunner
-
         resolved = platform.resolve_device(device)  # an unusable device fails here, first
         if resolved.type == "cpu":  # the decode step's C kernels build while the weights load
-            from langchain_ascend.native import build, stack_kernel
-
             build.prebuild([stack_kernel.KERNEL])
         path = os.fspath(model_path)
         if num_blocks is None:
@@ -88,9 +88,6 @@ def default_num_blocks(path: str, *, device: Any, dtype: Any, block_size: int | 
     """The default pool of the model at ``path``: room for ``max_batch_size`` requests of the
     context length (the model's when not set), bounded by ``plan_num_blocks``'s caps."""
     from transformers import AutoConfig
-
-    from langchain_ascend.attention.backends import backend_name_for, get_backend_class
-    from langchain_ascend.engine.worker.kv_cache import plan_num_blocks
 
     config = AutoConfig.from_pretrained(path)
     num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(config)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING, Any
 
-from langchain_ascend.native import build
+from langchain_ascend.native import build, qmatmul
 
 if TYPE_CHECKING:
     import torch
@@ -26,8 +26,6 @@ def product_code(fmt: str | None = None, layout: str = "gguf") -> int:
     """A product's weight kind in :class:`DecodeLayer` (``*_fmt``, pure function): 0 for tiles
     of the model's dtype (``fmt`` None), else ``1 + format + 3 * layout`` for blocks of a
     ``quant.formats`` format and layout (``native.qmatmul``'s codes)."""
-    from langchain_ascend.native import qmatmul
-
     if fmt is None:
         return 0
     return 1 + qmatmul.FORMAT_CODES[fmt] + 3 * qmatmul.LAYOUT_CODES[layout]

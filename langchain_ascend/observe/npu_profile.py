@@ -13,13 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend import platform
 from langchain_ascend.errors import DeviceUnavailableError
 
 
 def profiler_problem() -> str | None:
     """Why ``torch_npu.profiler`` cannot record here, or None when it can."""
-    from langchain_ascend import platform
-
     probe = platform.probe_npu()
     if not probe.available:
         return probe.reason

@@ -19,12 +19,16 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from langchain_ascend.observe.chart import write_png
+from langchain_ascend.observe.chrome_trace import trace_dict, write_trace
+from langchain_ascend.observe.npu_profile import start_profiler
 from langchain_ascend.observe.records import (
     HopSpan,
     RetrievalSpan,
     Snapshot,
     ToolSpan,
 )
+from langchain_ascend.observe.summary import summary_table
 
 
 class AscendTimeline(BaseCallbackHandler):
@@ -320,14 +324,10 @@ class AscendTimeline(BaseCallbackHandler):
 
         See :func:`langchain_ascend.observe.chrome_trace.trace_events` for its layout.
         """
-        from langchain_ascend.observe.chrome_trace import write_trace
-
         return write_trace(self.snapshot(), Path(path))
 
     def to_chrome_trace(self) -> dict[str, Any]:
         """The trace :meth:`write_chrome_trace` writes, as a dict."""
-        from langchain_ascend.observe.chrome_trace import trace_dict
-
         return trace_dict(self.snapshot())
 
     def write_png(self, path: str | Path, *, title: str | None = None) -> Path:
@@ -336,15 +336,11 @@ class AscendTimeline(BaseCallbackHandler):
         Needs the ``plot`` extra (``pip install 'langchain-ascend[plot]'``): a
         :class:`~langchain_ascend.errors.MissingExtraError` (an ``ImportError``) without it.
         """
-        from langchain_ascend.observe.chart import write_png
-
         return write_png(self.snapshot(), Path(path), title=title)
 
     def summary(self) -> str:
         """A text table: per hop tokens in / cached / out and times, per tool call duration,
         status and retries, per retrieval duration and documents; totals last."""
-        from langchain_ascend.observe.summary import summary_table
-
         return summary_table(self.snapshot())
 
     # ------------------------------------------------------------------ context manager
@@ -352,12 +348,12 @@ class AscendTimeline(BaseCallbackHandler):
     def __enter__(self) -> AscendTimeline:
         """Watch every run started inside the block (no ``callbacks=`` needed), and start
         the NPU profiler with ``profile_npu``."""
+        # attach loads langchain_core's tracer hooks (langsmith, requests: ~650 modules), which
+        # a timeline only written or read does not need.
         from langchain_ascend.observe.attach import attach
 
         self._attachments.append(attach(self))
         if self.profile_npu:
-            from langchain_ascend.observe.npu_profile import start_profiler
-
             self._profiler = start_profiler(self.profile_dir)
         return self
 

@@ -36,11 +36,14 @@ from typing import Any
 import numpy as np
 
 from langchain_ascend.errors import ModelSourceError
+from langchain_ascend.quant import formats
+from langchain_ascend.quant.gguf_config import load_gguf_config
 from langchain_ascend.quant.gguf_file import (
     GGML_BF16,
     GGML_F16,
     GGML_F32,
     GGUFFile,
+    GGUFFormatError,
     TensorInfo,
     block_geometry,
 )
@@ -163,8 +166,6 @@ class _Filler:
         """The 2-D tensor as a ``QuantizedWeight`` in ``fmt``: the file's bytes when it is
         stored in ``fmt``, else re-quantized from its float values."""
         import torch
-
-        from langchain_ascend.quant import formats
 
         rows, cols = info.shape
         order = _row_order(self.gguf.architecture, info.name, self.config, rows)
@@ -305,9 +306,6 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
             :data:`SUPPORTED_ARCHITECTURES`, or a model weight has no tensor in it.
     """
     import torch
-
-    from langchain_ascend.quant.gguf_config import load_gguf_config
-    from langchain_ascend.quant.gguf_file import GGUFFormatError
 
     check_quantization(quantization)
     started = time.perf_counter()

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from langchain_ascend.native import qmatmul
 from langchain_ascend.quant import formats
+from langchain_ascend.quant.embedding import QuantizedEmbedding
 
 if TYPE_CHECKING:
     from langchain_ascend.quant.formats import QuantizedWeight
@@ -40,12 +42,7 @@ def _native_qmatmul() -> Callable[..., torch.Tensor] | None:
     per process; the first look builds the kernel)."""
     global _NATIVE
     if _NATIVE is _UNSET:
-        try:
-            from langchain_ascend.native import qmatmul as native
-        except ImportError:
-            _NATIVE = None
-        else:
-            _NATIVE = native.qmatmul if native.available() else None
+        _NATIVE = qmatmul.qmatmul if qmatmul.available() else None
     return _NATIVE  # type: ignore[return-value]
 
 
@@ -208,6 +205,4 @@ def quantized_weight_bytes(model: nn.Module) -> int:
 
 
 def _is_quantized_embedding(module: nn.Module) -> bool:
-    from langchain_ascend.quant.embedding import QuantizedEmbedding
-
     return isinstance(module, QuantizedEmbedding)

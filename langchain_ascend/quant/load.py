@@ -17,6 +17,10 @@ import logging
 import os
 from typing import Any
 
+from langchain_ascend.engine.model_source.gguf_blocks import gguf_weights_file
+from langchain_ascend.quant.gguf_model import load_gguf_model
+from langchain_ascend.quant.quantize_model import FORMAT_OF_MODE, quantize_model
+
 logger = logging.getLogger(__name__)
 
 QUANTIZATION_MODES = ("auto", "gguf", "int8", "int4", "none")
@@ -73,10 +77,6 @@ def load_causal_lm(model_path: str | os.PathLike[str], *, dtype: Any,
         ModelSourceError: A GGUF-backed folder whose file is gone or unreadable.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from langchain_ascend.engine.model_source.gguf_blocks import gguf_weights_file
-    from langchain_ascend.quant.gguf_model import load_gguf_model
-    from langchain_ascend.quant.quantize_model import FORMAT_OF_MODE, quantize_model
 
     gguf_file = gguf_weights_file(model_path)
     mode = resolve_quantization(quantization, from_gguf=gguf_file is not None)

@@ -14,7 +14,13 @@ import signal
 import sys
 from typing import Any
 
-from langchain_ascend.serve.ray.ray_command import add_ray_options
+from langchain_ascend.app.stage_times import stages
+from langchain_ascend.chat_models import AscendChatModel
+from langchain_ascend.config import load_agent_config
+from langchain_ascend.embeddings import AscendEmbeddings
+from langchain_ascend.serve.app import create_app
+from langchain_ascend.serve.ray.ray_command import add_ray_options, run_ray
+from langchain_ascend.serve.web import uvicorn
 
 API_KEY_ENV = "LANGCHAIN_ASCEND_API_KEY"
 DESCRIPTION = ("serve a model over an OpenAI-compatible HTTP API (chat completions, "
@@ -78,20 +84,14 @@ def chat_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_parts(args: argparse.Namespace) -> dict[str, Any]:
     """Build and warm the chat model, embeddings and agent (under progress bars)."""
-    from langchain_ascend.app.stage_times import stages
-
     parts: dict[str, Any] = {"agent": None, "embeddings": None}
     steps = ["config" if args.config else "model", "load, KV cache, warm-up", "embeddings"]
     with stages("serve", steps, enabled=not args.no_progress) as advance:
         if args.config:
-            from langchain_ascend.config import load_agent_config
-
             components = load_agent_config(args.config)
             parts["agent"] = components.agent
             parts["embeddings"] = components.embeddings
         if args.model or not args.config:
-            from langchain_ascend.chat_models import AscendChatModel
-
             parts["chat_model"] = AscendChatModel(**chat_model_kwargs(args))
         else:
             parts["chat_model"] = components.chat_model
@@ -99,8 +99,6 @@ def load_parts(args: argparse.Namespace) -> dict[str, Any]:
         parts["chat_model"].warm_up()
         advance()
         if not args.no_embeddings and (parts["embeddings"] is None or args.embeddings_model):
-            from langchain_ascend.embeddings import AscendEmbeddings
-
             kwargs = {"model": args.embeddings_model} if args.embeddings_model else {}
             parts["embeddings"] = AscendEmbeddings(device=args.device, **kwargs)
         if args.no_embeddings:
@@ -111,8 +109,6 @@ def load_parts(args: argparse.Namespace) -> dict[str, Any]:
 
 def make_app(args: argparse.Namespace, parts: dict[str, Any]) -> Any:
     """The app over the loaded parts, with the options given."""
-    from langchain_ascend.serve.app import create_app
-
     return create_app(parts["chat_model"], embeddings=parts["embeddings"],
                       served_model_name=args.served_model_name,
                       api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
@@ -132,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     if args.ray:
-        from langchain_ascend.serve.ray.ray_command import run_ray
-
         return run_ray(args, argv)
-    from langchain_ascend.serve.web import uvicorn
 
     parts = load_parts(args)
     app = make_app(args, parts)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_ascend import platform
+from langchain_ascend.native import build
+
 
 def accelerator_params() -> list[Any]:
     """``[cuda, npu]`` as ``pytest.param`` s with their ``cuda`` / ``npu`` markers, each skipped
     with :mod:`langchain_ascend.platform`'s reason where that device cannot be used."""
     import pytest
-
-    from langchain_ascend import platform
 
     reasons = {"cuda": platform.cuda_reason(), "npu": platform.probe_npu().reason}
     return [pytest.param(kind, marks=[getattr(pytest.mark, kind), pytest.mark.skipif(
@@ -24,8 +25,6 @@ def needs_native_kernels() -> Any:
     :func:`langchain_ascend.native.build.host_problem`'s reason where the kernels cannot run
     (a host that should build them and fails still runs, and fails, the tests)."""
     import pytest
-
-    from langchain_ascend.native import build
 
     problem = build.host_problem()
     return pytest.mark.skipif(problem is not None,

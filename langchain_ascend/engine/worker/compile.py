@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from langchain_ascend import platform
 from langchain_ascend.engine.worker import compile_choice
 from langchain_ascend.engine.worker.compile_choice import CompileChoice
+from langchain_ascend.engine.worker.graphs import DecodeGraphs
 
 if TYPE_CHECKING:
     import torch
 
     from langchain_ascend.attention.backends.base import BatchLayout
-    from langchain_ascend.engine.worker.graphs import DecodeGraphs
     from langchain_ascend.engine.worker.static_step import Bucket, StaticDecodeStep
     from langchain_ascend.platform import GraphAPI
 
@@ -220,8 +220,6 @@ class StepCompiler:
         self.choice: CompileChoice | None = None
         self.graphs: DecodeGraphs | None = None
         if self.plan == "graphs":
-            from langchain_ascend.engine.worker.graphs import DecodeGraphs
-
             api = graph_api or platform.graph_api(device)
             assert static is not None and api is not None
             self.graphs = DecodeGraphs(static, api)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_ascend._version import __version__
 from langchain_ascend.cache_dir import COMPILE_CHOICE, cache_subdir
 
 if TYPE_CHECKING:
@@ -203,8 +204,6 @@ def cpu_model() -> str:
 def choice_key(model_key: str, bucket: tuple[int, int], backend: str) -> dict[str, Any]:
     """Everything a cached decision depends on (module docstring)."""
     import torch
-
-    from langchain_ascend._version import __version__
 
     return {"model": model_key, "bucket": list(bucket), "backend": backend,
             "torch": torch.__version__, "package": __version__,

@@ -50,6 +50,8 @@ from langchain_ascend.engine.worker.packing import build_layout, pack
 from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.engine.worker.static_step import StaticDecodeStep
 from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.quant.load import load_causal_lm
+from langchain_ascend.quant.quantize_model import weight_summary
 
 if TYPE_CHECKING:
     import torch
@@ -170,8 +172,6 @@ class ModelRunner:
                 ``"auto"`` (float16 for quantized weights on the CPU, else the model's dtype),
                 ``"float32"``, ``"bfloat16"`` or ``"float16"``.
         """
-        from langchain_ascend.quant.load import load_causal_lm
-
         resolved_device = platform.resolve_device(device)
         resolved_dtype = platform.resolve_dtype(dtype, resolved_device)
         model, mode = load_causal_lm(model_path, dtype=resolved_dtype,
@@ -200,8 +200,6 @@ class ModelRunner:
         ``compile="auto"`` runs eager on the CPU when linear layers are quantized (the compiled
         step does not trace the native quantized products).
         """
-        from langchain_ascend.quant.quantize_model import weight_summary
-
         name = registry.register()
         if model.config._attn_implementation != name:
             model.set_attn_implementation(name)

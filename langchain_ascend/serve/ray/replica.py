@@ -29,6 +29,8 @@ from typing import Any
 import ray
 from ray import serve
 
+from langchain_ascend.chat_models import AscendChatModel
+from langchain_ascend.serve.app import create_app
 from langchain_ascend.serve.ray.asgi_call import ForwardedRequest, ResponseStart, call_asgi
 from langchain_ascend.serve.ray.replica_metrics import ReplicaMetrics
 
@@ -49,9 +51,6 @@ def build_server_app(model: str, chat_model_kwargs: Mapping[str, Any] | None = N
     The engine is built (model loaded, warm-up run) before this returns, so a replica is
     ready only once it can serve.
     """
-    from langchain_ascend.chat_models import AscendChatModel
-    from langchain_ascend.serve.app import create_app
-
     chat_model = AscendChatModel(model=model, **dict(chat_model_kwargs or {}))
     chat_model.warm_up()
     return create_app(chat_model, **server_kwargs)
