@@ -7,10 +7,11 @@ connection after the first events, which must abort the request in the engine.
 
 Afterwards, read from the server itself: no KV block is held (``/metrics``'s
 ``langchain_ascend_kv_blocks_used`` back to its idle value), nothing is running, waiting or in
-flight, ``/health`` answers 200, and the process's RSS is flat: over the second half of the run it
-grows by less than :data:`STEADY_RSS_BOUND_MB` (a leak of 18 kB per request would show), and
-from after the first :data:`WARMUP` requests to the end by less than :data:`RSS_BOUND_MB`.
-One-time growth lands in the first half (a clean-clone CI run: 573 -> 593 -> 593 MB). Why
+flight, ``/health`` answers 200, and the process's RSS is flat: one of the two halves of the
+run grows by less than :data:`STEADY_RSS_BOUND_MB` (a leak of 18 kB per request grows both),
+and from after the first :data:`WARMUP` requests to the end by less than :data:`RSS_BOUND_MB`.
+One-time growth of the allocator lands in one half, either one (clean-clone CI runs: 573 ->
+593 -> 593 MB; 586 -> 588 -> 597 MB). Why
 those bounds:
 
 - the KV pool is ``torch.zeros``, whose pages the OS maps on first write; the prefix cache
@@ -62,7 +63,7 @@ DROPPED_MAX_TOKENS = 64
 RSS_BOUND_MB = 32.0
 """5 MB of KV pool pages mapped on first use + allocator slack (module docstring)."""
 STEADY_RSS_BOUND_MB = 8.0
-"""Growth allowed over the second half's 450 requests: under 18 kB a request."""
+"""Growth allowed over one half's 450 requests: under 18 kB a request."""
 SYSTEM = ("You are the soak-test assistant. Answer in one short sentence, then stop. "
           "Never call tools. ") * 4
 
@@ -174,7 +175,7 @@ def test_thousand_requests_with_disconnects_leak_nothing():
             rss.append(rss_mb(pid))
         print("server RSS (MB) after the warm-up, half-way, at the end: "
               + ", ".join(f"{r:.1f}" for r in rss))
-        assert rss[2] - rss[1] < STEADY_RSS_BOUND_MB, rss
+        assert min(rss[1] - rss[0], rss[2] - rss[1]) < STEADY_RSS_BOUND_MB, rss
         assert rss[2] - rss[0] < RSS_BOUND_MB, rss
         assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200
         assert server.process.poll() is None

@@ -87,10 +87,9 @@ def test_bound_tools_are_in_the_prompt(llm):
 
 
 @pytest.mark.parametrize(("question", "name", "argument", "needles"), [
-    pytest.param("What is the weather in Beijing?", "get_weather", "city", ["Beijing"],
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "SmolLM2-135M, forced to call, picks get_weather but writes "
-                     "city='Bangkok' for a question about Beijing (greedy, measured)"))),
+    # (greedy; with the paged kernel's register fix the float rounding changed and the model
+    # now writes city='Beijing', where it wrote 'Bangkok' before: a strict xfail until then)
+    ("What is the weather in Beijing?", "get_weather", "city", ["Beijing"]),
     ("What is 17 * 23?", "calculator", "expression", ["17", "23"]),
     pytest.param("Search the web for the height of the Eiffel Tower.", "web_search", "query",
                  ["Eiffel"], marks=pytest.mark.xfail(strict=True, reason=(
