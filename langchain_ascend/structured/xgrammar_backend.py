@@ -51,20 +51,19 @@ def _whole_utf8(data: bytes) -> bool:
     return True
 
 
-def _growth_flags(decoded: list[bytes]) -> dict[str, np.ndarray]:
+def _growth_flags(decoded: list[bytes], tiers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per token: whether it can lengthen the closing path by at most 0, 3 or 5 tokens (see
-    ``GrammarBackend._policy_masks``)."""
+    ``GrammarBackend._policy_masks``), from the policy's own ``quote_then_closers``,
+    ``digits`` and ``closers`` flags."""
     no_quote = np.array([b'"' not in t for t in decoded], dtype=bool)
     plain = no_quote & np.array([b"\\" not in t for t in decoded], dtype=bool)
     whole = np.array([bool(t) and _whole_utf8(t) for t in decoded], dtype=bool)
-    closing_quote = np.array([bool(_QUOTE_THEN_CLOSERS.match(t)) for t in decoded], dtype=bool)
-    inert_outside = np.array(
-        [bool(t) and (t.isspace() or bool(_DIGITS.match(t)) or bool(_CLOSERS_ONLY.match(t)))
-         for t in decoded], dtype=bool)
+    closing_quote = tiers["quote_then_closers"]
+    spaces = np.array([t.isspace() for t in decoded], dtype=bool)
     return {"grows_0_in_string": (plain & whole) | closing_quote,
             "grows_3_in_string": plain | closing_quote,
             "grows_5_in_string": no_quote | closing_quote,
-            "grows_0_outside": inert_outside}
+            "grows_0_outside": spaces | tiers["digits"] | tiers["closers"]}
 
 
 class GrammarBackend:
@@ -152,8 +151,8 @@ class GrammarBackend:
             "digits": np.array([bool(_DIGITS.match(t)) for t in decoded]),
             "no_opener": no_opener,
             "stop": np.zeros(self.vocab_size, dtype=bool),
-            **_growth_flags(decoded),
         }
+        flags.update(_growth_flags(decoded, flags))
         packed = {}
         for name, mask in flags.items():
             mask = mask.astype(bool)
