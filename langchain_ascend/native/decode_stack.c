@@ -33,6 +33,7 @@
 #include "rms_norm.c"
 #include "rope_kv.c"
 #include "paged_attention.c"
+#include "prefill_attention.c"
 #include "qmatmul.c"
 
 typedef struct {

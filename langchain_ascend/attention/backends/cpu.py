@@ -11,10 +11,15 @@ sharing a cached prefix (an agent's system prompt, a speculative verify pass's r
 shared blocks once for all of them inside that kernel, and every row is computed exactly as
 alone: a request's text does not depend on what it was batched with.
 
+Prefill segments of a float32 model (over a float32 or float16 cache) run the prefill
+kernel (``native.prefill_attention``): each segment's new tokens attend their cached prefix
+and each other straight from the pages, no gather, blocked like a GEMM -- the agent's turn
+after a tool call, whose few hundred new tokens attend a cached system prompt of thousands.
+
 Where the paged kernel is not built here, torch_ref's decode paths run, its shared path
 through the older shared-prefix kernel (``native.decode_attention``, float32) when that one
-is. Everything else -- prefills, hosts where no kernel can be built -- runs torch_ref's code
-unchanged, so this backend is correct wherever torch_ref is.
+is. Everything else -- bfloat16 prefills, hosts where no kernel can be built -- runs
+torch_ref's code unchanged, so this backend is correct wherever torch_ref is.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
-from langchain_ascend.attention.backends.base import BatchLayout
+from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
 from langchain_ascend.attention.backends.torch_ref import (
     DecodeGroup,
+    PrefillSegment,
     TorchRefBackend,
+    TorchRefMetadata,
     decode_tables,
 )
-from langchain_ascend.native import decode_attention, paged_attention
+from langchain_ascend.native import decode_attention, paged_attention, prefill_attention
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +48,8 @@ class CPUBackend(TorchRefBackend):
             built here, head size a multiple of 8; only without the paged kernel).
         paged_native: Whether the paged kernel runs every decode (float32 or bfloat16 on CPU,
             built here, head size a multiple of 8).
+        prefill_native: Whether the prefill kernel runs every prefill segment (float32 on CPU
+            over a float32 or float16 cache, built here, head size a multiple of 8 up to 256).
     """
 
     name: ClassVar[str] = "cpu"
@@ -53,6 +62,9 @@ class CPUBackend(TorchRefBackend):
         same = self.cache_dtype == self.dtype
         self.paged_native = (on_cpu and self.dtype in (torch.float32, torch.bfloat16)
                              and paged_attention.available(self.dtype, self.cache_dtype))
+        self.prefill_native = (on_cpu and self.dtype == torch.float32
+                               and self.head_dim <= prefill_attention.MAX_HEAD_DIM
+                               and prefill_attention.available(self.cache_dtype))
         # Asked only where the paged kernel is missing: available() builds the kernel.
         self.native = (not self.paged_native and on_cpu and same
                        and self.dtype == torch.float32 and decode_attention.available())
@@ -70,6 +82,28 @@ class CPUBackend(TorchRefBackend):
             self.device.type == "cpu" and self.head_dim % 8 == 0
             and self.dtype == torch.float32 and cache_dtype == torch.float16
             and paged_attention.available(self.dtype, cache_dtype))
+
+    def build_metadata(self, layout: BatchLayout) -> TorchRefMetadata:
+        """torch_ref's metadata; with the prefill kernel, each prefill segment also gets the
+        int32 blocks of its whole sequence (``PrefillSegment.pages``)."""
+        import torch
+
+        metadata = super().build_metadata(layout)
+        if self.prefill_native:
+            first = layout.num_decodes
+            for index, seg in enumerate(metadata.prefills):
+                table = layout.block_tables[first + index]
+                seg.pages = torch.tensor(table[: num_blocks_for(seg.seq_len, layout.block_size)],
+                                         dtype=torch.int32)
+        return metadata
+
+    def _prefill(self, query, key, value, kv_cache, seg: PrefillSegment, scale, window):
+        if seg.pages is not None:
+            out = prefill_attention.prefill(query[seg.start: seg.end], kv_cache, seg.pages,
+                                            seg.context_len, scale, window or 0)
+            if out is not None:
+                return out  # (n, H, D)
+        return super()._prefill(query, key, value, kv_cache, seg, scale, window)
 
     def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
         """The paged path for every decode step (torch_ref's without the paged kernel)."""

@@ -57,6 +57,8 @@ class PrefillSegment:
         block_ids: ``(num_blocks,)`` int64 blocks covering the context (None when the segment
             has no cached prefix and attends to its new keys directly).
         mask: ``(num_query, seq_len)`` bool, True where a key is visible (None: plain causal).
+        pages: ``(num_blocks,)`` int32 blocks covering the whole sequence, prefix and new
+            tokens (set by a backend whose kernel reads the segment from the cache; else None).
     """
 
     start: int
@@ -64,6 +66,7 @@ class PrefillSegment:
     context_len: int
     block_ids: torch.Tensor | None
     mask: torch.Tensor | None
+    pages: torch.Tensor | None = None
 
     @property
     def seq_len(self) -> int:

@@ -1,0 +1,371 @@
+/* Prefill attention over the paged cache: the new tokens of one request attend causally to
+ * everything before them (a cached prefix and each other), read straight from the pages.
+ *
+ * Shapes: query (n, H, D) float32 (token and head strides given, dims contiguous); cache
+ * (2, KVH, NB, BS, D) float32 or float16, the segment's own keys and values already written;
+ * block_ids (num_blocks,) int32 covering positions 0 .. context_len + n - 1; out (n, H, D)
+ * float32, contiguous. Query i sits at position p = context_len + i and sees keys
+ * [lo, p], lo = max(0, p - window + 1) with a window, else 0.
+ *
+ * GEMM-shaped blocking. A work item is one KV head and a tile of consecutive query positions;
+ * its rows are (position, query head of the KV head's group) pairs, about ROWS_TARGET of them.
+ * Keys go by chunks of PF_KEYS positions aligned at multiples of PF_KEYS. Per chunk the item
+ * widens the chunk's keys to float32 once, transposed ((D, PF_KEYS): eight keys per vector,
+ * so a score tile is broadcast-a-query-element, FMA-a-key-vector), and its values once
+ * ((PF_KEYS, D)), then for all its rows: the scores (6 rows x 16 keys in registers), an
+ * online softmax, and the values product (3 rows x 32 dims in registers).
+ *
+ * Batch invariance: every score is one FMA chain over d in order, every row's softmax and
+ * values accumulate chunk by chunk at absolute chunk boundaries, and a chunk a row cannot see
+ * leaves it bit for bit unchanged (probabilities 0, no rescale). A row's result therefore does
+ * not depend on the tile, the threads, the other tokens of the step, or how a long prompt was
+ * cut into chunked-prefill steps.
+ *
+ * Returns 0, 1 out of memory, 2 bad arguments, 3 a block id outside [0, NB).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "avx2_util.h"
+
+#define PF_KEYS 64
+#define PF_ROWS_TARGET 48
+#define PF_SCORE_ROWS 6
+#define PF_VALUE_ROWS 3
+#define PF_MAX_DIM 256
+#define PF_MAX_PACKED_FLOATS (16 << 20) /* 64 MB */
+
+typedef struct {
+    float *q;      /* (rows, D) scaled queries, zero rows as padding */
+    float *kt;     /* (D, PF_KEYS) the chunk's keys, transposed */
+    float *v;      /* (PF_KEYS, D) the chunk's values */
+    float *s;      /* (rows, PF_KEYS) scores, then probabilities */
+    float *o;      /* (rows, D) unnormalised outputs */
+    float *m;      /* (rows,) running max */
+    float *l;      /* (rows,) running sum */
+} PfScratch;
+
+static inline __m256 pf_load8(const void *base, int f16, int64_t index) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + index)));
+    return _mm256_loadu_ps((const float *)base + index);
+}
+
+/* Transpose 8 vectors (rows r0..r7 of 8 floats) in place: afterwards r[i] holds column i. */
+static inline void pf_transpose8(__m256 *r) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20); r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20); r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31); r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31); r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* The chunk's keys (transposed) and values as float32; positions at or past `end` are zero. */
+static int pf_pack_chunk(const void *cache, int f16, const int32_t *block_ids, int64_t num_ids,
+                         int64_t kvh, int64_t KVH, int64_t NB, int64_t BS, int64_t D,
+                         int64_t start, int64_t end, float *kt, float *v) {
+    const int64_t page = BS * D, half = KVH * NB * page;
+    for (int64_t j0 = 0; j0 < PF_KEYS; j0 += 8) {
+        int64_t key_offset[8];
+        for (int j = 0; j < 8; j++) {
+            int64_t pos = start + j0 + j;
+            key_offset[j] = -1;
+            if (pos >= end) continue;
+            int64_t b = pos / BS;
+            if (b >= num_ids) return 2;
+            int64_t id = block_ids[b];
+            if (id < 0 || id >= NB) return 3;
+            key_offset[j] = (kvh * NB + id) * page + (pos % BS) * D;
+        }
+        for (int64_t d = 0; d < D; d += 8) {
+            __m256 r[8];
+            for (int j = 0; j < 8; j++) {
+                if (key_offset[j] < 0) {
+                    r[j] = _mm256_setzero_ps();
+                    _mm256_storeu_ps(v + (j0 + j) * D + d, r[j]);
+                } else {
+                    r[j] = pf_load8(cache, f16, key_offset[j] + d);
+                    _mm256_storeu_ps(v + (j0 + j) * D + d, pf_load8(cache, f16, half + key_offset[j] + d));
+                }
+            }
+            pf_transpose8(r);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (d + i) * PF_KEYS + j0, r[i]);
+        }
+    }
+    return 0;
+}
+
+/* s[r][0:16] = q[r] . kt[:, 0:16] for 6 rows: one FMA chain over d per score. */
+static inline void pf_scores_6x16(const float *q, int64_t D, const float *kt, float *s) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int64_t d = 0; d < D; d++) {
+        __m256 k0 = _mm256_loadu_ps(kt + d * PF_KEYS), k1 = _mm256_loadu_ps(kt + d * PF_KEYS + 8);
+        __m256 b;
+        b = _mm256_broadcast_ss(q + d);         c00 = _mm256_fmadd_ps(b, k0, c00); c01 = _mm256_fmadd_ps(b, k1, c01);
+        b = _mm256_broadcast_ss(q + D + d);     c10 = _mm256_fmadd_ps(b, k0, c10); c11 = _mm256_fmadd_ps(b, k1, c11);
+        b = _mm256_broadcast_ss(q + 2 * D + d); c20 = _mm256_fmadd_ps(b, k0, c20); c21 = _mm256_fmadd_ps(b, k1, c21);
+        b = _mm256_broadcast_ss(q + 3 * D + d); c30 = _mm256_fmadd_ps(b, k0, c30); c31 = _mm256_fmadd_ps(b, k1, c31);
+        b = _mm256_broadcast_ss(q + 4 * D + d); c40 = _mm256_fmadd_ps(b, k0, c40); c41 = _mm256_fmadd_ps(b, k1, c41);
+        b = _mm256_broadcast_ss(q + 5 * D + d); c50 = _mm256_fmadd_ps(b, k0, c50); c51 = _mm256_fmadd_ps(b, k1, c51);
+    }
+    _mm256_storeu_ps(s, c00); _mm256_storeu_ps(s + 8, c01);
+    _mm256_storeu_ps(s + PF_KEYS, c10); _mm256_storeu_ps(s + PF_KEYS + 8, c11);
+    _mm256_storeu_ps(s + 2 * PF_KEYS, c20); _mm256_storeu_ps(s + 2 * PF_KEYS + 8, c21);
+    _mm256_storeu_ps(s + 3 * PF_KEYS, c30); _mm256_storeu_ps(s + 3 * PF_KEYS + 8, c31);
+    _mm256_storeu_ps(s + 4 * PF_KEYS, c40); _mm256_storeu_ps(s + 4 * PF_KEYS + 8, c41);
+    _mm256_storeu_ps(s + 5 * PF_KEYS, c50); _mm256_storeu_ps(s + 5 * PF_KEYS + 8, c51);
+}
+
+/* o[r][0:32] += p[r][0:keys] @ v[0:keys, 0:32] for 3 rows, the 12 accumulators named (an
+   array of them is kept on the stack by the compiler). */
+static inline void pf_values_3x32(const float *p, const float *v, int64_t D, int keys, float *o) {
+    __m256 a00 = _mm256_loadu_ps(o), a01 = _mm256_loadu_ps(o + 8);
+    __m256 a02 = _mm256_loadu_ps(o + 16), a03 = _mm256_loadu_ps(o + 24);
+    __m256 a10 = _mm256_loadu_ps(o + D), a11 = _mm256_loadu_ps(o + D + 8);
+    __m256 a12 = _mm256_loadu_ps(o + D + 16), a13 = _mm256_loadu_ps(o + D + 24);
+    __m256 a20 = _mm256_loadu_ps(o + 2 * D), a21 = _mm256_loadu_ps(o + 2 * D + 8);
+    __m256 a22 = _mm256_loadu_ps(o + 2 * D + 16), a23 = _mm256_loadu_ps(o + 2 * D + 24);
+    for (int j = 0; j < keys; j++) {
+        const float *x = v + j * D;
+        __m256 b0 = _mm256_broadcast_ss(p + j), b1 = _mm256_broadcast_ss(p + PF_KEYS + j);
+        __m256 b2 = _mm256_broadcast_ss(p + 2 * PF_KEYS + j);
+        __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+        a00 = _mm256_fmadd_ps(b0, x0, a00); a10 = _mm256_fmadd_ps(b1, x0, a10); a20 = _mm256_fmadd_ps(b2, x0, a20);
+        a01 = _mm256_fmadd_ps(b0, x1, a01); a11 = _mm256_fmadd_ps(b1, x1, a11); a21 = _mm256_fmadd_ps(b2, x1, a21);
+        __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+        a02 = _mm256_fmadd_ps(b0, x2, a02); a12 = _mm256_fmadd_ps(b1, x2, a12); a22 = _mm256_fmadd_ps(b2, x2, a22);
+        a03 = _mm256_fmadd_ps(b0, x3, a03); a13 = _mm256_fmadd_ps(b1, x3, a13); a23 = _mm256_fmadd_ps(b2, x3, a23);
+    }
+    _mm256_storeu_ps(o, a00); _mm256_storeu_ps(o + 8, a01);
+    _mm256_storeu_ps(o + 16, a02); _mm256_storeu_ps(o + 24, a03);
+    _mm256_storeu_ps(o + D, a10); _mm256_storeu_ps(o + D + 8, a11);
+    _mm256_storeu_ps(o + D + 16, a12); _mm256_storeu_ps(o + D + 24, a13);
+    _mm256_storeu_ps(o + 2 * D, a20); _mm256_storeu_ps(o + 2 * D + 8, a21);
+    _mm256_storeu_ps(o + 2 * D + 16, a22); _mm256_storeu_ps(o + 2 * D + 24, a23);
+}
+
+/* The same for 8 columns (head sizes that are not a multiple of 32). */
+static inline void pf_values_3x8(const float *p, const float *v, int64_t D, int keys, float *o) {
+    __m256 a0 = _mm256_loadu_ps(o), a1 = _mm256_loadu_ps(o + D), a2 = _mm256_loadu_ps(o + 2 * D);
+    for (int j = 0; j < keys; j++) {
+        __m256 x = _mm256_loadu_ps(v + j * D);
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), x, a0);
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + PF_KEYS + j), x, a1);
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 2 * PF_KEYS + j), x, a2);
+    }
+    _mm256_storeu_ps(o, a0); _mm256_storeu_ps(o + D, a1); _mm256_storeu_ps(o + 2 * D, a2);
+}
+
+/* One row's online softmax over the chunk: keys [first, last) of it are visible (first < last).
+   Turns s into probabilities (0 where hidden), rescales the row's output, updates m and l. */
+static inline void pf_softmax_row(float *s, int first, int last, float *m, float *l, float *o,
+                                  int64_t D) {
+    const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < first; j++) s[j] = -INFINITY;
+    for (int j = last; j < PF_KEYS; j++) s[j] = -INFINITY;
+    __m256 mx = neg_inf;
+    for (int j = 0; j < PF_KEYS; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float chunk_max = _mm_cvtss_f32(h), old = *m;
+    float top = chunk_max > old ? chunk_max : old;
+    __m256 t = _mm256_set1_ps(top), sum = _mm256_setzero_ps();
+    for (int j = 0; j < PF_KEYS; j += 8) {
+        __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), t));
+        _mm256_storeu_ps(s + j, p);
+        sum = _mm256_add_ps(sum, p);
+    }
+    if (top != old) {
+        float alpha = expf(old - top); /* old = -inf on a row's first chunk: 0 */
+        __m256 a = _mm256_set1_ps(alpha);
+        for (int64_t d = 0; d < D; d += 8)
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), a));
+        *l *= alpha;
+        *m = top;
+    }
+    *l += hsum(sum);
+}
+
+static void pf_values(const float *p, const float *v, int64_t D, int keys, float *o) {
+    int64_t d = 0;
+    for (; d + 32 <= D; d += 32) pf_values_3x32(p, v + d, D, keys, o + d);
+    for (; d < D; d += 8) pf_values_3x8(p, v + d, D, keys, o + d);
+}
+
+static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_stride,
+                   const void *cache, int f16, const int32_t *block_ids, int64_t num_ids,
+                   float *out, int64_t n, int64_t H, int64_t KVH, int64_t D, int64_t NB,
+                   int64_t BS, int64_t context_len, int64_t window, float scale, int64_t kvh,
+                   int64_t first_token, int64_t tokens, const float *packed,
+                   int64_t first_chunk, int64_t chunks, PfScratch *w) {
+    const int64_t G = H / KVH, rows = tokens * G;
+    const int64_t padded = (rows + PF_SCORE_ROWS - 1) / PF_SCORE_ROWS * PF_SCORE_ROWS;
+    const __m256 sc = _mm256_set1_ps(scale);
+    /* rows r = i * G + g: token first_token + i, head kvh * G + g */
+    for (int64_t r = 0; r < padded; r++) {
+        float *dst = w->q + r * D;
+        if (r < rows) {
+            const float *src = query + (first_token + r / G) * q_token_stride
+                               + (kvh * G + r % G) * q_head_stride;
+            for (int64_t d = 0; d < D; d += 8)
+                _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(src + d), sc));
+        } else {
+            memset(dst, 0, (size_t)D * sizeof(float));
+        }
+        memset(w->o + r * D, 0, (size_t)D * sizeof(float));
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+    const int64_t first_pos = context_len + first_token, last_pos = first_pos + tokens - 1;
+    int64_t lo = window > 0 ? first_pos - window + 1 : 0;
+    if (lo < 0) lo = 0;
+    for (int64_t start = lo / PF_KEYS * PF_KEYS; start <= last_pos; start += PF_KEYS) {
+        const float *kt = w->kt, *v = w->v;
+        if (packed) { /* packed once for every item (pf_run) */
+            kt = packed + (kvh * chunks + start / PF_KEYS - first_chunk) * 2 * PF_KEYS * D;
+            v = kt + PF_KEYS * D;
+        } else {
+            int status = pf_pack_chunk(cache, f16, block_ids, num_ids, kvh, KVH, NB, BS, D,
+                                       start, last_pos + 1, w->kt, w->v);
+            if (status) return status;
+        }
+        for (int64_t r = 0; r < padded; r += PF_SCORE_ROWS)
+            for (int c = 0; c < PF_KEYS; c += 16)
+                pf_scores_6x16(w->q + r * D, D, kt + c, w->s + r * PF_KEYS + c);
+        int keys = 0; /* keys of the chunk any row sees: the values product stops there */
+        for (int64_t r = 0; r < padded; r++) {
+            float *s = w->s + r * PF_KEYS;
+            int64_t pos = first_pos + r / G;
+            int64_t row_lo = window > 0 ? pos - window + 1 : 0;
+            int64_t first = row_lo > start ? row_lo - start : 0;
+            int64_t last = pos - start + 1;
+            if (last > PF_KEYS) last = PF_KEYS;
+            if (r >= rows || first >= last) { /* nothing visible: probabilities 0 */
+                memset(s, 0, PF_KEYS * sizeof(float));
+                continue;
+            }
+            pf_softmax_row(s, (int)first, (int)last, w->m + r, w->l + r, w->o + r * D, D);
+            if (last > keys) keys = (int)last;
+        }
+        for (int64_t r = 0; r < padded; r += PF_VALUE_ROWS)
+            pf_values(w->s + r * PF_KEYS, v, D, keys, w->o + r * D);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float *dst = out + (first_token + r / G) * H * D + (kvh * G + r % G) * D;
+        const float *o = w->o + r * D;
+        __m256 inv = _mm256_set1_ps(w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f);
+        for (int64_t d = 0; d < D; d += 8)
+            _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
+    }
+    return 0;
+}
+
+static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_stride,
+                  const void *cache, int f16, const int32_t *block_ids, int64_t num_ids,
+                  float *out, int64_t n, int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,
+                  int64_t context_len, int64_t window, float scale, int num_threads) {
+    if (n <= 0 || KVH <= 0 || H % KVH || D <= 0 || D % 8 || D > PF_MAX_DIM || BS <= 0
+        || context_len < 0 || window < 0 || num_ids * BS < context_len + n)
+        return 2;
+    const int64_t G = H / KVH;
+    int64_t tile = PF_ROWS_TARGET / G;
+    if (tile < 1) tile = 1;
+    const int64_t tiles = (n + tile - 1) / tile, items = tiles * KVH;
+    const int64_t padded = (tile * G + PF_SCORE_ROWS - 1) / PF_SCORE_ROWS * PF_SCORE_ROWS;
+    if (num_threads < 1) num_threads = 1;
+    /* Each chunk's keys and values widened once for all the items that read it, where that
+       buffer is not too large (else each item widens the chunks it reads itself). */
+    int64_t first_pos_lo = window > 0 ? context_len - window + 1 : 0;
+    if (first_pos_lo < 0) first_pos_lo = 0;
+    const int64_t first_chunk = first_pos_lo / PF_KEYS;
+    const int64_t chunks = (context_len + n - 1) / PF_KEYS + 1 - first_chunk;
+    const int64_t packs = KVH * chunks;
+    float *packed = NULL;
+    if (tiles > 1 && packs * 2 * PF_KEYS * D <= PF_MAX_PACKED_FLOATS) {
+        packed = aligned_alloc(64, (size_t)(packs * 2 * PF_KEYS * D) * sizeof(float));
+        if (!packed) return 1;
+    }
+    int status = 0;
+    if (packed) {
+        int threads = num_threads > packs ? (int)packs : num_threads;
+        _Pragma("omp parallel for num_threads(threads) schedule(static)")
+        for (int64_t i = 0; i < packs; i++) {
+            float *kt = packed + i * 2 * PF_KEYS * D;
+            int s = pf_pack_chunk(cache, f16, block_ids, num_ids, i / chunks, KVH, NB, BS, D,
+                                  (first_chunk + i % chunks) * PF_KEYS, context_len + n, kt,
+                                  kt + PF_KEYS * D);
+            if (s) {
+                _Pragma("omp atomic write")
+                status = s;
+            }
+        }
+        if (status) {
+            free(packed);
+            return status;
+        }
+    }
+    if (num_threads > items) num_threads = (int)items;
+    _Pragma("omp parallel num_threads(num_threads)")
+    {
+        PfScratch w;
+        size_t floats = (size_t)(padded * D * 2 + D * PF_KEYS * 2 + padded * PF_KEYS + padded * 2);
+        float *buffer = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+        if (!buffer) {
+            _Pragma("omp atomic write")
+            status = 1;
+        } else {
+            w.q = buffer;
+            w.o = w.q + padded * D;
+            w.kt = w.o + padded * D;
+            w.v = w.kt + D * PF_KEYS;
+            w.s = w.v + PF_KEYS * D;
+            w.m = w.s + padded * PF_KEYS;
+            w.l = w.m + padded;
+            /* heaviest first: the last tiles see the most keys */
+            _Pragma("omp for schedule(dynamic, 1)")
+            for (int64_t item = 0; item < items; item++) {
+                int64_t t = tiles - 1 - item / KVH, kvh = item % KVH;
+                int64_t first = t * tile, count = n - first < tile ? n - first : tile;
+                int s = pf_item(query, q_token_stride, q_head_stride, cache, f16, block_ids,
+                                num_ids, out, n, H, KVH, D, NB, BS, context_len, window, scale,
+                                kvh, first, count, packed, first_chunk, chunks, &w);
+                if (s) {
+                    _Pragma("omp atomic write")
+                    status = s;
+                }
+            }
+            free(buffer);
+        }
+    }
+    free(packed);
+    return status;
+}
+
+int prefill_attention_f32(const float *query, int64_t q_token_stride, int64_t q_head_stride,
+                          const float *cache, const int32_t *block_ids, int64_t num_ids,
+                          float *out, int64_t n, int64_t H, int64_t KVH, int64_t D, int64_t NB,
+                          int64_t BS, int64_t context_len, int64_t window, float scale,
+                          int num_threads) {
+    return pf_run(query, q_token_stride, q_head_stride, cache, 0, block_ids, num_ids, out, n, H,
+                  KVH, D, NB, BS, context_len, window, scale, num_threads);
+}
+
+int prefill_attention_f32_f16kv(const float *query, int64_t q_token_stride,
+                                int64_t q_head_stride, const uint16_t *cache,
+                                const int32_t *block_ids, int64_t num_ids, float *out, int64_t n,
+                                int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,
+                                int64_t context_len, int64_t window, float scale,
+                                int num_threads) {
+    return pf_run(query, q_token_stride, q_head_stride, cache, 1, block_ids, num_ids, out, n, H,
+                  KVH, D, NB, BS, context_len, window, scale, num_threads);
+}

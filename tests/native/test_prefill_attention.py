@@ -1,0 +1,110 @@
+"""The prefill attention kernel against a naive float64 softmax, and its batch invariance."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from langchain_ascend.native import prefill_attention
+from langchain_ascend.testing import needs_native_kernels
+
+pytestmark = needs_native_kernels()
+
+
+def naive(query, cache, table, context_len, scale, window=0):
+    """Each new token over keys ``[lo, p]`` in position order, in float64 -> ``(n, H, D)``."""
+    n, heads, dim = query.shape
+    kv_heads, block_size = cache.shape[1], cache.shape[3]
+    group = heads // kv_heads
+    slots = [int(table[p // block_size]) * block_size + p % block_size
+             for p in range(context_len + n)]
+    keys = cache[0].reshape(kv_heads, -1, dim).double()[:, slots]  # (KVH, L, D)
+    values = cache[1].reshape(kv_heads, -1, dim).double()[:, slots]
+    out = torch.empty(n, heads, dim, dtype=torch.float64)
+    for i in range(n):
+        p = context_len + i
+        lo = max(0, p - window + 1) if window else 0
+        q = query[i].double().view(kv_heads, group, dim)  # (KVH, G, D)
+        k, v = keys[:, lo: p + 1], values[:, lo: p + 1]  # (KVH, p+1-lo, D)
+        weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)  # (KVH, G, keys)
+        out[i] = (weights @ v).reshape(heads, dim)
+    return out.float()
+
+
+def make_segment(n, context_len, *, heads=9, kv_heads=3, dim=64, block_size=16,
+                 cache_dtype=torch.float16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    needed = -(-(context_len + n) // block_size)
+    num_blocks = needed + 6
+    cache = torch.randn(2, kv_heads, num_blocks, block_size, dim, generator=gen)
+    ids = list(range(num_blocks))
+    random.Random(seed).shuffle(ids)
+    table = torch.tensor(ids[:needed], dtype=torch.int32)
+    query = 2 * torch.randn(n, heads, dim, generator=gen)
+    return query, cache.to(cache_dtype), table
+
+
+CASES = [
+    dict(n=1, context_len=0),
+    dict(n=7, context_len=5),
+    dict(n=96, context_len=700),  # an agent's turn after a cached prompt
+    dict(n=150, context_len=0, block_size=32),  # a fresh prompt, causal only
+    dict(n=40, context_len=130, heads=8, kv_heads=2, dim=128, cache_dtype=torch.float32),
+    dict(n=33, context_len=64, heads=6, kv_heads=2, dim=40, block_size=8),  # 40: not 32k
+    dict(n=20, context_len=3, heads=4, kv_heads=4, dim=32),  # no grouping
+    dict(n=70, context_len=10, heads=14, kv_heads=2, dim=64),  # 7 query heads per KV head
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("window", [0, 50])
+def test_prefill_matches_a_naive_softmax(case, window):
+    query, cache, table = make_segment(**case)
+    scale = query.shape[2] ** -0.5
+    out = prefill_attention.prefill(query, cache, table, case["context_len"], scale, window)
+    expected = naive(query, cache, table, case["context_len"], scale, window)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_a_row_does_not_depend_on_the_segment_it_is_computed_in():
+    """A prompt cut into chunked-prefill steps, any thread count, a strided query: same bits
+    for every token as the whole segment at once."""
+    query, cache, table = make_segment(130, 300)
+    whole = prefill_attention.prefill(query, cache, table, 300, 0.125)
+    threads = torch.get_num_threads()
+    try:
+        for cuts, count in (([1, 17, 64], 1), ([50], 2), ([129], 3)):
+            torch.set_num_threads(count)
+            parts, start = [], 0
+            for end in [*cuts, 130]:
+                parts.append(prefill_attention.prefill(query[start:end], cache, table,
+                                                       300 + start, 0.125))
+                start = end
+            assert torch.equal(torch.cat(parts), whole), cuts
+    finally:
+        torch.set_num_threads(threads)
+    wide = torch.zeros(130, 9, 80)
+    wide[:, :, :64] = query
+    strided = prefill_attention.prefill(wide[:, :, :64], cache, table, 300, 0.125)
+    assert torch.equal(strided, whole)
+
+
+def test_bad_tables_raise_a_clear_error():
+    query, cache, table = make_segment(10, 40)
+    bad = table.clone()
+    bad[1] = cache.shape[2]
+    with pytest.raises(ValueError, match="block id is outside"):
+        prefill_attention.prefill(query, cache, bad, 40, 0.125)
+    with pytest.raises(ValueError, match="too short"):
+        prefill_attention.prefill(query, cache, table[:2], 40, 0.125)
+
+
+def test_other_dtypes_and_layouts_are_left_to_the_caller():
+    query, cache, table = make_segment(4, 4)
+    assert prefill_attention.prefill(query.bfloat16(), cache, table, 4, 0.1) is None
+    assert prefill_attention.prefill(query, cache.bfloat16(), table, 4, 0.1) is None
+    assert prefill_attention.prefill(query, cache, table.long(), 4, 0.1) is None
+    odd, odd_cache, odd_table = make_segment(4, 4, dim=12, heads=2, kv_heads=1)
+    assert prefill_attention.prefill(odd, odd_cache, odd_table, 4, 0.1) is None
