@@ -22,7 +22,9 @@ Speculative decoding (``engine.core.speculation``): a running request that may d
 drafted tokens appended to its segment when the budget and the pool have room for them (drafts
 never preempt anyone: without room the request decodes one token). After the step the verified
 tokens are appended, and the blocks that held only rejected drafts go back to the pool
-(:meth:`KVCacheManager.trim`); only computed - verified - tokens are ever hashed.
+(:meth:`KVCacheManager.trim`); only computed - verified - tokens are ever hashed. ``"auto"``
+requests weigh a drafted row against the step it joins (:meth:`Scheduler.step_row_cost`): in a
+step of many decode rows a drafted row costs about what a whole row's token is worth.
 """
 
 from __future__ import annotations
@@ -107,10 +109,25 @@ class Scheduler:
         a multi-row pass does not round like a one-row pass: half-precision weights)."""
         self._finished_ids: list[str] = []
         self._scheduled: dict[str, Request] = {}
+        self._scheduled_row_cost = 0.0  # step_row_cost of the scheduled step
 
     @property
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
+
+    def step_row_cost(self, num_rows: int) -> float:
+        """What a drafted row costs in a step of ``num_rows`` decode rows, in tokens that
+        step yields (``"auto"`` drafts while its acceptance rate beats this).
+
+        A step of ``B`` rows costs ``1 + r * (B - 1)`` one-row passes (``r`` =
+        :attr:`draft_row_cost`) and yields ``B`` tokens; one more row costs ``r`` and yields
+        its acceptance rate ``a``, so it pays while ``a > B * r / (1 + r * (B - 1))``: ``r``
+        for a lone request, near 1 for a big batch, where the products are bound by compute
+        rather than by reading the weights and a drafted row displaces a real one.
+        """
+        rows = max(1, num_rows)
+        r = self.draft_row_cost
+        return rows * r / (1.0 + r * (rows - 1))
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
@@ -160,6 +177,7 @@ class Scheduler:
 
         decodes = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
         prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens != 1]
+        row_cost = self.step_row_cost(len(decodes))
         for request in decodes + prefills:
             if budget == 0:
                 break
@@ -167,7 +185,8 @@ class Scheduler:
                 continue  # preempted earlier in this loop
             pending = request.num_tokens - request.num_computed_tokens
             count = min(pending, budget)
-            drafts = self._drafts_for(request, budget - count) if count == pending else []
+            drafts = (self._drafts_for(request, budget - count, row_cost)
+                      if count == pending else [])
             if not drafts or self.kv.allocate_slots(request, count + len(drafts)) is None:
                 drafts = []
                 while self.kv.allocate_slots(request, count) is None:
@@ -207,6 +226,7 @@ class Scheduler:
             budget -= count
 
         self._scheduled = {r.request_id: r for r in order}
+        self._scheduled_row_cost = row_cost
         return ScheduledBatch(
             segments=[self._segment(r, num_new[r.request_id], drafts_of.get(r.request_id, []))
                       for r in order],
@@ -297,7 +317,7 @@ class Scheduler:
             request = self.requests[segment.request_id]
             if request.speculation is not None:
                 request.speculation.record(len(drafts), num_accepted,
-                                           row_cost=self.draft_row_cost)
+                                           row_cost=self._scheduled_row_cost)
             self.num_draft_tokens += len(drafts)
             self.num_accepted_tokens += num_accepted
         return tokens
@@ -326,11 +346,12 @@ class Scheduler:
                 break
         return status
 
-    def _drafts_for(self, request: Request, spare_budget: int) -> list[int]:
+    def _drafts_for(self, request: Request, spare_budget: int, row_cost: float) -> list[int]:
         """Drafted tokens to check after the request's pending token this step (maybe none).
 
         At most ``spare_budget``, and few enough that the verified tokens cannot pass
-        ``max_tokens`` or ``max_model_len``.
+        ``max_tokens`` or ``max_model_len``; ``row_cost`` is the step's
+        (:meth:`step_row_cost`).
         """
         spec = request.speculation
         if spec is None or (spec.mode == "auto" and not self.auto_drafting):
@@ -338,7 +359,7 @@ class Scheduler:
         limit = min(spare_budget, self._room_beyond_next(request))
         if limit <= 0:
             return []
-        return spec.propose(request.all_token_ids, limit, row_cost=self.draft_row_cost)
+        return spec.propose(request.all_token_ids, limit, row_cost=row_cost)
 
     def _stop_status(self, request: Request, token_id: int) -> RequestStatus | None:
         """The finished status the newly appended ``token_id`` causes, if any."""

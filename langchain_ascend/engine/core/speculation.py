@@ -6,8 +6,10 @@ One pass checks all drafts and :func:`accept_drafts` keeps the longest prefix gr
 would have produced plus the model's own next token, so greedy output is token-identical with
 speculation on or off. Only greedy rows without grammar or penalties draft (:func:`can_draft`).
 :class:`SpeculationState` adapts the draft length per request; ``"auto"`` drafts only while
-the acceptance rate beats the measured cost of an extra row (and the engine allows it only in
-float32, where a several-row pass rounds like a one-row pass). Details: docs/performance.md.
+the acceptance rate beats the cost of an extra row in the step it joins (the measured cost
+for a lone request, near 1 in a big batch: ``Scheduler.step_row_cost``), and the engine allows
+it only in float32, where a several-row pass rounds like a one-row pass. Details:
+docs/performance.md.
 """
 
 from __future__ import annotations

@@ -282,6 +282,27 @@ def test_the_scheduler_passes_the_measured_row_cost_to_auto_requests():
     assert sched.schedule().segments[0].draft_token_ids == []
 
 
+def test_auto_weighs_a_drafted_row_against_the_step_it_joins():
+    # a drafted row costing half a pass pays for a lone request at 50% acceptance, but in
+    # a step of 8 decode rows it costs 4 / 4.5 of a token: "auto" does not draft there
+    alone = make_scheduler(num_blocks=64, budget=128)
+    alone.draft_row_cost = 0.5
+    assert alone.step_row_cost(1) == 0.5
+    assert alone.step_row_cost(8) == pytest.approx(4 / 4.5)
+    add(alone, "a", PROMPT, speculation="auto", draft_length=4)
+    prefill(alone, 12)
+    assert alone.schedule().segments[0].draft_token_ids == [13, 14, 15, 16]
+    crowd = make_scheduler(num_blocks=64, budget=128)
+    crowd.draft_row_cost = 0.5
+    add(crowd, "p0", PROMPT, draft_length=4)
+    for i in range(7):
+        add(crowd, f"r{i}", PROMPT, speculation="auto", draft_length=4)
+    prefill(crowd, 12)
+    drafts = {s.request_id: s.draft_token_ids for s in crowd.schedule().segments}
+    assert drafts.pop("p0") == [13, 14, 15, 16]  # "prompt_lookup" always drafts
+    assert all(d == [] for d in drafts.values()) and len(drafts) == 7
+
+
 def test_auto_drafting_can_be_turned_off_while_prompt_lookup_still_drafts():
     sched = make_scheduler()
     sched.auto_drafting = False
