@@ -1,19 +1,22 @@
-/* Prefill attention over the paged cache: the new tokens of one request attend causally to
- * everything before them (a cached prefix and each other), read straight from the pages.
+/* Prefill attention over the paged cache: the new tokens of each prefill segment of a step
+ * attend causally to everything before them (a cached prefix and each other), read straight
+ * from the pages, every segment of the step in one call.
  *
- * Shapes: query (n, H, D) float32 (token and head strides given, dims contiguous); cache
- * (2, KVH, NB, BS, D) float32 or float16, the segment's own keys and values already written;
- * block_ids (num_blocks,) int32 covering positions 0 .. context_len + n - 1; out (n, H, D)
- * float32, contiguous. Query i sits at position p = context_len + i and sees keys
- * [lo, p], lo = max(0, p - window + 1) with a window, else 0.
+ * Shapes: query (T, H, D) float32 (token and head strides given, dims contiguous); cache
+ * (2, KVH, NB, BS, D) float32 or float16, the segments' own keys and values already written;
+ * segments (S, 3) int64 rows (first query row, new tokens n, context length); tables (S, W)
+ * int32, row s covering positions 0 .. context + n - 1 of segment s; out (T, H, D) float32,
+ * contiguous, written at the segments' rows. A segment's token i sits at position
+ * p = context + i and sees keys [lo, p], lo = max(0, p - window + 1) with a window, else 0.
  *
- * GEMM-shaped blocking. A work item is one KV head and a tile of consecutive query positions;
- * its rows are (position, query head of the KV head's group) pairs, about ROWS_TARGET of them.
- * Keys go by chunks of PF_KEYS positions aligned at multiples of PF_KEYS. Per chunk the item
- * widens the chunk's keys to float32 once, transposed ((D, PF_KEYS): eight keys per vector,
- * so a score tile is broadcast-a-query-element, FMA-a-key-vector), and its values once
- * ((PF_KEYS, D)), then for all its rows: the scores (6 rows x 16 keys in registers), an
- * online softmax, and the values product (3 rows x 32 dims in registers).
+ * GEMM-shaped blocking. A work item is one KV head and a tile of consecutive query positions
+ * of a segment; its rows are (position, query head of the KV head's group) pairs, about
+ * PF_ROWS_TARGET of them. Keys go by chunks of PF_KEYS positions aligned at multiples of
+ * PF_KEYS. Each chunk's keys are widened to float32 once, transposed ((D, PF_KEYS): eight
+ * keys per vector, so a score tile is broadcast-a-query-element, FMA-a-key-vector), and its
+ * values once ((PF_KEYS, D)) -- for the whole segment before its items run where it has
+ * several, else by the item -- then for all the item's rows: the scores (6 rows x 16 keys
+ * in registers), an online softmax, and the values product (3 rows x 32 dims in registers).
  *
  * Batch invariance: every score is one FMA chain over d in order, every row's softmax and
  * values accumulate chunk by chunk at absolute chunk boundaries, and a chunk a row cannot see
@@ -21,7 +24,8 @@
  * not depend on the tile, the threads, the other tokens of the step, or how a long prompt was
  * cut into chunked-prefill steps.
  *
- * Returns 0, 1 out of memory, 2 bad arguments, 3 a block id outside [0, NB).
+ * Returns 0, 1 out of memory, 2 bad arguments (a table too short for its segment...), 3 a
+ * block id outside [0, NB).
  */
 #include <math.h>
 #include <stdint.h>
@@ -204,7 +208,7 @@ static void pf_values(const float *p, const float *v, int64_t D, int keys, float
 
 static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_stride,
                    const void *cache, int f16, const int32_t *block_ids, int64_t num_ids,
-                   float *out, int64_t n, int64_t H, int64_t KVH, int64_t D, int64_t NB,
+                   float *out, int64_t H, int64_t KVH, int64_t D, int64_t NB,
                    int64_t BS, int64_t context_len, int64_t window, float scale, int64_t kvh,
                    int64_t first_token, int64_t tokens, const float *packed,
                    int64_t first_chunk, int64_t chunks, PfScratch *w) {
@@ -270,102 +274,159 @@ static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_st
     return 0;
 }
 
+typedef struct {
+    int64_t start, tokens, context_len; /* first query row, new tokens, cached before them */
+    int64_t tiles, first_chunk, chunks; /* query tiles; chunks of keys the segment reads */
+    int64_t packed;                     /* offset of its widened chunks, -1: items widen */
+} PfSegment;
+
+typedef struct {
+    int64_t segment, tile, kvh, keys; /* keys: the most any row of the item sees (its cost) */
+} PfItem;
+
+static int pf_heavier_first(const void *a, const void *b) {
+    const PfItem *x = a, *y = b;
+    if (x->keys != y->keys) return x->keys > y->keys ? -1 : 1;
+    return x->segment != y->segment ? (x->segment < y->segment ? -1 : 1)
+                                    : (x->kvh < y->kvh ? -1 : x->kvh > y->kvh);
+}
+
+/* Every prefill segment of a step in one call: their items share the threads, heaviest
+   first, so a step of many short segments (sessions sharing a prompt, each adding a turn)
+   keeps both cores busy. segments: (S, 3) int64 rows (first query row, new tokens, context
+   length); tables: (S, W) int32, row s covering its segment's context + new tokens. */
 static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_stride,
-                  const void *cache, int f16, const int32_t *block_ids, int64_t num_ids,
-                  float *out, int64_t n, int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,
-                  int64_t context_len, int64_t window, float scale, int num_threads) {
-    if (n <= 0 || KVH <= 0 || H % KVH || D <= 0 || D % 8 || D > PF_MAX_DIM || BS <= 0
-        || context_len < 0 || window < 0 || num_ids * BS < context_len + n)
+                  const void *cache, int f16, const int64_t *segments, int64_t S,
+                  const int32_t *tables, int64_t W, float *out, int64_t H, int64_t KVH,
+                  int64_t D, int64_t NB, int64_t BS, int64_t window, float scale,
+                  int num_threads) {
+    if (S <= 0 || KVH <= 0 || H % KVH || D <= 0 || D % 8 || D > PF_MAX_DIM || BS <= 0
+        || W <= 0 || window < 0)
         return 2;
     const int64_t G = H / KVH;
     int64_t tile = PF_ROWS_TARGET / G;
     if (tile < 1) tile = 1;
-    const int64_t tiles = (n + tile - 1) / tile, items = tiles * KVH;
     const int64_t padded = (tile * G + PF_SCORE_ROWS - 1) / PF_SCORE_ROWS * PF_SCORE_ROWS;
-    if (num_threads < 1) num_threads = 1;
-    /* Each chunk's keys and values widened once for all the items that read it, where that
-       buffer is not too large (else each item widens the chunks it reads itself). */
-    int64_t first_pos_lo = window > 0 ? context_len - window + 1 : 0;
-    if (first_pos_lo < 0) first_pos_lo = 0;
-    const int64_t first_chunk = first_pos_lo / PF_KEYS;
-    const int64_t chunks = (context_len + n - 1) / PF_KEYS + 1 - first_chunk;
-    const int64_t packs = KVH * chunks;
-    float *packed = NULL;
-    if (tiles > 1 && packs * 2 * PF_KEYS * D <= PF_MAX_PACKED_FLOATS) {
-        packed = aligned_alloc(64, (size_t)(packs * 2 * PF_KEYS * D) * sizeof(float));
-        if (!packed) return 1;
+    const int64_t pack_floats = 2 * PF_KEYS * D;
+    PfSegment *segs = malloc((size_t)S * sizeof(PfSegment));
+    if (!segs) return 1;
+    int64_t items = 0, packs = 0;
+    for (int64_t i = 0; i < S; i++) {
+        PfSegment *g = segs + i;
+        g->start = segments[3 * i];
+        g->tokens = segments[3 * i + 1];
+        g->context_len = segments[3 * i + 2];
+        if (g->start < 0 || g->tokens <= 0 || g->context_len < 0
+            || W * BS < g->context_len + g->tokens) {
+            free(segs);
+            return 2;
+        }
+        int64_t lo = window > 0 ? g->context_len - window + 1 : 0;
+        g->tiles = (g->tokens + tile - 1) / tile;
+        g->first_chunk = (lo > 0 ? lo : 0) / PF_KEYS;
+        g->chunks = (g->context_len + g->tokens - 1) / PF_KEYS + 1 - g->first_chunk;
+        g->packed = -1;
+        /* Each chunk's keys and values widened once for all the segment's items, where it
+           has more than one tile and the buffer stays bounded (else items widen their own). */
+        if (g->tiles > 1 && (packs + KVH * g->chunks) * pack_floats <= PF_MAX_PACKED_FLOATS) {
+            g->packed = packs;
+            packs += KVH * g->chunks;
+        }
+        items += g->tiles * KVH;
     }
+    PfItem *list = malloc((size_t)items * sizeof(PfItem));
+    float *packed = packs ? aligned_alloc(64, (size_t)(packs * pack_floats) * sizeof(float)) : NULL;
+    int64_t *pack_owner = packs ? malloc((size_t)packs * sizeof(int64_t)) : NULL;
+    if (!list || (packs && (!packed || !pack_owner))) {
+        free(segs); free(list); free(packed); free(pack_owner);
+        return 1;
+    }
+    for (int64_t i = 0, k = 0; i < S; i++) {
+        const PfSegment *g = segs + i;
+        for (int64_t t = 0; t < g->tiles; t++)
+            for (int64_t kvh = 0; kvh < KVH; kvh++, k++) {
+                int64_t last = g->context_len + (t + 1) * tile;
+                list[k] = (PfItem){i, t, kvh, last < g->context_len + g->tokens ? last
+                                                 : g->context_len + g->tokens};
+            }
+        for (int64_t j = 0; g->packed >= 0 && j < KVH * g->chunks; j++) pack_owner[g->packed + j] = i;
+    }
+    qsort(list, (size_t)items, sizeof(PfItem), pf_heavier_first);
+    if (num_threads < 1) num_threads = 1;
     int status = 0;
-    if (packed) {
+    if (packs) {
         int threads = num_threads > packs ? (int)packs : num_threads;
         _Pragma("omp parallel for num_threads(threads) schedule(static)")
         for (int64_t i = 0; i < packs; i++) {
-            float *kt = packed + i * 2 * PF_KEYS * D;
-            int s = pf_pack_chunk(cache, f16, block_ids, num_ids, i / chunks, KVH, NB, BS, D,
-                                  (first_chunk + i % chunks) * PF_KEYS, context_len + n, kt,
-                                  kt + PF_KEYS * D);
+            const PfSegment *g = segs + pack_owner[i];
+            int64_t local = i - g->packed;
+            float *kt = packed + i * pack_floats;
+            int s = pf_pack_chunk(cache, f16, tables + pack_owner[i] * W, W, local / g->chunks,
+                                  KVH, NB, BS, D, (g->first_chunk + local % g->chunks) * PF_KEYS,
+                                  g->context_len + g->tokens, kt, kt + PF_KEYS * D);
             if (s) {
                 _Pragma("omp atomic write")
                 status = s;
             }
         }
-        if (status) {
-            free(packed);
-            return status;
-        }
     }
     if (num_threads > items) num_threads = (int)items;
-    _Pragma("omp parallel num_threads(num_threads)")
-    {
-        PfScratch w;
-        size_t floats = (size_t)(padded * D * 2 + D * PF_KEYS * 2 + padded * PF_KEYS + padded * 2);
-        float *buffer = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-        if (!buffer) {
-            _Pragma("omp atomic write")
-            status = 1;
-        } else {
-            w.q = buffer;
-            w.o = w.q + padded * D;
-            w.kt = w.o + padded * D;
-            w.v = w.kt + D * PF_KEYS;
-            w.s = w.v + PF_KEYS * D;
-            w.m = w.s + padded * PF_KEYS;
-            w.l = w.m + padded;
-            /* heaviest first: the last tiles see the most keys */
-            _Pragma("omp for schedule(dynamic, 1)")
-            for (int64_t item = 0; item < items; item++) {
-                int64_t t = tiles - 1 - item / KVH, kvh = item % KVH;
-                int64_t first = t * tile, count = n - first < tile ? n - first : tile;
-                int s = pf_item(query, q_token_stride, q_head_stride, cache, f16, block_ids,
-                                num_ids, out, n, H, KVH, D, NB, BS, context_len, window, scale,
-                                kvh, first, count, packed, first_chunk, chunks, &w);
-                if (s) {
-                    _Pragma("omp atomic write")
-                    status = s;
+    if (!status) {
+        _Pragma("omp parallel num_threads(num_threads)")
+        {
+            PfScratch w;
+            size_t floats = (size_t)(padded * D * 2 + D * PF_KEYS * 2 + padded * PF_KEYS + padded * 2);
+            float *buffer = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+            if (!buffer) {
+                _Pragma("omp atomic write")
+                status = 1;
+            } else {
+                w.q = buffer;
+                w.o = w.q + padded * D;
+                w.kt = w.o + padded * D;
+                w.v = w.kt + D * PF_KEYS;
+                w.s = w.v + PF_KEYS * D;
+                w.m = w.s + padded * PF_KEYS;
+                w.l = w.m + padded;
+                _Pragma("omp for schedule(dynamic, 1)")
+                for (int64_t k = 0; k < items; k++) {
+                    const PfSegment *g = segs + list[k].segment;
+                    int64_t first = list[k].tile * tile;
+                    int64_t count = g->tokens - first < tile ? g->tokens - first : tile;
+                    int s = pf_item(query + g->start * q_token_stride, q_token_stride,
+                                    q_head_stride, cache, f16, tables + list[k].segment * W, W,
+                                    out + g->start * H * D, H, KVH, D, NB, BS, g->context_len,
+                                    window, scale, list[k].kvh, first, count,
+                                    g->packed >= 0 ? packed + g->packed * pack_floats : NULL,
+                                    g->first_chunk, g->chunks, &w);
+                    if (s) {
+                        _Pragma("omp atomic write")
+                        status = s;
+                    }
                 }
+                free(buffer);
             }
-            free(buffer);
         }
     }
-    free(packed);
+    free(segs); free(list); free(packed); free(pack_owner);
     return status;
 }
 
 int prefill_attention_f32(const float *query, int64_t q_token_stride, int64_t q_head_stride,
-                          const float *cache, const int32_t *block_ids, int64_t num_ids,
-                          float *out, int64_t n, int64_t H, int64_t KVH, int64_t D, int64_t NB,
-                          int64_t BS, int64_t context_len, int64_t window, float scale,
-                          int num_threads) {
-    return pf_run(query, q_token_stride, q_head_stride, cache, 0, block_ids, num_ids, out, n, H,
-                  KVH, D, NB, BS, context_len, window, scale, num_threads);
+                          const float *cache, const int64_t *segments, int64_t num_segments,
+                          const int32_t *tables, int64_t table_width, float *out, int64_t H,
+                          int64_t KVH, int64_t D, int64_t NB, int64_t BS, int64_t window,
+                          float scale, int num_threads) {
+    return pf_run(query, q_token_stride, q_head_stride, cache, 0, segments, num_segments, tables,
+                  table_width, out, H, KVH, D, NB, BS, window, scale, num_threads);
 }
 
 int prefill_attention_f32_f16kv(const float *query, int64_t q_token_stride,
                                 int64_t q_head_stride, const uint16_t *cache,
-                                const int32_t *block_ids, int64_t num_ids, float *out, int64_t n,
+                                const int64_t *segments, int64_t num_segments,
+                                const int32_t *tables, int64_t table_width, float *out,
                                 int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,
-                                int64_t context_len, int64_t window, float scale,
-                                int num_threads) {
-    return pf_run(query, q_token_stride, q_head_stride, cache, 1, block_ids, num_ids, out, n, H,
-                  KVH, D, NB, BS, context_len, window, scale, num_threads);
+                                int64_t window, float scale, int num_threads) {
+    return pf_run(query, q_token_stride, q_head_stride, cache, 1, segments, num_segments, tables,
+                  table_width, out, H, KVH, D, NB, BS, window, scale, num_threads);
 }

@@ -40,7 +40,7 @@ def _kernel(cache_dtype: torch.dtype) -> Any:
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     return build.function(KERNEL, symbol, [
-        ptr, i64, i64, ptr, ptr, i64, ptr, i64, i64, i64, i64, i64, i64, i64, i64,
+        ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, i64, i64, i64, i64, i64, i64,
         ctypes.c_float, ctypes.c_int])
 
 
@@ -51,7 +51,7 @@ def available(cache_dtype: torch.dtype) -> bool:
 
 
 def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
-    """Whether the kernel reads these tensors: float32 ``query (n, H, D)`` (head dims
+    """Whether the kernel reads these tensors: float32 ``query (T, H, D)`` (head dims
     contiguous) over a contiguous float32 or float16 ``(2, KVH, NB, BS, D)`` cache on CPU,
     ``D % 8 == 0`` and ``D <= 256``, ``H`` a multiple of ``KVH``."""
     import torch
@@ -64,44 +64,64 @@ def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
             and _kernel(kv_cache.dtype) is not None)
 
 
-def prefill(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
-            context_len: int, scale: float, window: int = 0) -> torch.Tensor | None:
-    """Attention of a segment's ``n`` new tokens over its context and themselves.
+def prefill_segments(query: torch.Tensor, kv_cache: torch.Tensor, segments: torch.Tensor,
+                     tables: torch.Tensor, scale: float,
+                     window: int = 0) -> torch.Tensor | None:
+    """Attention of every prefill segment of a step, in one call.
 
     Args:
-        query: ``(n, H, D)`` float32, the tokens at positions ``context_len ..
-            context_len + n - 1``.
-        kv_cache: ``(2, KVH, NB, BS, D)`` float32 or float16, contiguous; the segment's keys
+        query: ``(T, H, D)`` float32: the segments' new tokens, each segment a run of rows.
+        kv_cache: ``(2, KVH, NB, BS, D)`` float32 or float16, contiguous; the segments' keys
             and values already written.
-        block_table: ``(num_blocks,)`` int32 block ids covering ``context_len + n`` slots.
-        context_len: Tokens of the request cached before this segment.
+        segments: ``(S, 3)`` int64 rows ``(first query row, new tokens n, context length)``:
+            token ``i`` of a segment sits at position ``context + i``.
+        tables: ``(S, W)`` int32, row ``s`` the blocks covering ``context + n`` slots of
+            segment ``s`` (padding after them is not read).
         scale: Applied to ``q . k``.
         window: Sliding window (0: none): a query at ``p`` sees keys ``p - window < j <= p``.
 
     Returns:
-        ``(n, H, D)`` float32, or None where the kernel does not apply.
+        ``(T, H, D)`` float32 (rows no segment covers are left unset), or None where the
+        kernel does not apply.
 
     Raises:
-        ValueError: A block id outside the cache, or a table too short for the segment.
+        ValueError: A block id outside the cache, a segment outside the query or a table too
+            short for its segment.
     """
     import torch
 
-    if not applies(query, kv_cache) or block_table.dtype != torch.int32 \
-            or block_table.dim() != 1 or not block_table.is_contiguous():
+    if (not applies(query, kv_cache) or tables.dtype != torch.int32 or tables.dim() != 2
+            or not tables.is_contiguous() or segments.dtype != torch.int64
+            or segments.shape != (tables.shape[0], 3) or not segments.is_contiguous()):
         return None
-    n, heads, dim = query.shape
+    rows, heads, dim = query.shape
+    if segments.shape[0] and int((segments[:, 0] + segments[:, 1]).max()) > rows:
+        raise ValueError(f"prefill attention: a segment runs past the query's {rows} rows")
     kv_heads, blocks, block_size = kv_cache.shape[1], kv_cache.shape[2], kv_cache.shape[3]
-    out = torch.empty(n, heads, dim, dtype=query.dtype)
+    out = torch.empty(rows, heads, dim, dtype=query.dtype)
     status = _kernel(kv_cache.dtype)(
         query.data_ptr(), query.stride(0), query.stride(1), kv_cache.data_ptr(),
-        block_table.data_ptr(), block_table.numel(), out.data_ptr(), n, heads, kv_heads, dim,
-        blocks, block_size, context_len, window, scale, torch.get_num_threads())
+        segments.data_ptr(), segments.shape[0], tables.data_ptr(), tables.shape[1],
+        out.data_ptr(), heads, kv_heads, dim, blocks, block_size, window, scale,
+        torch.get_num_threads())
     if status == 1:
         raise MemoryError(f"prefill attention kernel: {_STATUS[1]}")
     if status == 3:
         raise ValueError(f"prefill attention: a block id is outside [0, {blocks})")
     if status:
         raise ValueError(f"prefill attention kernel: {_STATUS.get(status, status)} (query "
-                         f"{tuple(query.shape)}, cache {tuple(kv_cache.shape)}, "
-                         f"{block_table.numel()} blocks, context {context_len})")
+                         f"{tuple(query.shape)}, cache {tuple(kv_cache.shape)}, segments "
+                         f"{segments.tolist()}, tables of {tables.shape[1]} blocks)")
     return out
+
+
+def prefill(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+            context_len: int, scale: float, window: int = 0) -> torch.Tensor | None:
+    """:func:`prefill_segments` for one segment: ``query (n, H, D)`` at positions
+    ``context_len ..``, ``block_table (num_blocks,)`` int32 -> ``(n, H, D)`` or None."""
+    import torch
+
+    if block_table.dim() != 1:
+        return None
+    segment = torch.tensor([[0, query.shape[0], context_len]], dtype=torch.int64)
+    return prefill_segments(query, kv_cache, segment, block_table[None], scale, window)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from _paged_attention_cases import make_case
 
-from langchain_ascend.attention.backends.cpu import CPUBackend
+from langchain_ascend.attention.backends.cpu import CPUBackend, CPUMetadata
 from langchain_ascend.native import decode_attention, paged_attention, prefill_attention
 from langchain_ascend.testing import needs_native_kernels
 
@@ -119,21 +119,26 @@ def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
 @needs_kernel
 def test_prefill_segments_run_the_prefill_kernel(monkeypatch):
     """Fresh prompts and chunks after a cached prefix, alone or next to decodes, read their
-    keys from the pages through the prefill kernel, once per segment."""
+    keys from the pages: all the step's prefill segments in one kernel call."""
     calls = []
-    prefill = prefill_attention.prefill
-    monkeypatch.setattr(prefill_attention, "prefill",
-                        lambda q, c, t, ctx, *a: calls.append((len(q), ctx)) or prefill(
-                            q, c, t, ctx, *a))
+    prefill = prefill_attention.prefill_segments
+    monkeypatch.setattr(prefill_attention, "prefill_segments",
+                        lambda q, c, rows, *a: calls.append(rows.tolist()) or prefill(
+                            q, c, rows, *a))
     for segments, window in (([(0, 9)], None), ([(40, 1), (20, 7), (0, 5)], None),
-                             ([(33, 12)], 10)):
+                             ([(33, 12), (2, 30)], 10)):
         calls.clear()
         case = make_case(segments, block_size=4, pool_slack=64, allocation="shuffled",
                          window=window, backend_cls=CPUBackend)
         assert case.backend.prefill_native
         out, _ = case.run(window)
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        assert calls == [(n, ctx) for ctx, n in segments if n > 1]
+        rows, first = [], 0
+        for context, new in segments:
+            if new > 1:
+                rows.append([first, new, context])
+                first += new
+        assert calls == [rows]
 
 
 def test_prefills_run_torch_ref_when_the_prefill_kernel_is_off(monkeypatch):
@@ -141,5 +146,5 @@ def test_prefills_run_torch_ref_when_the_prefill_kernel_is_off(monkeypatch):
     case = make_case([(20, 7), (0, 5)], block_size=4, backend_cls=CPUBackend)
     assert not case.backend.prefill_native
     out, metadata = case.run()
-    assert all(seg.pages is None for seg in metadata.prefills)
+    assert not isinstance(metadata, CPUMetadata)
     torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)

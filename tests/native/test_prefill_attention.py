@@ -91,6 +91,34 @@ def test_a_row_does_not_depend_on_the_segment_it_is_computed_in():
     assert torch.equal(strided, whole)
 
 
+def test_many_segments_in_one_call_give_each_segment_alone():
+    """A step's prefill segments (different contexts, tables, lengths) in one call: each
+    segment's rows are bit for bit its call alone."""
+    cases = [(96, 700, 1), (5, 40, 2), (130, 0, 3), (1, 9, 4)]
+    segments = [make_segment(n, context, seed=seed) for n, context, seed in cases]
+    # one cache holding every segment's pages: segment s's blocks shifted past the others'
+    caches = [cache for _, cache, _ in segments]
+    offsets = [sum(c.shape[2] for c in caches[:i]) for i in range(len(caches))]
+    cache = torch.cat(caches, dim=2)
+    width = max(len(table) for _, _, table in segments)
+    tables = torch.zeros(len(cases), width, dtype=torch.int32)
+    rows, first = [], 0
+    for index, ((query, _, table), (n, context, _)) in enumerate(zip(segments, cases)):
+        tables[index, : len(table)] = table + offsets[index]
+        rows.append([first, n, context])
+        first += n
+    query = torch.cat([q for q, _, _ in segments])
+    out = prefill_attention.prefill_segments(query, cache, torch.tensor(rows), tables, 0.125)
+    for index, ((q, _, table), (n, context, _)) in enumerate(zip(segments, cases)):
+        alone = prefill_attention.prefill(q, cache, table + offsets[index], context, 0.125)
+        start = rows[index][0]
+        assert torch.equal(out[start: start + n], alone), cases[index]
+        expected = naive(q, cache, table + offsets[index], context, 0.125)
+        torch.testing.assert_close(alone, expected, atol=2e-5, rtol=2e-5)
+    with pytest.raises(ValueError, match="runs past"):
+        prefill_attention.prefill_segments(query[:-1], cache, torch.tensor(rows), tables, 0.1)
+
+
 def test_bad_tables_raise_a_clear_error():
     query, cache, table = make_segment(10, 40)
     bad = table.clone()

@@ -25,19 +25,36 @@ torch_ref's code unchanged, so this backend is correct wherever torch_ref is.
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
 from langchain_ascend.attention.backends.torch_ref import (
     DecodeGroup,
-    PrefillSegment,
     TorchRefBackend,
     TorchRefMetadata,
     decode_tables,
 )
 from langchain_ascend.native import decode_attention, paged_attention, prefill_attention
 
+if TYPE_CHECKING:
+    import torch
+
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CPUMetadata(TorchRefMetadata):
+    """torch_ref's step metadata plus what the prefill kernel reads.
+
+    Attributes:
+        prefill_rows: ``(S, 3)`` int64: each prefill segment's first row among the step's
+            prefill tokens, its new tokens, its context length.
+        prefill_tables: ``(S, W)`` int32 blocks covering each segment's whole sequence.
+    """
+
+    prefill_rows: torch.Tensor | None = None
+    prefill_tables: torch.Tensor | None = None
 
 
 class CPUBackend(TorchRefBackend):
@@ -84,26 +101,36 @@ class CPUBackend(TorchRefBackend):
             and paged_attention.available(self.dtype, cache_dtype))
 
     def build_metadata(self, layout: BatchLayout) -> TorchRefMetadata:
-        """torch_ref's metadata; with the prefill kernel, each prefill segment also gets the
-        int32 blocks of its whole sequence (``PrefillSegment.pages``)."""
+        """torch_ref's metadata; with the prefill kernel, a :class:`CPUMetadata` that also
+        holds the prefill segments' rows and block tables for it."""
         import torch
 
         metadata = super().build_metadata(layout)
-        if self.prefill_native:
-            first = layout.num_decodes
-            for index, seg in enumerate(metadata.prefills):
-                table = layout.block_tables[first + index]
-                seg.pages = torch.tensor(table[: num_blocks_for(seg.seq_len, layout.block_size)],
-                                         dtype=torch.int32)
-        return metadata
+        if not (self.prefill_native and metadata.prefills):
+            return metadata
+        first = layout.num_decodes
+        base = metadata.prefills[0].start
+        rows = [(seg.start - base, seg.end - seg.start, seg.context_len)
+                for seg in metadata.prefills]
+        tables = [layout.block_tables[first + index][: num_blocks_for(seg.seq_len,
+                                                                      layout.block_size)]
+                  for index, seg in enumerate(metadata.prefills)]
+        width = max(len(t) for t in tables)
+        padded = [t + [t[0]] * (width - len(t)) for t in tables]
+        return CPUMetadata(metadata.slot_mapping, metadata.decodes, metadata.prefills,
+                           prefill_rows=torch.tensor(rows, dtype=torch.int64),  # (S, 3)
+                           prefill_tables=torch.tensor(padded, dtype=torch.int32))  # (S, W)
 
-    def _prefill(self, query, key, value, kv_cache, seg: PrefillSegment, scale, window):
-        if seg.pages is not None:
-            out = prefill_attention.prefill(query[seg.start: seg.end], kv_cache, seg.pages,
-                                            seg.context_len, scale, window or 0)
+    def _prefills(self, query, key, value, kv_cache, metadata, scale, window):
+        """Every prefill segment in one call of the prefill kernel (where it applies)."""
+        if isinstance(metadata, CPUMetadata):
+            start, end = metadata.prefills[0].start, metadata.prefills[-1].end
+            out = prefill_attention.prefill_segments(
+                query[start:end], kv_cache, metadata.prefill_rows, metadata.prefill_tables,
+                scale, window or 0)
             if out is not None:
-                return out  # (n, H, D)
-        return super()._prefill(query, key, value, kv_cache, seg, scale, window)
+                return [out]  # (n_1 + ... + n_S, H, D)
+        return super()._prefills(query, key, value, kv_cache, metadata, scale, window)
 
     def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
         """The paged path for every decode step (torch_ref's without the paged kernel)."""

@@ -57,8 +57,6 @@ class PrefillSegment:
         block_ids: ``(num_blocks,)`` int64 blocks covering the context (None when the segment
             has no cached prefix and attends to its new keys directly).
         mask: ``(num_query, seq_len)`` bool, True where a key is visible (None: plain causal).
-        pages: ``(num_blocks,)`` int32 blocks covering the whole sequence, prefix and new
-            tokens (set by a backend whose kernel reads the segment from the cache; else None).
     """
 
     start: int
@@ -66,7 +64,6 @@ class PrefillSegment:
     context_len: int
     block_ids: torch.Tensor | None
     mask: torch.Tensor | None
-    pages: torch.Tensor | None = None
 
     @property
     def seq_len(self) -> int:
@@ -365,10 +362,17 @@ class TorchRefBackend(AttentionBackend):
                 decode_q = query[: metadata.decodes.num_decodes]  # (B, H, D)
                 outputs.append(self._decode(decode_q, kv_cache, metadata.decodes, scale,
                                             sliding_window))
-            for seg in metadata.prefills:
-                outputs.append(self._prefill(query, key, value, kv_cache, seg, scale,
-                                             sliding_window))
+            if metadata.prefills:
+                outputs.extend(self._prefills(query, key, value, kv_cache, metadata, scale,
+                                              sliding_window))
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)  # (T, H, D)
+
+    def _prefills(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale,
+                  window) -> list[torch.Tensor]:
+        """The step's prefill segments in order, ``(n, H, D)`` each (subclasses may attend
+        them together)."""
+        return [self._prefill(query, key, value, kv_cache, seg, scale, window)
+                for seg in metadata.prefills]
 
     def _decode(self, query, kv_cache, group: DecodeGroup, scale, window):
         """One query token per request, all requests in one attention call."""
