@@ -7,8 +7,10 @@
  * 1. Each row of X (float32 or bfloat16) is quantized per block of 32 to int8, q8_0 style:
  *    d_a = max|x| / 127, q_a = round-to-nearest-even(x * (1 / d_a)) (0 for an all-zero block),
  *    kept with d_a as float32 (not rounded to half), and per format what the product needs:
- *    s_a = d_a * sum(q_a) (the min term of q4_1) or 8 * the 4-element sums of q_a (the -8
- *    offset of q4_0, subtracted as integers).
+ *    s_a = d_a * sum(q_a) (the min term of q4_1), 8 * the 4-element sums of q_a (the -8
+ *    offset of q4_0 in the GGUF layout, subtracted as integers) or -8 * sum(q_a) (q4_0) and
+ *    -128 * sum(q_a) (q8_0: the VNNI kernels multiply the weights + 128, unsigned), added as
+ *    integers in the x8 layout.
  * 2. Per (row, output, block) the integer dot product of the 32 pairs -- exact -- goes into a
  *    float32 accumulator of 8 lanes: acc = fma(float(int lanes), d_w * d_a, acc); q4_1 adds
  *    m_w * s_a in lane 0. The output is the horizontal sum of the lanes, then + bias.
@@ -21,11 +23,13 @@
  *   0 scalar C (emulates the lanes),
  *   1 AVX2 (maddubs + madd),
  *   2 AVX-VNNI (256-bit dpbusd),
- *   3 AVX512-VNNI (256-bit dpbusd with AVX512VL).
+ *   3 AVX512-VNNI (dpbusd: the x8 layout 16 output rows per 512-bit vector, the GGUF layout
+ *     256-bit with AVX512VL).
  * No AMX instruction is ever emitted.
  *
  * Work: rows in blocks of QROW_BLOCK (activations quantized per row block, so large prefills
- * need little scratch); within a block, OpenMP over groups of QGROUP output rows.
+ * need little scratch, and stored block-major: block b of every row together); within a
+ * block, OpenMP over groups of QGROUP output rows.
  *
  * Return codes: 0 success, 2 bad shapes, 3 out of memory, 4 unknown format or variant, 5 the
  * variant's instructions are not supported by this CPU.
@@ -47,15 +51,22 @@ enum { QVAR_SCALAR = 0, QVAR_AVX2 = 1, QVAR_AVXVNNI = 2, QVAR_AVX512VNNI = 3 };
 
 static int qblock_bytes(int fmt) { return fmt == QFMT_Q4_0 ? 18 : fmt == QFMT_Q4_1 ? 20 : 34; }
 
-/* Quantized activations of a block of rows (row r of the block at index r). */
+/* Quantized activations of a block of `rows` rows, block-major: block b of row m (m < rows) at
+   index at = b * rows + m (q: 32 bytes at q + 32 * at), so one block of every row is contiguous. */
 typedef struct {
-    const int8_t *q;      /* (rows, K) */
-    const float *d;       /* (rows, nb) d_a */
-    const float *s;       /* (rows, nb) d_a * sum(q_a), q4_1 */
-    const int32_t *corr;  /* (rows, nb, 8) 8 * sum of q_a over elements 4j..4j+3, q4_0 */
-    const int32_t *sums;  /* (rows, nb) sum of q_a */
-    int64_t K, nb;
+    const int8_t *q;      /* (nb, rows, 32) */
+    const float *d;       /* (nb, rows) d_a */
+    const float *s;       /* (nb, rows) d_a * sum(q_a), q4_1 */
+    const int32_t *corr;  /* (nb, rows, 8) 8 * sum of q_a over elements 4j..4j+3, q4_0 GGUF */
+    const int32_t *sums;  /* (nb, rows) sum of q_a */
+    const int32_t *noff;  /* (nb, rows) -8 * sum(q_a) (q4_0) or -128 * sum(q_a) (q8_0) */
+    int64_t K, nb, rows;
 } QActs;
+
+static inline int64_t qa_at(const QActs *acts, int64_t m, int64_t b) { return b * acts->rows + m; }
+static inline const int8_t *qa_q(const QActs *acts, int64_t m, int64_t b) {
+    return acts->q + qa_at(acts, m, b) * 32;
+}
 
 static inline int32_t load_i32(const int8_t *p) {
     int32_t v;
@@ -82,9 +93,11 @@ static inline __m256 load8(const void *x, int dtype, int64_t i) {
     return dtype == 0 ? _mm256_loadu_ps((const float *)x + i) : load_bf16x8((const uint16_t *)x + i);
 }
 
-/* One row of K values (dtype 0 float32, 1 bfloat16) quantized per block (AVX2). */
+/* One row of K values (dtype 0 float32, 1 bfloat16) quantized per block (AVX2). Block b goes
+   to q + 32 * b * stride and index b * stride of d, s, sums, noff (and corr + 8 * b * stride);
+   corr and noff may be NULL. */
 static void quantize_row(const void *x, int dtype, int64_t K, int fmt, int8_t *q, float *d,
-                         float *s, int32_t *corr, int32_t *sums) {
+                         float *s, int32_t *corr, int32_t *sums, int32_t *noff, int64_t stride) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -106,23 +119,27 @@ static void quantize_row(const void *x, int dtype, int64_t K, int fmt, int8_t *q
         __m256i i23 = _mm256_packs_epi32(QROUND(v2), QROUND(v3));
 #undef QROUND
         __m256i qv = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i01, i23), order);
-        _mm256_storeu_si256((__m256i *)(q + b * QBLOCK), qv);
-        d[b] = db;
+        const int64_t o = b * stride;
+        _mm256_storeu_si256((__m256i *)(q + o * QBLOCK), qv);
+        d[o] = db;
         __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qv), ones16); /* lane j: 4j..4j+3 */
         __m128i t = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-        sums[b] = _mm_cvtsi128_si32(t);
-        if (fmt == QFMT_Q4_1) s[b] = db * (float)sums[b];
+        const int32_t total = _mm_cvtsi128_si32(t);
+        sums[o] = total;
+        if (fmt == QFMT_Q4_1) s[o] = db * (float)total;
+        if (noff && fmt != QFMT_Q4_1) noff[o] = (fmt == QFMT_Q4_0 ? -8 : -128) * total;
         if (fmt == QFMT_Q4_0 && corr)
-            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_slli_epi32(lanes, 3));
+            _mm256_storeu_si256((__m256i *)(corr + o * 8), _mm256_slli_epi32(lanes, 3));
     }
 }
 
 /* The same quantization in plain C (same bits: max is exact, 1/d and x * (1/d) are single
    IEEE operations, rintf rounds to nearest even like _mm256_round_ps). */
 static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, int8_t *q,
-                                float *d, float *s, int32_t *corr, int32_t *sums) {
+                                float *d, float *s, int32_t *corr, int32_t *sums, int32_t *noff,
+                                int64_t stride) {
     for (int64_t b = 0; b < K / QBLOCK; b++) {
         float v[QBLOCK], amax = 0.0f;
         for (int j = 0; j < QBLOCK; j++) {
@@ -133,20 +150,22 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
         }
         float db = amax / 127.0f;
         float inv = db != 0.0f ? 1.0f / db : 0.0f;
+        const int64_t o = b * stride;
         int32_t lanes[8] = {0}, total = 0;
         for (int j = 0; j < QBLOCK; j++) {
             float r = rintf(v[j] * inv);
             int32_t qi = r > 127.0f ? 127 : r < -128.0f ? -128 : (int32_t)r;
             if (r != r) qi = -128;  /* NaN: what cvtps + saturating packs give */
-            q[b * QBLOCK + j] = (int8_t)qi;
+            q[o * QBLOCK + j] = (int8_t)qi;
             lanes[j / 4] += qi;
             total += qi;
         }
-        d[b] = db;
-        sums[b] = total;
-        if (fmt == QFMT_Q4_1) s[b] = db * (float)total;
+        d[o] = db;
+        sums[o] = total;
+        if (fmt == QFMT_Q4_1) s[o] = db * (float)total;
+        if (noff && fmt != QFMT_Q4_1) noff[o] = (fmt == QFMT_Q4_0 ? -8 : -128) * total;
         if (fmt == QFMT_Q4_0 && corr)
-            for (int j = 0; j < 8; j++) corr[b * 8 + j] = 8 * lanes[j];
+            for (int j = 0; j < 8; j++) corr[o * 8 + j] = 8 * lanes[j];
     }
 }
 
@@ -154,15 +173,22 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 
 /* QK_DOT(u, s): 8 int32 lanes, lane j = sum over bytes 4j..4j+3 of u (unsigned) * s (signed).
    QK_Q4_ACC(acc, w, a) / QK_Q4_FINISH(acc): accumulate u8 4-bit weights times s8 activations
-   (AVX2: in int16 lanes, widened by FINISH); QK_Q8_ACC(acc, w, a): int8 weights times int8
-   activations into int32 lanes (the sign trick). All exact. */
+   (AVX2: in int16 lanes, widened by FINISH); QK_Q8_ACC(acc, uw, w, a) (AVX2, x8 layout): int8
+   weights w times int8 activations a into int32 lanes by the sign trick, |w| (uw, unsigned
+   bytes: 128 for -128) times a with w's sign. All exact, but for a = -128, which quantization
+   gives only to a non-finite x (whose row's outputs are not finite anyway); the GGUF layout's
+   q8_0 tiles take |a| times w with a's sign instead (exact but for w = -128, which GGUF's
+   quantizer never writes). The VNNI x8 kernels are exact throughout (weights + 128). */
 #define QK_SUFFIX avx2
+#define QK_VNNI 0
 #define QK_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 #define QK_Q4_ACC(acc, w, a) _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, a))
 #define QK_Q4_FINISH(acc) _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
-#define QK_Q8_ACC(acc, w, a) _mm256_add_epi32(acc, QK_DOT(_mm256_abs_epi8(a), _mm256_sign_epi8(w, a)))
+#define QK_Q8_ACC(acc, uw, w, a) _mm256_add_epi32(acc, QK_DOT(uw, _mm256_sign_epi8(a, w)))
 #include "qmatmul_tiles.h"
 #undef QK_SUFFIX
+#undef QK_VNNI
+#undef QK_DPBUSD
 #undef QK_DOT
 #undef QK_Q4_ACC
 #undef QK_Q4_FINISH
@@ -175,12 +201,16 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 #pragma GCC target("avxvnni")
 #endif
 #define QK_SUFFIX avxvnni
+#define QK_VNNI 1
+#define QK_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
 #define QK_DOT(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
 #define QK_Q4_ACC(acc, w, a) _mm256_dpbusd_avx_epi32(acc, w, a)
 #define QK_Q4_FINISH(acc) (acc)
-#define QK_Q8_ACC(acc, w, a) _mm256_dpbusd_avx_epi32(acc, _mm256_abs_epi8(a), _mm256_sign_epi8(w, a))
+#define QK_Q8_ACC(acc, uw, w, a) _mm256_dpbusd_avx_epi32(acc, uw, _mm256_sign_epi8(a, w))
 #include "qmatmul_tiles.h"
 #undef QK_SUFFIX
+#undef QK_VNNI
+#undef QK_DPBUSD
 #undef QK_DOT
 #undef QK_Q4_ACC
 #undef QK_Q4_FINISH
@@ -192,18 +222,24 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 #endif
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512vnni,avx512vl"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vnni,avx512vl"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512vnni,avx512vl")
+#pragma GCC target("avx512f,avx512vnni,avx512vl")
 #endif
 #define QK_SUFFIX avx512vnni
+#define QK_VNNI 1
+#define QK_ZMM 1
+#define QK_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #define QK_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 #define QK_Q4_ACC(acc, w, a) _mm256_dpbusd_epi32(acc, w, a)
 #define QK_Q4_FINISH(acc) (acc)
-#define QK_Q8_ACC(acc, w, a) _mm256_dpbusd_epi32(acc, _mm256_abs_epi8(a), _mm256_sign_epi8(w, a))
+#define QK_Q8_ACC(acc, uw, w, a) _mm256_dpbusd_epi32(acc, uw, _mm256_sign_epi8(a, w))
 #include "qmatmul_tiles.h"
 #undef QK_SUFFIX
+#undef QK_VNNI
+#undef QK_ZMM
+#undef QK_DPBUSD
 #undef QK_DOT
 #undef QK_Q4_ACC
 #undef QK_Q4_FINISH
@@ -221,14 +257,14 @@ static void qgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const QA
                           const float *bias, float *Y, int64_t N, int64_t m_begin,
                           int64_t m_end, int64_t n0, int64_t count) {
     const int bytes = qblock_bytes(fmt), header = fmt == QFMT_Q4_1 ? 4 : 2;
-    const int64_t K = acts->K, nb = acts->nb;
+    const int64_t nb = acts->nb;
     for (int64_t n = n0; n < n0 + count; n++) {
         for (int64_t m = m_begin; m < m_end; m++) {
             float acc[8] = {0};
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *blk = W + n * row_bytes + b * bytes;
-                const int8_t *a = acts->q + m * K + b * QBLOCK;
-                const int64_t at = m * nb + b;
+                const int8_t *a = qa_q(acts, m, b);
+                const int64_t at = qa_at(acts, m, b);
                 float dw = half_to_float(blk), scale = dw * acts->d[at];
                 for (int j = 0; j < 8; j++) {
                     int32_t lane = 0;
@@ -270,7 +306,7 @@ static void qgroup8_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const Q
                            const float *bias, float *Y, int64_t N, int64_t m_begin,
                            int64_t m_end, int64_t n0, int64_t count) {
     const int sb_bytes = 8 * qblock_bytes(fmt);
-    const int64_t K = acts->K, nb = acts->nb;
+    const int64_t nb = acts->nb;
     for (int64_t n = n0; n < n0 + count; n++) {
         const uint8_t *group = W + (n - n % 8) * row_bytes;
         const int r = (int)(n % 8);
@@ -278,8 +314,8 @@ static void qgroup8_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const Q
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *sb = group + b * sb_bytes;
-                const int8_t *a = acts->q + m * K + b * QBLOCK;
-                const int64_t at = m * nb + b;
+                const int8_t *a = qa_q(acts, m, b);
+                const int64_t at = qa_at(acts, m, b);
                 int32_t dot = 0;
                 for (int j = 0; j < QBLOCK; j++) dot += x8_weight(fmt, sb, r, j) * a[j];
                 if (fmt == QFMT_Q4_0) dot -= 8 * acts->sums[at];
@@ -304,8 +340,8 @@ int qmatmul_supported(int variant) {
         case QVAR_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         case QVAR_AVXVNNI: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
         case QVAR_AVX512VNNI:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512vnni")
-                   && __builtin_cpu_supports("avx512vl");
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f")
+                   && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
         default: return 0;
     }
 }
@@ -328,20 +364,23 @@ int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64
     const qgroup_fn group = groups[layout][variant];
     const int64_t nb = K / QBLOCK, row_bytes = nb * qblock_bytes(fmt);
     const int64_t block_rows = M < QROW_BLOCK ? M : QROW_BLOCK;
-    /* scratch: q (rows, K) int8, d, s and sums (rows, nb) 4 bytes each, corr (rows, nb, 8)
-       int32 for the q4_0 GGUF-layout kernel */
+    /* scratch, block-major (QActs): q (nb, block_rows, 32) int8, d, s, sums and noff
+       (nb, block_rows) 4 bytes each, corr (nb, block_rows, 8) int32 for the q4_0 GGUF-layout
+       kernel */
     size_t q_bytes = (size_t)(block_rows * K), ds_bytes = (size_t)(block_rows * nb) * sizeof(float);
     size_t corr_bytes = fmt == QFMT_Q4_0 && layout == 0
                             ? (size_t)(block_rows * nb * 8) * sizeof(int32_t) : 0;
-    char *scratch = malloc(q_bytes + 3 * ds_bytes + corr_bytes + 64);
+    char *scratch = aligned_alloc(64, (q_bytes + 4 * ds_bytes + corr_bytes + 127) / 64 * 64);
     if (!scratch) return 3;
     QActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
                   (const float *)(scratch + q_bytes + ds_bytes),
-                  corr_bytes ? (const int32_t *)(scratch + q_bytes + 3 * ds_bytes) : NULL,
-                  (const int32_t *)(scratch + q_bytes + 2 * ds_bytes), K, nb};
+                  corr_bytes ? (const int32_t *)(scratch + q_bytes + 4 * ds_bytes) : NULL,
+                  (const int32_t *)(scratch + q_bytes + 2 * ds_bytes),
+                  (const int32_t *)(scratch + q_bytes + 3 * ds_bytes), K, nb, block_rows};
     int8_t *q = (int8_t *)acts.q;
     float *d = (float *)acts.d, *s = (float *)acts.s;
     int32_t *corr = (int32_t *)acts.corr, *sums = (int32_t *)acts.sums;
+    int32_t *noff = (int32_t *)acts.noff;
     const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
     const size_t el = dtype == 0 ? 4 : 2;
     #pragma omp parallel num_threads(threads)
@@ -351,13 +390,13 @@ int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < rows; r++) {
                 const void *x = (const char *)X + el * (size_t)((r0 + r) * x_stride);
-                int32_t *row_corr = corr ? corr + r * nb * 8 : NULL;
+                int32_t *row_corr = corr ? corr + r * 8 : NULL;
                 if (variant == QVAR_SCALAR)
-                    quantize_row_scalar(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb,
-                                        row_corr, sums + r * nb);
+                    quantize_row_scalar(x, dtype, K, fmt, q + r * QBLOCK, d + r, s + r, row_corr,
+                                        sums + r, noff + r, block_rows);
                 else
-                    quantize_row(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb, row_corr,
-                                 sums + r * nb);
+                    quantize_row(x, dtype, K, fmt, q + r * QBLOCK, d + r, s + r, row_corr,
+                                 sums + r, noff + r, block_rows);
             }
             #pragma omp for schedule(static)
             for (int64_t g = 0; g < groups_n; g++) {
@@ -383,10 +422,10 @@ int qmatmul_quantize_rows(int fmt, int variant, const void *X, int dtype, int64_
         const void *x = (const char *)X + el * (size_t)(r * K);
         if (variant == QVAR_SCALAR)
             quantize_row_scalar(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb,
-                                corr + r * nb * 8, sums + r * nb);
+                                corr + r * nb * 8, sums + r * nb, NULL, 1);
         else
             quantize_row(x, dtype, K, fmt, q + r * K, d + r * nb, s + r * nb, corr + r * nb * 8,
-                         sums + r * nb);
+                         sums + r * nb, NULL, 1);
     }
     return 0;
 }

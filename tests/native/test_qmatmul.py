@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from langchain_ascend.errors import QuantizationError
 from langchain_ascend.native import build, qmatmul
 from langchain_ascend.quant import FORMATS, dequantize, quantize
-from langchain_ascend.quant.formats import to_layout
+from langchain_ascend.quant.formats import QuantizedWeight, to_layout
 from langchain_ascend.testing import needs_native_kernels
 
 needs_kernel = needs_native_kernels()
@@ -46,8 +46,10 @@ def test_choose_variant_by_cpu_flags():
     assert qmatmul.choose_variant({"avx2", "fma"}) == "avx2"
     assert qmatmul.choose_variant({"avx2", "avx512_vnni", "avx512vl"}) == "avx512vnni"
     assert qmatmul.choose_variant({"avx2", "avx512_vnni"}) == "avx2"
+    assert qmatmul.choose_variant({"avx2", "avx_vnni"}) == "avxvnni"
+    assert qmatmul.choose_variant({"avx2", "avx_vnni", "avx512_vnni"}) == "avxvnni"
     assert qmatmul.choose_variant({"avx2", "avx_vnni", "avx512_vnni", "avx512vl",
-                                   "amx_int8"}) == "avxvnni"
+                                   "amx_int8"}) == "avx512vnni"
 
 
 @needs_kernel
@@ -159,6 +161,46 @@ def test_every_variant_this_cpu_runs_gives_the_same_bits(fmt, layout, variant):
     assert {"scalar", "avx2"} <= set(results)
     for name, out in results.items():
         assert torch.equal(out, results["scalar"]), name
+
+
+@needs_kernel
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_x8_path_gives_the_scalar_bits(fmt, variant):
+    # The x8 kernels pick register tiles (few rows), panels of 8 weight rows applied to every
+    # row, or (AVX512) panels of 16 weight rows, by row count and what is left of a group of
+    # 16 outputs: 88 = 5 * 16 + 8 outputs, and row counts on both sides of each switch.
+    x, qw = _case(70, 88, 192, fmt, seed=11, layout="x8")
+    x[3, 64:96] *= 1e4  # a block much larger than the rest of its row
+    bias = torch.randn(88)
+    variant("scalar")
+    want = qmatmul.qmatmul(x, qw, bias)
+    names = [name for name in qmatmul.VARIANTS[1:] if qmatmul.supported(name)]
+    assert "avx2" in names
+    for name in names:
+        variant(name)
+        for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64, 70):
+            assert torch.equal(qmatmul.qmatmul(x[:rows], qw, bias), want[:rows]), (name, rows)
+        assert torch.equal(qmatmul.qmatmul(x[5:6], qw, bias), want[5:6]), name
+
+
+@needs_kernel
+def test_q8_0_weights_of_minus_128_are_exact_in_the_x8_layout(variant):
+    # GGUF's quantizer writes -127..127, but a file may hold -128: every variant (the sign
+    # trick takes |w|, the VNNI kernels w + 128) still gives the integer reference's bits.
+    x, qw = _case(9, 24, 96, "q8_0", seed=12)
+    blocks = qw.blocks.clone()
+    values = blocks.view(24, 3, 34)[:, :, 2:]  # (N, B, 32) int8 values as bytes
+    values[::3, :, ::5] = 128  # -128
+    qw = QuantizedWeight("q8_0", 24, 96, blocks)
+    packed = to_layout(qw, "x8")
+    variant("scalar")
+    want = qmatmul.qmatmul(x, packed)
+    torch.testing.assert_close(want, qmatmul.reference_qmatmul(x, qw), atol=1e-4, rtol=1e-5)
+    for name in qmatmul.VARIANTS[1:]:
+        if qmatmul.supported(name):
+            variant(name)
+            for rows in (1, 2, 5, 9):
+                assert torch.equal(qmatmul.qmatmul(x[:rows], packed), want[:rows]), (name, rows)
 
 
 @needs_kernel
