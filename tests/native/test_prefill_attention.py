@@ -103,13 +103,13 @@ def test_many_segments_in_one_call_give_each_segment_alone():
     width = max(len(table) for _, _, table in segments)
     tables = torch.zeros(len(cases), width, dtype=torch.int32)
     rows, first = [], 0
-    for index, ((query, _, table), (n, context, _)) in enumerate(zip(segments, cases)):
+    for index, ((_, _, table), (n, context, _)) in enumerate(zip(segments, cases, strict=True)):
         tables[index, : len(table)] = table + offsets[index]
         rows.append([first, n, context])
         first += n
     query = torch.cat([q for q, _, _ in segments])
     out = prefill_attention.prefill_segments(query, cache, torch.tensor(rows), tables, 0.125)
-    for index, ((q, _, table), (n, context, _)) in enumerate(zip(segments, cases)):
+    for index, ((q, _, table), (n, context, _)) in enumerate(zip(segments, cases, strict=True)):
         alone = prefill_attention.prefill(q, cache, table + offsets[index], context, 0.125)
         start = rows[index][0]
         assert torch.equal(out[start: start + n], alone), cases[index]
