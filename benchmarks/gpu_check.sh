@@ -4,7 +4,8 @@
 # Installs nothing from the internet: it uses the python found ($PYTHON, else python3) with the
 # torch/transformers already installed there, plus any wheels carried with the tree under
 # ./wheels (installed with --no-index). The tree itself is used through PYTHONPATH.
-# Writes under $OUT (or ./gpu_results): env.json, cuda_tests.xml + .txt, bench_decode.json,
+# Writes under $OUT (or ./gpu_results): env.json, cuda_tests.xml + .txt (static step, engine,
+# quantized linears' int4 product parity), bench_decode.json,
 # bench_agent.json (+ .txt logs), summary.json.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,7 @@ cat "$OUT_DIR/env.json"
 status=0
 timeout 200 "$PY" -m pytest -q -m cuda -p no:cacheprovider \
   integration_tests/test_static_step_devices.py tests/engine/test_engine_devices.py \
+  tests/quant/test_device_matmul_devices.py \
   --junitxml "$OUT_DIR/cuda_tests.xml" > "$OUT_DIR/cuda_tests.txt" 2>&1 || status=1
 tail -3 "$OUT_DIR/cuda_tests.txt"
 

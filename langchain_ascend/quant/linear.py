@@ -6,7 +6,9 @@ int8 per block of 32, as llama.cpp does: ``native.qmatmul``); elsewhere, or with
 ``use_native=False`` (the weights-only reference, e.g. to compare against the de-quantized float
 model), a torch product on float activations that de-quantizes a slice of output rows at a time
 (at most :data:`FALLBACK_CHUNK_VALUES` float32 weights alive at once), so no float copy of the
-weight is ever kept.
+weight is ever kept. On an NPU or a CUDA device the product is the backend's weight-only
+matmul over tensors converted once per layer, when the layer is moved there (``.to()``) or at
+its first product there (:mod:`langchain_ascend.quant.device_matmul`).
 
 :func:`replace_linears` swaps a model's ``nn.Linear`` layers for quantized ones in place, as a
 plan decides per layer, and lets the float weights go.
@@ -22,7 +24,7 @@ import torch
 from torch import nn
 
 from langchain_ascend.native import qmatmul
-from langchain_ascend.quant import formats
+from langchain_ascend.quant import device_matmul, formats
 from langchain_ascend.quant.embedding import QuantizedEmbedding
 
 if TYPE_CHECKING:
@@ -92,6 +94,10 @@ class QuantizedLinear(nn.Module):
         bias: Parameter or None.
         use_native: Use the native kernel where built (set False to force the torch
             fallback, e.g. as the reference in tests).
+        device_product: On an NPU / CUDA device: the product's converted tensors
+            (:class:`~langchain_ascend.quant.device_matmul.DeviceMatmul`), built when the
+            module moves there and rebuilt once when the activations' device or dtype
+            changes; None elsewhere. The ``blocks`` stay too (the weight's record).
     """
 
     blocks: torch.Tensor
@@ -112,6 +118,35 @@ class QuantizedLinear(nn.Module):
         else:
             self.register_parameter("bias", None)
         self.use_native = True
+        self.device_product: device_matmul.DeviceMatmul | None = None
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> QuantizedLinear:
+        """``nn.Module._apply`` (``.to()``, ``.cuda()``, ``.half()``...), then the device
+        product converted for where the blocks now are."""
+        super()._apply(fn, recurse)
+        device = self.blocks.device
+        self.device_product = None
+        if device_matmul.backend_for(device) in device_matmul.ACCELERATORS:
+            self.device_product = device_matmul.build(self.qweight, self.bias, device,
+                                                     self._expected_dtype(device))
+        return self
+
+    def _expected_dtype(self, device: torch.device) -> torch.dtype:
+        """The activations' dtype to convert for before any has been seen: the bias's when it
+        is a 16-bit float, else the device's default."""
+        from langchain_ascend.platform import default_dtype
+
+        if self.bias is not None and self.bias.dtype in (torch.float16, torch.bfloat16):
+            return self.bias.dtype
+        return default_dtype(device)
+
+    def _run_on_device(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (M, K)`` on an accelerator -> ``(M, N)`` through the converted tensors."""
+        product = self.device_product
+        if product is None or not product.serves(x):
+            product = device_matmul.build(self.qweight, self.bias, x.device, x.dtype)
+            self.device_product = product
+        return product(x)  # (M, N)
 
     @property
     def qweight(self) -> QuantizedWeight:
@@ -134,6 +169,8 @@ class QuantizedLinear(nn.Module):
                              f"an input of shape {tuple(x.shape)}")
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)  # (M, K)
+        if device_matmul.backend_for(flat.device) in device_matmul.ACCELERATORS:
+            return self._run_on_device(flat).reshape(*lead, self.out_features)  # (..., N)
         native = _native_qmatmul() if self.use_native else None
         if (native is not None and flat.device.type == "cpu"
                 and flat.dtype in (torch.float32, torch.bfloat16)):
