@@ -4,6 +4,8 @@
   de-quantize in pure torch;
 - ``linear`` / ``embedding``: ``QuantizedLinear`` and ``QuantizedEmbedding`` (weights kept as
   blocks), ``replace_linears``;
+- ``device_matmul``: the blocks as NPU (``npu_weight_quant_batchmatmul``) and CUDA
+  (``_weight_int4pack_mm``) weight-only products, converted once per layer;
 - ``gguf_file`` / ``gguf_config`` / ``gguf_model``: a GGUF file's tensor table and bytes, its
   transformers config, and the model built from its blocks (``load_gguf_model``);
 - ``quantize_model``: ``int8`` / ``int4`` at load for float models, ``weight_summary``;
