@@ -21,6 +21,7 @@ import types
 import pytest
 import torch
 
+from langchain_ascend import platform
 from langchain_ascend.errors import DeviceUnavailableError
 from langchain_ascend.quant import device_matmul, formats
 from langchain_ascend.quant.linear import QuantizedLinear
@@ -202,6 +203,10 @@ calls: list[dict] = []
 @pytest.fixture
 def fake_npu(monkeypatch):
     """torch_npu replaced by the stand-in, and the CPU treated as an NPU."""
+    return _install_fake_npu(monkeypatch)
+
+
+def _install_fake_npu(monkeypatch):
     module = types.ModuleType("torch_npu")
     module.npu_convert_weight_to_int4pack = _fake_convert
     module.npu_weight_quant_batchmatmul = _fake_wqbmm
@@ -360,3 +365,30 @@ def test_cuda_product_matches_the_float_reference(fake_cuda, fmt, rows):
 def test_cuda_inner_k_tiles():
     assert [device_matmul.cuda_inner_k_tiles(k) for k in (32, 64, 96, 128, 4096)] == [
         2, 4, 2, 8, 8]
+
+
+def test_a_whole_model_moved_to_the_stand_in_npu(monkeypatch, tiny_model_paths):
+    """A tiny qwen2 (q/k/v biases) with every linear q4_1, moved to the stand-in NPU: each
+    layer converted once at the move (for the device's default dtype, bf16, where a layer has
+    no bias to tell), logits within bf16 rounding of the weights-only reference on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    from langchain_ascend.quant.linear import replace_linears, use_reference
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.bfloat16)
+    replace_linears(model, lambda name, linear: formats.quantize(linear.weight.data, "q4_1"))
+    layers = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    ids = torch.tensor([[3, 17, 99, 5, 42, 8]])
+    use_reference(model)
+    with torch.no_grad():
+        expected = model(ids).logits.float()  # (1, T, V) through reference_matmul, on the CPU
+    _install_fake_npu(monkeypatch)  # after loading: transformers probes torch_npu's spec
+    monkeypatch.setattr(platform, "default_dtype", lambda device: torch.bfloat16)  # as a 910B
+    model.to("cpu")  # the "move": every layer converted here
+    assert all(isinstance(m.device_product, device_matmul.NPUMatmul) for m in layers)
+    converted = [m.device_product for m in layers]
+    with torch.no_grad():
+        out = model(ids).logits.float()
+    assert [m.device_product for m in layers] == converted and len(calls) == len(layers)
+    assert any(c["bias"] is not None for c in calls)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0.05 * expected.abs().max().item())
