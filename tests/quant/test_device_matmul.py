@@ -392,3 +392,20 @@ def test_a_whole_model_moved_to_the_stand_in_npu(monkeypatch, tiny_model_paths):
     assert [m.device_product for m in layers] == converted and len(calls) == len(layers)
     assert any(c["bias"] is not None for c in calls)
     torch.testing.assert_close(out, expected, rtol=0, atol=0.05 * expected.abs().max().item())
+
+
+def test_shapes_and_gpus_without_an_op_run_a_weight_dequantized_once(fake_npu, monkeypatch):
+    """NPU K above the op's limit, and a GPU older than sm80: the weight de-quantized once to
+    the activations' dtype, F.linear."""
+    qw = formats.quantize(_weight(16, 96), "q4_1")
+    x = torch.randn(3, 96).half()
+    monkeypatch.setattr(device_matmul, "NPU_MAX_DIM", 64)
+    layer = QuantizedLinear(qw)
+    _close(layer(x), _reference(x, qw, None), torch.float16)
+    assert isinstance(layer.device_product, device_matmul.DenseMatmul) and not calls
+    assert layer.device_product.weight.dtype == torch.float16
+    monkeypatch.setattr(device_matmul, "backend_for", lambda device: "cuda")
+    monkeypatch.setattr(device_matmul, "_cuda_has_int4", lambda device: False)
+    layer = QuantizedLinear(qw, torch.randn(16))
+    _close(layer(x), _reference(x, qw, layer.bias.detach()), torch.float16)
+    assert isinstance(layer.device_product, device_matmul.DenseMatmul)
