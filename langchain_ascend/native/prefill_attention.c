@@ -176,12 +176,23 @@ static inline void pf_softmax_row(float *s, int first, int last, float *m, float
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
     for (int j = 0; j < first; j++) s[j] = -INFINITY;
     for (int j = last; j < PF_KEYS; j++) s[j] = -INFINITY;
-    __m256 mx = neg_inf;
-    for (int j = 0; j < PF_KEYS; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+    __m256 mx = neg_inf, unordered = _mm256_setzero_ps();
+    for (int j = 0; j < PF_KEYS; j += 8) {
+        __m256 x = _mm256_loadu_ps(s + j);
+        mx = _mm256_max_ps(mx, x);
+        unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    }
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
     float chunk_max = _mm_cvtss_f32(h), old = *m;
+    if (_mm256_movemask_ps(unordered) || chunk_max == INFINITY) {
+        /* a NaN or infinite score (a NaN query, an overflowed key): the row's result is NaN,
+           as the softmax's is; it adds nothing to the values product */
+        memset(s, 0, PF_KEYS * sizeof(float));
+        *l = NAN;
+        return;
+    }
     float top = chunk_max > old ? chunk_max : old;
     __m256 t = _mm256_set1_ps(top), sum = _mm256_setzero_ps();
     for (int j = 0; j < PF_KEYS; j += 8) {
@@ -267,7 +278,7 @@ static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_st
     for (int64_t r = 0; r < rows; r++) {
         float *dst = out + (first_token + r / G) * H * D + (kvh * G + r % G) * D;
         const float *o = w->o + r * D;
-        __m256 inv = _mm256_set1_ps(w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f);
+        __m256 inv = _mm256_set1_ps(1.0f / w->l[r]); /* > 0: a row sees its own key */
         for (int64_t d = 0; d < D; d += 8)
             _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
     }
@@ -300,7 +311,7 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
                   const int32_t *tables, int64_t W, float *out, int64_t H, int64_t KVH,
                   int64_t D, int64_t NB, int64_t BS, int64_t window, float scale,
                   int num_threads) {
-    if (S <= 0 || KVH <= 0 || H % KVH || D <= 0 || D % 8 || D > PF_MAX_DIM || BS <= 0
+    if (S <= 0 || KVH <= 0 || H < KVH || H % KVH || D <= 0 || D % 8 || D > PF_MAX_DIM || BS <= 0
         || W <= 0 || window < 0)
         return 2;
     const int64_t G = H / KVH;
@@ -374,7 +385,7 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
     if (!status) {
         _Pragma("omp parallel num_threads(num_threads)")
         {
-            PfScratch w;
+            PfScratch w = {0};
             size_t floats = (size_t)(padded * D * 2 + D * PF_KEYS * 2 + padded * PF_KEYS + padded * 2);
             float *buffer = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
             if (!buffer) {
@@ -388,24 +399,26 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
                 w.s = w.v + PF_KEYS * D;
                 w.m = w.s + padded * PF_KEYS;
                 w.l = w.m + padded;
-                _Pragma("omp for schedule(dynamic, 1)")
-                for (int64_t k = 0; k < items; k++) {
-                    const PfSegment *g = segs + list[k].segment;
-                    int64_t first = list[k].tile * tile;
-                    int64_t count = g->tokens - first < tile ? g->tokens - first : tile;
-                    int s = pf_item(query + g->start * q_token_stride, q_token_stride,
-                                    q_head_stride, cache, f16, tables + list[k].segment * W, W,
-                                    out + g->start * H * D, H, KVH, D, NB, BS, g->context_len,
-                                    window, scale, list[k].kvh, first, count,
-                                    g->packed >= 0 ? packed + g->packed * pack_floats : NULL,
-                                    g->first_chunk, g->chunks, &w);
-                    if (s) {
-                        _Pragma("omp atomic write")
-                        status = s;
-                    }
-                }
-                free(buffer);
             }
+            /* every thread enters the loop (a team must), one without scratch takes nothing */
+            _Pragma("omp for schedule(dynamic, 1)")
+            for (int64_t k = 0; k < items; k++) {
+                if (!buffer) continue;
+                const PfSegment *g = segs + list[k].segment;
+                int64_t first = list[k].tile * tile;
+                int64_t count = g->tokens - first < tile ? g->tokens - first : tile;
+                int s = pf_item(query + g->start * q_token_stride, q_token_stride,
+                                q_head_stride, cache, f16, tables + list[k].segment * W, W,
+                                out + g->start * H * D, H, KVH, D, NB, BS, g->context_len,
+                                window, scale, list[k].kvh, first, count,
+                                g->packed >= 0 ? packed + g->packed * pack_floats : NULL,
+                                g->first_chunk, g->chunks, &w);
+                if (s) {
+                    _Pragma("omp atomic write")
+                    status = s;
+                }
+            }
+            free(buffer);
         }
     }
     free(segs); free(list); free(packed); free(pack_owner);

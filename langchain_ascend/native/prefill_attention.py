@@ -1,4 +1,4 @@
-"""Prefill attention straight from the paged cache, one native call per segment and layer.
+"""Prefill attention straight from the paged cache: one native call per step and layer.
 
 A prefill segment's new tokens attend causally to everything before them: an agent's cached
 system prompt and its earlier turns (thousands of keys) and each other. Torch's SDPA needs
@@ -8,8 +8,11 @@ each chunk of keys once into a transposed float32 tile shared by every query row
 score and value products blocked like a GEMM (numbers in ``docs/performance.md``).
 
 Each query row's result depends only on its own position, the keys it sees and its query
-(chunks of keys at absolute positions): not on the other tokens of the step, the threads, or
-how a long prompt was split into chunked-prefill steps.
+(chunks of keys at absolute positions): not on the other tokens or segments of the step, the
+threads, or how a long prompt was split into chunked-prefill steps -- for a finite cache (an
+infinite value next to a row's keys can reach it as 0 * inf). A NaN or infinite score makes
+its row NaN, as the softmax's result is. (A one-token piece of a prompt is a decode row and
+runs the paged decode kernel, whose rounding differs.)
 
 :func:`prefill` returns None wherever the kernel does not apply (library not built here,
 another dtype or device, a head size it does not read), so callers keep their torch path.
@@ -59,7 +62,7 @@ def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
     return (query.dim() == 3 and kv_cache.dim() == 5 and query.dtype == torch.float32
             and query.device.type == "cpu" and kv_cache.device.type == "cpu"
             and query.shape[2] == kv_cache.shape[4] and query.shape[2] % 8 == 0
-            and query.shape[2] <= MAX_HEAD_DIM and query.stride(2) == 1
+            and query.shape[2] <= MAX_HEAD_DIM and query.stride(2) == 1 and query.shape[1] > 0
             and query.shape[1] % kv_cache.shape[1] == 0 and kv_cache.is_contiguous()
             and _kernel(kv_cache.dtype) is not None)
 
@@ -95,10 +98,12 @@ def prefill_segments(query: torch.Tensor, kv_cache: torch.Tensor, segments: torc
             or segments.shape != (tables.shape[0], 3) or not segments.is_contiguous()):
         return None
     rows, heads, dim = query.shape
-    if segments.shape[0] and int((segments[:, 0] + segments[:, 1]).max()) > rows:
+    out = torch.empty(rows, heads, dim, dtype=query.dtype)
+    if segments.shape[0] == 0:
+        return out
+    if int((segments[:, 0] + segments[:, 1]).max()) > rows:
         raise ValueError(f"prefill attention: a segment runs past the query's {rows} rows")
     kv_heads, blocks, block_size = kv_cache.shape[1], kv_cache.shape[2], kv_cache.shape[3]
-    out = torch.empty(rows, heads, dim, dtype=query.dtype)
     status = _kernel(kv_cache.dtype)(
         query.data_ptr(), query.stride(0), query.stride(1), kv_cache.data_ptr(),
         segments.data_ptr(), segments.shape[0], tables.data_ptr(), tables.shape[1],
@@ -123,5 +128,7 @@ def prefill(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tens
 
     if block_table.dim() != 1:
         return None
+    if query.shape[0] == 0:
+        return query.new_empty(query.shape) if applies(query, kv_cache) else None
     segment = torch.tensor([[0, query.shape[0], context_len]], dtype=torch.int64)
     return prefill_segments(query, kv_cache, segment, block_table[None], scale, window)

@@ -55,11 +55,14 @@ CASES = [
     dict(n=33, context_len=64, heads=6, kv_heads=2, dim=40, block_size=8),  # 40: not 32k
     dict(n=20, context_len=3, heads=4, kv_heads=4, dim=32),  # no grouping
     dict(n=70, context_len=10, heads=14, kv_heads=2, dim=64),  # 7 query heads per KV head
+    dict(n=9, context_len=20, heads=2, kv_heads=1, dim=8, block_size=1),
+    dict(n=11, context_len=70, heads=2, kv_heads=2, dim=256),
+    dict(n=5, context_len=33, heads=64, kv_heads=1, dim=16, block_size=5),  # > 48 rows a token
 ]
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("window", [0, 50])
+@pytest.mark.parametrize("window", [0, 1, 50, 64, 65])
 def test_prefill_matches_a_naive_softmax(case, window):
     query, cache, table = make_segment(**case)
     scale = query.shape[2] ** -0.5
@@ -117,6 +120,25 @@ def test_many_segments_in_one_call_give_each_segment_alone():
         torch.testing.assert_close(alone, expected, atol=2e-5, rtol=2e-5)
     with pytest.raises(ValueError, match="runs past"):
         prefill_attention.prefill_segments(query[:-1], cache, torch.tensor(rows), tables, 0.1)
+
+
+def test_a_nan_query_gives_a_nan_row_and_leaves_the_others_alone():
+    query, cache, table = make_segment(12, 40)
+    clean = prefill_attention.prefill(query, cache, table, 40, 0.125)
+    query[3, 4, 0] = float("nan")
+    out = prefill_attention.prefill(query, cache, table, 40, 0.125)
+    assert out[3, 4].isnan().all()
+    rest = torch.ones(12, 9, dtype=torch.bool)
+    rest[3, 4] = False
+    assert torch.equal(out[rest], clean[rest])
+
+
+def test_empty_calls_return_empty_results():
+    query, cache, table = make_segment(4, 4)
+    assert prefill_attention.prefill(query[:0], cache, table, 4, 0.1).shape == (0, 9, 64)
+    none = prefill_attention.prefill_segments(query, cache, torch.zeros(0, 3, dtype=torch.long),
+                                              torch.zeros(0, 2, dtype=torch.int32), 0.1)
+    assert none.shape == query.shape
 
 
 def test_bad_tables_raise_a_clear_error():

@@ -56,7 +56,8 @@ class PrefillSegment:
         context_len: Tokens of the request already in the cache before this step.
         block_ids: ``(num_blocks,)`` int64 blocks covering the context (None when the segment
             has no cached prefix and attends to its new keys directly).
-        mask: ``(num_query, seq_len)`` bool, True where a key is visible (None: plain causal).
+        mask: ``(num_query, seq_len)`` bool, True where a key is visible: built at the first
+            layer that attends through torch (None: not yet, or plain causal without a prefix).
     """
 
     start: int
@@ -213,15 +214,12 @@ class TorchRefBackend(AttentionBackend):
             start, end = layout.query_start_loc[s], layout.query_start_loc[s + 1]
             seq_len = layout.seq_lens[s]
             context_len = seq_len - (end - start)
-            block_ids = mask = None
+            block_ids = None
             if context_len:
                 num_blocks = num_blocks_for(seq_len, layout.block_size)
                 block_ids = torch.tensor(layout.block_tables[s][:num_blocks], dtype=torch.long,
                                          device=self.device)
-                q_pos = torch.arange(context_len, seq_len, device=self.device)  # (n,)
-                k_pos = torch.arange(seq_len, device=self.device)  # (L,)
-                mask = _visible_mask(q_pos, k_pos, None)  # (n, L)
-            prefills.append(PrefillSegment(start, end, context_len, block_ids, mask))
+            prefills.append(PrefillSegment(start, end, context_len, block_ids, None))
         return TorchRefMetadata(slot_mapping, decodes, prefills)
 
     def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
@@ -466,7 +464,10 @@ class TorchRefBackend(AttentionBackend):
         import torch.nn.functional as F
 
         q = query[seg.start: seg.end].transpose(0, 1)[None]  # (1, H, n, D)
-        mask = seg.mask
+        if seg.block_ids is not None and seg.mask is None:  # built once, for every layer
+            q_pos = torch.arange(seg.context_len, seg.seq_len, device=q.device)  # (n,)
+            seg.mask = _visible_mask(q_pos, torch.arange(seg.seq_len, device=q.device), None)
+        mask = seg.mask  # (n, L)
         if seg.block_ids is None:
             k = key[seg.start: seg.end].transpose(0, 1)[None]  # (1, KVH, n, D)
             v = value[seg.start: seg.end].transpose(0, 1)[None]
