@@ -85,6 +85,17 @@ def probe_npu() -> NPUProbe:
     return NPUProbe(True, "", count)
 
 
+def import_torch_npu(purpose: str) -> Any:
+    """``import torch_npu`` for ``purpose`` (e.g. "the NPU attention backend"), or raise
+    :class:`~langchain_ascend.errors.DeviceUnavailableError` saying why."""
+    try:
+        return importlib.import_module("torch_npu")
+    except Exception as exc:  # noqa: BLE001 - any failure means "no usable torch_npu"
+        raise DeviceUnavailableError(
+            f"{purpose} needs torch_npu with the CANN toolkit "
+            f"(pip install 'langchain-ascend[npu]'; source CANN's set_env.sh): {exc}") from exc
+
+
 def cuda_reason() -> str:
     """Why CUDA cannot be used, or an empty string when it can."""
     torch = import_torch()

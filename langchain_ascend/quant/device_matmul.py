@@ -51,7 +51,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_ascend.errors import DeviceUnavailableError
+from langchain_ascend.platform import import_torch_npu
 from langchain_ascend.quant import formats
 
 if TYPE_CHECKING:
@@ -212,17 +212,6 @@ def _log_once(key: str, message: str) -> None:
         logger.info(message)
 
 
-def import_torch_npu() -> Any:
-    """``import torch_npu`` or raise :class:`DeviceUnavailableError` saying why."""
-    try:
-        import torch_npu
-    except Exception as exc:  # noqa: BLE001 - any failure means "no usable torch_npu"
-        raise DeviceUnavailableError(
-            "quantized linears on an NPU need torch_npu with the CANN toolkit "
-            f"(pip install 'langchain-ascend[npu]'; source CANN's set_env.sh): {exc}") from exc
-    return torch_npu
-
-
 def npu_compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The activation dtype the NPU op runs for ``dtype`` activations (fp16 stays, anything
     else runs in bf16)."""
@@ -293,7 +282,7 @@ class NPUMatmul(DeviceMatmul):
         import torch
 
         super().__init__(device, dtype, qw.out_features)
-        torch_npu = import_torch_npu()
+        torch_npu = import_torch_npu("quantized linears on an NPU")
         self.convert_op = torch_npu.npu_convert_weight_to_int4pack  # the ops, not the module:
         self.matmul_op = torch_npu.npu_weight_quant_batchmatmul  # deepcopy-able
         self.compute_dtype = npu_compute_dtype(dtype)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from langchain_ascend.native import qmatmul
+from langchain_ascend.platform import default_dtype
 from langchain_ascend.quant import device_matmul, formats
 from langchain_ascend.quant.embedding import QuantizedEmbedding
 
@@ -134,8 +135,6 @@ class QuantizedLinear(nn.Module):
     def _expected_dtype(self, device: torch.device) -> torch.dtype:
         """The activations' dtype to convert for before any has been seen: the bias's when it
         is a 16-bit float, else the device's default."""
-        from langchain_ascend.platform import default_dtype
-
         if self.bias is not None and self.bias.dtype in (torch.float16, torch.bfloat16):
             return self.bias.dtype
         return default_dtype(device)

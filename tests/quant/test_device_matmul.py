@@ -21,9 +21,8 @@ import types
 import pytest
 import torch
 
-from langchain_ascend import platform
 from langchain_ascend.errors import DeviceUnavailableError
-from langchain_ascend.quant import device_matmul, formats
+from langchain_ascend.quant import device_matmul, formats, linear
 from langchain_ascend.quant.linear import QuantizedLinear
 
 FORMATS = ("q4_0", "q4_1", "q8_0")
@@ -376,14 +375,14 @@ def test_a_whole_model_moved_to_the_stand_in_npu(monkeypatch, tiny_model_paths):
     from langchain_ascend.quant.linear import replace_linears, use_reference
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen2"], dtype=torch.bfloat16)
-    replace_linears(model, lambda name, linear: formats.quantize(linear.weight.data, "q4_1"))
+    replace_linears(model, lambda name, layer: formats.quantize(layer.weight.data, "q4_1"))
     layers = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
     ids = torch.tensor([[3, 17, 99, 5, 42, 8]])
     use_reference(model)
     with torch.no_grad():
         expected = model(ids).logits.float()  # (1, T, V) through reference_matmul, on the CPU
     _install_fake_npu(monkeypatch)  # after loading: transformers probes torch_npu's spec
-    monkeypatch.setattr(platform, "default_dtype", lambda device: torch.bfloat16)  # as a 910B
+    monkeypatch.setattr(linear, "default_dtype", lambda device: torch.bfloat16)  # as a 910B
     model.to("cpu")  # the "move": every layer converted here
     assert all(isinstance(m.device_product, device_matmul.NPUMatmul) for m in layers)
     converted = [m.device_product for m in layers]

@@ -29,23 +29,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_ascend.attention.backends.base import AttentionBackend, BatchLayout, num_blocks_for
-from langchain_ascend.errors import DeviceUnavailableError
+from langchain_ascend.platform import import_torch_npu
 
 if TYPE_CHECKING:
     import torch
 
 _MASK_SIZE = 2048  # sparse_mode=3 takes a fixed 2048 x 2048 causal mask
-
-
-def import_torch_npu() -> Any:
-    """``import torch_npu`` or raise :class:`DeviceUnavailableError` saying why."""
-    try:
-        import torch_npu
-    except Exception as exc:  # noqa: BLE001 - any failure means "no usable torch_npu"
-        raise DeviceUnavailableError(
-            "the NPU attention backend needs torch_npu with the CANN toolkit "
-            f"(pip install 'langchain-ascend[npu]'; source CANN's set_env.sh): {exc}") from exc
-    return torch_npu
 
 
 @dataclass
@@ -67,7 +56,7 @@ class NPUBackend(AttentionBackend):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._torch_npu = import_torch_npu()
+        self._torch_npu = import_torch_npu("the NPU attention backend")
         import torch
 
         self._causal_mask = torch.triu(
