@@ -51,6 +51,26 @@ typedef struct {
     float *l;      /* (rows,) running sum */
 } PfScratch;
 
+/* What every work item of one call reads. */
+typedef struct {
+    const float *query;                   /* (T, H, D), token and head strides below */
+    int64_t q_token_stride, q_head_stride;
+    const void *cache;                    /* (2, KVH, NB, BS, D) */
+    int f16;                              /* the cache holds float16 (else float32) */
+    float *out;                           /* (T, H, D) contiguous */
+    int64_t H, KVH, G, D, NB, BS, window, tile; /* tile: query positions per item */
+    float scale;
+} PfCall;
+
+/* One prefill segment of the call. */
+typedef struct {
+    int64_t start, tokens, context_len; /* first query row, new tokens, cached before them */
+    int64_t tiles, first_chunk, chunks; /* query tiles; chunks of keys the segment reads */
+    const int32_t *table;               /* its row of the block tables */
+    int64_t table_width;
+    int64_t packed;                     /* offset of its widened chunks, -1: items widen */
+} PfSegment;
+
 static inline __m256 pf_load8(const void *base, int f16, int64_t index) {
     if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + index)));
     return _mm256_loadu_ps((const float *)base + index);
@@ -73,10 +93,11 @@ static inline void pf_transpose8(__m256 *r) {
 }
 
 /* The chunk's keys (transposed) and values as float32; positions at or past `end` are zero. */
-static int pf_pack_chunk(const void *cache, int f16, const int32_t *block_ids, int64_t num_ids,
-                         int64_t kvh, int64_t KVH, int64_t NB, int64_t BS, int64_t D,
-                         int64_t start, int64_t end, float *kt, float *v) {
-    const int64_t page = BS * D, half = KVH * NB * page;
+static int pf_pack_chunk(const PfCall *c, const PfSegment *g, int64_t kvh, int64_t start,
+                         int64_t end, float *kt, float *v) {
+    const void *cache = c->cache;
+    const int f16 = c->f16;
+    const int64_t D = c->D, NB = c->NB, BS = c->BS, page = BS * D, half = c->KVH * NB * page;
     for (int64_t j0 = 0; j0 < PF_KEYS; j0 += 8) {
         int64_t key_offset[8];
         for (int j = 0; j < 8; j++) {
@@ -84,8 +105,8 @@ static int pf_pack_chunk(const void *cache, int f16, const int32_t *block_ids, i
             key_offset[j] = -1;
             if (pos >= end) continue;
             int64_t b = pos / BS;
-            if (b >= num_ids) return 2;
-            int64_t id = block_ids[b];
+            if (b >= g->table_width) return 2;
+            int64_t id = g->table[b];
             if (id < 0 || id >= NB) return 3;
             key_offset[j] = (kvh * NB + id) * page + (pos % BS) * D;
         }
@@ -217,21 +238,20 @@ static void pf_values(const float *p, const float *v, int64_t D, int keys, float
     for (; d < D; d += 8) pf_values_3x8(p, v + d, D, keys, o + d);
 }
 
-static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_stride,
-                   const void *cache, int f16, const int32_t *block_ids, int64_t num_ids,
-                   float *out, int64_t H, int64_t KVH, int64_t D, int64_t NB,
-                   int64_t BS, int64_t context_len, int64_t window, float scale, int64_t kvh,
-                   int64_t first_token, int64_t tokens, const float *packed,
-                   int64_t first_chunk, int64_t chunks, PfScratch *w) {
-    const int64_t G = H / KVH, rows = tokens * G;
+/* One work item: KV head kvh, tokens [first_token, first_token + tokens) of segment g. */
+static int pf_item(const PfCall *c, const PfSegment *g, int64_t kvh, int64_t first_token,
+                   int64_t tokens, const float *packed, PfScratch *w) {
+    const int64_t G = c->G, D = c->D, window = c->window, context_len = g->context_len;
+    const int64_t rows = tokens * G;
     const int64_t padded = (rows + PF_SCORE_ROWS - 1) / PF_SCORE_ROWS * PF_SCORE_ROWS;
-    const __m256 sc = _mm256_set1_ps(scale);
+    const float *query = c->query + g->start * c->q_token_stride;
+    const __m256 sc = _mm256_set1_ps(c->scale);
     /* rows r = i * G + g: token first_token + i, head kvh * G + g */
     for (int64_t r = 0; r < padded; r++) {
         float *dst = w->q + r * D;
         if (r < rows) {
-            const float *src = query + (first_token + r / G) * q_token_stride
-                               + (kvh * G + r % G) * q_head_stride;
+            const float *src = query + (first_token + r / G) * c->q_token_stride
+                               + (kvh * G + r % G) * c->q_head_stride;
             for (int64_t d = 0; d < D; d += 8)
                 _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(src + d), sc));
         } else {
@@ -246,12 +266,11 @@ static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_st
     if (lo < 0) lo = 0;
     for (int64_t start = lo / PF_KEYS * PF_KEYS; start <= last_pos; start += PF_KEYS) {
         const float *kt = w->kt, *v = w->v;
-        if (packed) { /* packed once for every item (pf_run) */
-            kt = packed + (kvh * chunks + start / PF_KEYS - first_chunk) * 2 * PF_KEYS * D;
+        if (packed) { /* the segment's chunks, widened once for every item (pf_run) */
+            kt = packed + (kvh * g->chunks + start / PF_KEYS - g->first_chunk) * 2 * PF_KEYS * D;
             v = kt + PF_KEYS * D;
         } else {
-            int status = pf_pack_chunk(cache, f16, block_ids, num_ids, kvh, KVH, NB, BS, D,
-                                       start, last_pos + 1, w->kt, w->v);
+            int status = pf_pack_chunk(c, g, kvh, start, last_pos + 1, w->kt, w->v);
             if (status) return status;
         }
         for (int64_t r = 0; r < padded; r += PF_SCORE_ROWS)
@@ -276,7 +295,7 @@ static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_st
             pf_values(w->s + r * PF_KEYS, v, D, keys, w->o + r * D);
     }
     for (int64_t r = 0; r < rows; r++) {
-        float *dst = out + (first_token + r / G) * H * D + (kvh * G + r % G) * D;
+        float *dst = c->out + (g->start + first_token + r / G) * c->H * D + (kvh * G + r % G) * D;
         const float *o = w->o + r * D;
         __m256 inv = _mm256_set1_ps(1.0f / w->l[r]); /* > 0: a row sees its own key */
         for (int64_t d = 0; d < D; d += 8)
@@ -284,12 +303,6 @@ static int pf_item(const float *query, int64_t q_token_stride, int64_t q_head_st
     }
     return 0;
 }
-
-typedef struct {
-    int64_t start, tokens, context_len; /* first query row, new tokens, cached before them */
-    int64_t tiles, first_chunk, chunks; /* query tiles; chunks of keys the segment reads */
-    int64_t packed;                     /* offset of its widened chunks, -1: items widen */
-} PfSegment;
 
 typedef struct {
     int64_t segment, tile, kvh, keys; /* keys: the most any row of the item sees (its cost) */
@@ -317,6 +330,8 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
     const int64_t G = H / KVH;
     int64_t tile = PF_ROWS_TARGET / G;
     if (tile < 1) tile = 1;
+    const PfCall call = {query, q_token_stride, q_head_stride, cache, f16, out,
+                         H, KVH, G, D, NB, BS, window, tile, scale};
     const int64_t padded = (tile * G + PF_SCORE_ROWS - 1) / PF_SCORE_ROWS * PF_SCORE_ROWS;
     const int64_t pack_floats = 2 * PF_KEYS * D;
     PfSegment *segs = malloc((size_t)S * sizeof(PfSegment));
@@ -327,6 +342,8 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
         g->start = segments[3 * i];
         g->tokens = segments[3 * i + 1];
         g->context_len = segments[3 * i + 2];
+        g->table = tables + i * W;
+        g->table_width = W;
         if (g->start < 0 || g->tokens <= 0 || g->context_len < 0
             || W * BS < g->context_len + g->tokens) {
             free(segs);
@@ -372,8 +389,8 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
             const PfSegment *g = segs + pack_owner[i];
             int64_t local = i - g->packed;
             float *kt = packed + i * pack_floats;
-            int s = pf_pack_chunk(cache, f16, tables + pack_owner[i] * W, W, local / g->chunks,
-                                  KVH, NB, BS, D, (g->first_chunk + local % g->chunks) * PF_KEYS,
+            int s = pf_pack_chunk(&call, g, local / g->chunks,
+                                  (g->first_chunk + local % g->chunks) * PF_KEYS,
                                   g->context_len + g->tokens, kt, kt + PF_KEYS * D);
             if (s) {
                 _Pragma("omp atomic write")
@@ -407,12 +424,8 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
                 const PfSegment *g = segs + list[k].segment;
                 int64_t first = list[k].tile * tile;
                 int64_t count = g->tokens - first < tile ? g->tokens - first : tile;
-                int s = pf_item(query + g->start * q_token_stride, q_token_stride,
-                                q_head_stride, cache, f16, tables + list[k].segment * W, W,
-                                out + g->start * H * D, H, KVH, D, NB, BS, g->context_len,
-                                window, scale, list[k].kvh, first, count,
-                                g->packed >= 0 ? packed + g->packed * pack_floats : NULL,
-                                g->first_chunk, g->chunks, &w);
+                int s = pf_item(&call, g, list[k].kvh, first, count,
+                                g->packed >= 0 ? packed + g->packed * pack_floats : NULL, &w);
                 if (s) {
                     _Pragma("omp atomic write")
                     status = s;

@@ -43,6 +43,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def padded_tables(tables: list[list[int]]) -> torch.Tensor:
+    """``(len(tables), W)`` int32 of ragged block lists, each padded to the longest with its
+    first id (a valid block the kernels never read past a row's length)."""
+    import torch
+
+    width = max(len(t) for t in tables)
+    return torch.tensor([t + [t[0]] * (width - len(t)) for t in tables], dtype=torch.int32)
+
+
 @dataclass
 class CPUMetadata(TorchRefMetadata):
     """torch_ref's step metadata plus what the prefill kernel reads.
@@ -115,11 +124,9 @@ class CPUBackend(TorchRefBackend):
         tables = [layout.block_tables[first + index][: num_blocks_for(seg.seq_len,
                                                                       layout.block_size)]
                   for index, seg in enumerate(metadata.prefills)]
-        width = max(len(t) for t in tables)
-        padded = [t + [t[0]] * (width - len(t)) for t in tables]
         return CPUMetadata(metadata.slot_mapping, metadata.decodes, metadata.prefills,
                            prefill_rows=torch.tensor(rows, dtype=torch.int64),  # (S, 3)
-                           prefill_tables=torch.tensor(padded, dtype=torch.int32))  # (S, W)
+                           prefill_tables=padded_tables(tables))  # (S, W)
 
     def _prefills(self, query, key, value, kv_cache, metadata, scale, window):
         """Every prefill segment in one call of the prefill kernel (where it applies)."""
@@ -139,9 +146,7 @@ class CPUBackend(TorchRefBackend):
         if not self.paged_native:
             return super()._decode_group(layout)
         seq_lens, tables = decode_tables(layout)
-        width = max(len(t) for t in tables)
-        padded = [t + [t[0]] * (width - len(t)) for t in tables]
-        block_tables = torch.tensor(padded, dtype=torch.int32)  # (B, W)
+        block_tables = padded_tables(tables)  # (B, W)
         lens = torch.tensor(seq_lens, dtype=torch.long)  # (B,)
         return DecodeGroup(len(tables), seq_lens, None, None, None,
                            paged=(block_tables, lens))
