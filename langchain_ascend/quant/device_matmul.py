@@ -47,6 +47,7 @@ against ``formats.dequantize``; the real ops are checked only where a device exi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -116,11 +117,14 @@ class CUDAGroups:
     zero: torch.Tensor
 
 
+def _on_host(qw: QuantizedWeight) -> QuantizedWeight:
+    """``qw`` with its blocks copied to the CPU (where ``formats`` reads them)."""
+    return dataclasses.replace(qw, blocks=qw.blocks.cpu())
+
+
 def _unpacked(qw: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``formats.unpack`` of ``qw``'s blocks copied to the CPU."""
-    host = formats.QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
-                                   qw.blocks.cpu(), qw.layout)
-    return formats.unpack(host)  # (N, B, 32), (N, B), (N, B) | None
+    return formats.unpack(_on_host(qw))  # (N, B, 32), (N, B), (N, B) | None
 
 
 def npu_groups(qw: QuantizedWeight) -> NPUGroups:
@@ -251,9 +255,7 @@ class DenseMatmul(DeviceMatmul):
     def __init__(self, qw: QuantizedWeight, bias: torch.Tensor | None, device: torch.device,
                  dtype: torch.dtype) -> None:
         super().__init__(device, dtype, qw.out_features)
-        host = formats.QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
-                                       qw.blocks.cpu(), qw.layout)
-        self.weight = formats.dequantize(host).to(device=device, dtype=dtype)  # (N, K)
+        self.weight = formats.dequantize(_on_host(qw)).to(device=device, dtype=dtype)  # (N, K)
         self.bias = None if bias is None else bias.detach().to(device=device, dtype=dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
