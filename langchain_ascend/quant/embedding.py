@@ -26,6 +26,8 @@ class QuantizedEmbedding(nn.Module):
             file's ``"gguf"`` layout, where a row is looked up by itself).
         dtype: The dtype of the returned rows (the model's).
         padding_idx: Kept for attribute compatibility with ``nn.Embedding``.
+        scale: Multiplies every looked-up row (Gemma's ``embed_scale``, ``sqrt(hidden)``,
+            applied in the model dtype as its scaled embedding does); None: no scaling.
 
     Attributes:
         num_embeddings: Rows of the table.
@@ -37,7 +39,7 @@ class QuantizedEmbedding(nn.Module):
     blocks: torch.Tensor
 
     def __init__(self, qweight: QuantizedWeight, *, dtype: torch.dtype = torch.float32,
-                 padding_idx: int | None = None) -> None:
+                 padding_idx: int | None = None, scale: float | None = None) -> None:
         super().__init__()
         qweight = formats.to_layout(qweight, "gguf")
         self.num_embeddings = qweight.out_features
@@ -45,6 +47,7 @@ class QuantizedEmbedding(nn.Module):
         self.padding_idx = padding_idx
         self.fmt = qweight.fmt
         self.dtype = dtype
+        self.scale = scale
         self.register_buffer("blocks", qweight.blocks, persistent=False)
         self._qweight = qweight
 
@@ -63,9 +66,11 @@ class QuantizedEmbedding(nn.Module):
             return torch.empty(*input_ids.shape, self.embedding_dim, dtype=self.dtype)
         rows = self.blocks.index_select(0, flat)  # (T, bytes per row)
         part = formats.QuantizedWeight(self.fmt, int(flat.numel()), self.embedding_dim, rows)
-        values = formats.dequantize(part)  # (T, D) float32
-        return values.to(self.dtype).reshape(*input_ids.shape, self.embedding_dim)
+        values = formats.dequantize(part).to(self.dtype)  # (T, D)
+        if self.scale is not None:
+            values = values * torch.tensor(self.scale, dtype=self.dtype)
+        return values.reshape(*input_ids.shape, self.embedding_dim)
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, fmt={self.fmt}, "
-                f"dtype={self.dtype}")
+                f"dtype={self.dtype}" + ("" if self.scale is None else f", scale={self.scale}"))

@@ -2,11 +2,13 @@
 
 transformers rebuilds it through ``gguf.GGUFReader``, which decodes the whole vocabulary first
 (5-11 s for SmolLM2's 49k tokens on 2 busy cores). For the architectures whose config is a plain
-renaming of metadata keys (:data:`PLAIN_ARCHITECTURES`) this module applies transformers' own
-renaming table (``transformers.integrations.ggml.GGUF_CONFIG_MAPPING``) to the scalars
+renaming of metadata keys (:data:`PLAIN_ARCHITECTURES`: every family of
+``langchain_ascend.families``) this module applies transformers' own renaming table
+(``transformers.integrations.ggml.GGUF_CONFIG_MAPPING``) to the scalars
 :class:`~langchain_ascend.quant.gguf_file.GGUFFile` reads, with the same rules as transformers'
-loader (an architecture value renamed, ``tie_word_embeddings`` when the file has no
-``output.weight``, ``vocab_size`` from the vocabulary when absent) plus one fix:
+loader (an architecture value renamed -- ``gemma3`` is the text model's ``gemma3_text`` --,
+``tie_word_embeddings`` when the file has no ``output.weight``, ``vocab_size`` from the
+vocabulary when absent) plus one fix:
 ``attention.key_length`` is the head size where the table has none (transformers leaves Qwen3's
 at its default of 128, wrong for a model with other heads); every other architecture goes
 through transformers itself. A test checks both routes give the same config.
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_ascend import families
 from langchain_ascend.quant.gguf_file import GGUFFile
 
-PLAIN_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
+PLAIN_ARCHITECTURES = families.GGUF_ARCHITECTURES
 """``general.architecture`` values whose config is the renamed metadata and nothing else."""
 _IGNORED = {"GGUF", "general.file_type", "general.quantization_version"}
 
@@ -46,6 +49,9 @@ def gguf_config_dict(gguf: GGUFFile) -> dict[str, Any] | None:
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
         config[table[rest]] = value
+    family = families.by_architecture(architecture)
+    if family is not None and config.get("model_type") == architecture:
+        config["model_type"] = family.model_type  # gemma3 -> gemma3_text, as transformers does
     key_length = metadata.get(f"{architecture}.attention.key_length")
     if "head_dim" not in config and isinstance(key_length, int):
         config["head_dim"] = key_length  # transformers' table leaves it out (Qwen3: default 128)

@@ -15,10 +15,14 @@ skeleton with empty weights, and fills it:
   a tied LM head is a ``QuantizedLinear`` over the very same blocks;
 - norms, biases and float tensors are de-quantized into the model dtype.
 
-llama.cpp's converter reorders the rows of Llama ``q_proj`` / ``k_proj`` for its rotary layout
-(per head, the pairs ``(x[2i], x[2i+1])`` instead of the halves); transformers' GGUF loader
-undoes it on the float values, here the same row order is applied to the blocks (a row is its
-own blocks, so reordering rows is exact): :func:`rotary_row_order`.
+What llama.cpp's converter changed per family is ``langchain_ascend.families``' table: it
+reorders the rows of Llama ``q_proj`` / ``k_proj`` for its rotary layout (per head, the pairs
+``(x[2i], x[2i+1])`` instead of the halves); transformers' GGUF loader undoes it on the float
+values, here the same row order is applied to the blocks (a row is its own blocks, so
+reordering rows is exact): :func:`rotary_row_order`. Gemma's norm weights are stored plus one
+(undone on the float values, as transformers does) and its embedding is scaled in its forward
+(the block embedding keeps the scale). A family our native CPU decoder does not own runs
+transformers' forward over these quantized linears, and the load says so.
 
 ``quantization="none"`` de-quantizes every tensor (the float model transformers would build).
 """
@@ -35,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from langchain_ascend import families
 from langchain_ascend.errors import ModelSourceError
 from langchain_ascend.quant import formats
 from langchain_ascend.quant.gguf_config import load_gguf_config
@@ -58,14 +63,10 @@ _FLOAT_TYPES = frozenset({GGML_F32, GGML_F16, GGML_BF16})
 _HIGH_PRECISION_BITS = 6.25
 """Block types above this many bits per weight re-quantize to ``q8_0``, others to ``q4_1``
 (``Q6_K`` 6.56 and ``Q8_K`` -> ``q8_0``; ``Q4_K`` 4.5, ``Q5_K`` 5.5, ``Q5_1`` 6.0 -> ``q4_1``)."""
-SUPPORTED_ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
-"""``general.architecture`` values this loader builds. transformers' GGUF loader transforms
-other architectures' tensors on the way (Gemma's norms stored minus one, fused or reshaped
-projections, MoE experts...), which this loader does not: it refuses them rather than build a
-wrong model (``quantization=None`` de-quantizes them through transformers)."""
-_PERMUTED_ARCHITECTURES = frozenset({"llama"})
-"""Architectures whose GGUF q/k rows llama.cpp reordered (transformers' loader undoes the
-same ones: its ``LlamaTensorProcessor``)."""
+SUPPORTED_ARCHITECTURES = families.GGUF_ARCHITECTURES
+"""``general.architecture`` values this loader builds (``families.FAMILIES``). Others (MoE
+experts, reshaped projections...) it refuses rather than build a wrong model
+(``quantization=None`` de-quantizes them through transformers)."""
 
 
 @dataclasses.dataclass
@@ -132,7 +133,8 @@ def rotary_row_order(num_rows: int, num_heads: int) -> np.ndarray:
 
 
 def _row_order(architecture: str, name: str, config: Any, rows: int) -> np.ndarray | None:
-    if architecture not in _PERMUTED_ARCHITECTURES:
+    family = families.by_architecture(architecture)
+    if family is None or not family.rotary_rows_permuted:
         return None
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None)
@@ -160,6 +162,9 @@ class _Filler:
         order = _row_order(self.gguf.architecture, info.name, self.config, values.shape[0])
         if order is not None:
             values = values[order]
+        offset = _norm_offset(self.gguf.architecture, info.name)
+        if offset:
+            values = values - np.float32(offset)  # Gemma: the file holds 1 + w
         return torch.from_numpy(np.ascontiguousarray(values)).to(self.dtype)
 
     def quantized(self, info: TensorInfo, fmt: str) -> Any:
@@ -225,8 +230,13 @@ class _Filler:
         from langchain_ascend.quant.embedding import QuantizedEmbedding
 
         parent, _, child = name.rpartition(".")
+        family = families.by_architecture(self.gguf.architecture)
+        scale = None
+        if family is not None and family.scaled_embedding:
+            scale = float(embedding.embed_scale)  # Gemma: sqrt(hidden), as its forward scales
         setattr(model.get_submodule(parent), child, QuantizedEmbedding(
-            qweight, dtype=self.dtype, padding_idx=getattr(embedding, "padding_idx", None)))
+            qweight, dtype=self.dtype, padding_idx=getattr(embedding, "padding_idx", None),
+            scale=scale))
 
     def linear_format(self, info: TensorInfo) -> str | None:
         fmt = target_format(info.ggml_type, self.quantization)
@@ -235,6 +245,12 @@ class _Filler:
                         self.gguf.path.name, info.name, info.shape[-1])
             return None
         return fmt
+
+
+def _norm_offset(architecture: str, name: str) -> float:
+    """What the file added to the tensor ``name``'s values (Gemma's norms: 1), else 0."""
+    family = families.by_architecture(architecture)
+    return family.norm_offset if family is not None and "norm.weight" in name else 0.0
 
 
 def _name_of(modules: dict[str, Any], target: Any) -> str:
@@ -328,6 +344,10 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
     del gguf, filler  # unmaps the file: its pages stop counting as this process's memory
     _measure(model, report)
     report.seconds = time.perf_counter() - started
+    if families.forward_of(config) != families.NATIVE_FORWARD:
+        logger.info("%s: a %s model, whose decode step the native CPU decoder does not own: "
+                    "transformers' forward runs it over these quantized linears",
+                    os.fspath(path), config.model_type)
     for name, file_type, fmt in report.requantized:
         logger.info("%s: %s is %s, which has no native kernel: re-quantized to %s",
                     os.fspath(path), name, file_type, fmt)

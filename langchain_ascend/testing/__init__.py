@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from langchain_ascend.testing.cache import CACHE_ENV_VAR, resolve_cache_dir
 from langchain_ascend.testing.devices import accelerator_params, needs_native_kernels
+from langchain_ascend.testing.gguf_writer import write_gguf
 from langchain_ascend.testing.minilm import minilm_path
 from langchain_ascend.testing.model_builder import (
+    ALL_ARCHITECTURES,
     ARCHITECTURES,
     CHAT_TEMPLATES,
     PRESETS,
@@ -35,6 +37,7 @@ from langchain_ascend.testing.tokenizer_builder import (
 
 __all__ = [
     "ADDED_TOKENS",
+    "ALL_ARCHITECTURES",
     "ARCHITECTURES",
     "CACHE_ENV_VAR",
     "CHAT_TEMPLATES",
@@ -54,4 +57,5 @@ __all__ = [
     "smollm2_gguf_path",
     "smollm2_path",
     "resolve_cache_dir",
+    "write_gguf",
 ]

@@ -1,4 +1,10 @@
-"""Build and cache small random-weight causal LMs (qwen2, llama, qwen3) with their tokenizer.
+"""Build and cache small random-weight causal LMs of every family with their tokenizer.
+
+:data:`ARCHITECTURES` are the families our native CPU decoder owns (qwen2, llama, qwen3: the
+engine tests run each); :data:`ALL_ARCHITECTURES` adds the ones transformers' forward runs over
+our quantized linears (gemma3, gemma2, phi3), the families of ``langchain_ascend.families``.
+A tiny Gemma 3 has six layers, so its sliding-window pattern (five local layers, one global)
+is whole, and a short window (:data:`GEMMA_SLIDING_WINDOW`) that test prompts outgrow.
 
 The tokenizer carries the Qwen2.5-style template that renders tools (``chat_template="tools"``,
 the default) or a ChatML template that ignores them like SmolLM2-Instruct's
@@ -23,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend import families
 from langchain_ascend.testing.cache import (
     TOKENIZER_SOURCES,
     build_once,
@@ -36,7 +43,13 @@ from langchain_ascend.testing.tokenizer_builder import (
     tokenizer_files,
 )
 
-ARCHITECTURES: tuple[str, ...] = ("qwen2", "llama", "qwen3")
+ARCHITECTURES: tuple[str, ...] = tuple(f.name for f in families.FAMILIES if f.native_decoder)
+"""The natively decoded families: ``("qwen2", "llama", "qwen3")``."""
+ALL_ARCHITECTURES: tuple[str, ...] = tuple(f.name for f in families.FAMILIES)
+"""Every family :func:`build_model` builds."""
+GEMMA_SLIDING_WINDOW = 8
+"""The tiny Gemma models' sliding window (tokens), shorter than the test prompts."""
+_GEMMA3_LAYERS = 6
 # "tools": the tokenizer's own Qwen2.5-style template; "no_tools": role + content only.
 CHAT_TEMPLATES: tuple[str, ...] = ("tools", "no_tools")
 _NO_TOOLS_TEMPLATE_FILE = "data/chatml_no_tools.jinja"
@@ -102,10 +115,6 @@ PRESETS: dict[str, ModelPreset] = {
     ),
 }
 
-# Qwen2.5's small models tie the output head to the embedding; Llama and Qwen3 keep both ways
-# covered: llama unties it, qwen3 ties it like Qwen3's small models.
-_TIE_WORD_EMBEDDINGS = {"qwen2": True, "llama": False, "qwen3": True}
-
 
 def _check_choice(kind: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
@@ -125,7 +134,7 @@ def make_config(preset: str, arch: str, *, endoftext_id: int, im_end_id: int) ->
 
     Args:
         preset: A key of :data:`PRESETS`.
-        arch: One of :data:`ARCHITECTURES`.
+        arch: One of :data:`ALL_ARCHITECTURES`.
         endoftext_id: Id of ``<|endoftext|>`` (BOS and padding, as in Qwen2.5).
         im_end_id: Id of ``<|im_end|>`` (EOS of chat turns).
 
@@ -133,23 +142,27 @@ def make_config(preset: str, arch: str, *, endoftext_id: int, im_end_id: int) ->
         ValueError: If ``preset`` or ``arch`` is unknown.
     """
     _check_choice("preset", preset, tuple(PRESETS))
-    _check_choice("arch", arch, ARCHITECTURES)
+    _check_choice("arch", arch, ALL_ARCHITECTURES)
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
+    family = families.by_architecture(arch)
+    assert family is not None
     shape = asdict(PRESETS[preset])
     rope_theta = shape.pop("rope_theta")
     common: dict[str, Any] = dict(
         **shape,
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
         rms_norm_eps=1e-6,
-        hidden_act="silu",
         initializer_range=0.02,
-        tie_word_embeddings=_TIE_WORD_EMBEDDINGS[arch],
+        tie_word_embeddings=family.tied_test_head,
         bos_token_id=endoftext_id,
         eos_token_id=im_end_id,
         pad_token_id=endoftext_id,
         use_cache=True,
     )
+    if not family.native_decoder:
+        return _hf_forward_config(arch, common)
+    common["hidden_act"] = "silu"
     if arch == "qwen2":
         return Qwen2Config(**common, use_sliding_window=False, attention_dropout=0.0)
     if arch == "qwen3":
@@ -157,6 +170,28 @@ def make_config(preset: str, arch: str, *, endoftext_id: int, im_end_id: int) ->
             **common, use_sliding_window=False, attention_bias=False, attention_dropout=0.0
         )
     return LlamaConfig(**common, attention_bias=False, mlp_bias=False, attention_dropout=0.0)
+
+
+def _hf_forward_config(arch: str, common: dict[str, Any]) -> Any:
+    """The config of a family transformers' forward runs (gemma3, gemma2, phi3), shaped as
+    ``common`` says, with the values a GGUF file of it gives back (transformers' GGUF loader
+    reads no ``query_pre_attn_scalar``, soft-capping or layer pattern: their defaults)."""
+    from transformers import Gemma2Config, Gemma3TextConfig, Phi3Config
+
+    if arch == "phi3":
+        common.pop("head_dim")  # Phi-3: hidden_size / num_attention_heads
+        return Phi3Config(**common, hidden_act="silu", attention_dropout=0.0,
+                          original_max_position_embeddings=common["max_position_embeddings"])
+    rope_theta = common.pop("rope_parameters")["rope_theta"]
+    gemma = dict(common, hidden_activation="gelu_pytorch_tanh", attention_bias=False,
+                 attention_dropout=0.0, sliding_window=GEMMA_SLIDING_WINDOW)
+    if arch == "gemma2":
+        return Gemma2Config(**gemma, rope_parameters={"rope_type": "default",
+                                                      "rope_theta": rope_theta})
+    gemma["num_hidden_layers"] = _GEMMA3_LAYERS
+    return Gemma3TextConfig(**gemma, rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": rope_theta},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}})
 
 
 def rescale_linear_weights(model: Any) -> None:
@@ -241,7 +276,8 @@ def build_model(
 
     Args:
         preset: A key of :data:`PRESETS` (``"tiny"`` or ``"bench"``).
-        arch: One of :data:`ARCHITECTURES` (``"qwen2"``, ``"llama"``, ``"qwen3"``).
+        arch: One of :data:`ALL_ARCHITECTURES` (``"qwen2"``, ``"llama"``, ``"qwen3"``,
+            ``"gemma2"``, ``"gemma3"``, ``"phi3"``).
         seed: Seed of the weight initialisation; same seed, same weights.
         chat_template: One of :data:`CHAT_TEMPLATES`: ``"tools"`` (Qwen2.5-style, renders
             tools) or ``"no_tools"`` (ChatML that ignores tools, like SmolLM2's). Same weights
@@ -258,13 +294,13 @@ def build_model(
         ValueError: If ``preset``, ``arch`` or ``chat_template`` is unknown.
     """
     _check_choice("preset", preset, tuple(PRESETS))
-    _check_choice("arch", arch, ARCHITECTURES)
+    _check_choice("arch", arch, ALL_ARCHITECTURES)
     _check_choice("chat_template", chat_template, CHAT_TEMPLATES)
     root = resolve_cache_dir(cache_dir)
     tokenizer_dir = build_tokenizer(PRESETS[preset].vocab_size, cache_dir=root)
     fingerprint = builder_fingerprint(
         _MODEL_SOURCES, "model", preset, arch, seed, PRESETS[preset], tokenizer_dir.name,
-        chat_template,
+        chat_template, families.by_architecture(arch),
     )
     variant = "" if chat_template == "tools" else f"-{chat_template.replace('_', '-')}"
     final_dir = root / f"{arch}-{preset}-seed{seed}{variant}-{fingerprint}"

@@ -1,0 +1,127 @@
+"""The model families this package knows: one table, read by every site that asks about one.
+
+A :class:`Family` says, for one architecture, what the GGUF loader, the config reader, the CPU
+decoder, the screened greedy head and the test model builder each need to know about it:
+
+* its names: llama.cpp's ``general.architecture``, transformers' ``model_type`` (the text model's,
+  e.g. ``gemma3_text``) and the class-name prefix of its modules (``Gemma3`` ->
+  ``Gemma3TextModel`` ...);
+* how llama.cpp's converter stored its tensors, so the loader can undo it on the blocks or the
+  values: the per-head rotary row reorder of the q/k projections (Llama), norm weights stored
+  as ``1 + w`` (Gemma's ``(1 + w)`` RMSNorm: transformers' ``Gemma2TensorProcessor`` subtracts
+  the one), a scaled token embedding (Gemma multiplies it by ``sqrt(hidden)`` in its forward,
+  so a block embedding must too). Fused tensors need no split where transformers' module is
+  fused the same way: Phi-3's ``attn_qkv`` is ``qkv_proj`` (rows q, k, v) and its ``ffn_up``
+  is ``gate_up_proj`` (rows gate, up), one quantized linear each;
+* what runs it: whether our native CPU decoder owns its decode step (``native_decoder``), and
+  whether its head is plain ``lm_head(hidden)`` (no logit soft-capping, ``plain_head``) -- a
+  family without the native decoder runs transformers' forward with our quantized linears over
+  the file's blocks (:func:`forward_of`);
+* for the tiny test models, whether the head is tied (``tied_test_head``).
+
+Pure data and lookups; nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NATIVE_FORWARD = "native"
+""":func:`forward_of` for a family whose decode step our native CPU decoder runs."""
+TRANSFORMERS_FORWARD = "transformers"
+""":func:`forward_of` for a family run by transformers' forward over our quantized linears."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the package knows of one model family (module docstring).
+
+    Attributes:
+        name: Our name of the family (its GGUF architecture).
+        gguf_architecture: llama.cpp's ``general.architecture``.
+        model_type: transformers' ``model_type`` of the causal LM built from the file.
+        class_prefix: Prefix of transformers' module classes (``"Qwen2"``: ``Qwen2Model``).
+        text_model_class: transformers' decoder class (default ``<prefix>Model``).
+        other_model_types: Further ``model_type`` values of the family (Mistral is a Llama in
+            GGUF; transformers renames it from the file's name).
+        native_decoder: Our native CPU decoder runs its decode steps.
+        plain_head: The causal LM's logits are ``lm_head(decoder(...))``, nothing else.
+        rotary_rows_permuted: llama.cpp reordered its q/k rows per head for its rotary layout.
+        norm_offset: GGUF stores each ``*norm.weight`` as transformers' value plus this.
+        scaled_embedding: The token embedding's output is scaled (Gemma's ``embed_scale``).
+        tied_test_head: The tiny test model of this family ties its head to the embedding.
+    """
+
+    name: str
+    gguf_architecture: str
+    model_type: str
+    class_prefix: str
+    text_model_class: str = ""
+    other_model_types: tuple[str, ...] = ()
+    native_decoder: bool = False
+    plain_head: bool = True
+    rotary_rows_permuted: bool = False
+    norm_offset: float = 0.0
+    scaled_embedding: bool = False
+    tied_test_head: bool = True
+
+    @property
+    def model_types(self) -> frozenset[str]:
+        """Every transformers ``model_type`` of the family."""
+        return frozenset({self.model_type, *self.other_model_types})
+
+    @property
+    def decoder_classes(self) -> frozenset[str]:
+        """transformers' decoder class names of the family (``LlamaModel``, ``MistralModel``)."""
+        prefixes = {self.class_prefix, *(t.capitalize() for t in self.other_model_types)}
+        return frozenset({self.text_model_class or f"{p}Model" for p in prefixes})
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("qwen2", "qwen2", "qwen2", "Qwen2", native_decoder=True),
+    Family("llama", "llama", "llama", "Llama", other_model_types=("mistral",),
+           native_decoder=True, rotary_rows_permuted=True, tied_test_head=False),
+    Family("qwen3", "qwen3", "qwen3", "Qwen3", native_decoder=True),
+    Family("gemma2", "gemma2", "gemma2", "Gemma2", plain_head=False, norm_offset=1.0,
+           scaled_embedding=True),
+    Family("gemma3", "gemma3", "gemma3_text", "Gemma3", text_model_class="Gemma3TextModel",
+           plain_head=False, norm_offset=1.0, scaled_embedding=True),
+    Family("phi3", "phi3", "phi3", "Phi3", tied_test_head=False),
+)
+"""Every family, natively decoded ones first."""
+
+_BY_ARCHITECTURE = {family.gguf_architecture: family for family in FAMILIES}
+_BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
+
+GGUF_ARCHITECTURES = frozenset(_BY_ARCHITECTURE)
+"""``general.architecture`` values whose blocks the GGUF loader runs."""
+NATIVE_MODEL_TYPES = frozenset(t for f in FAMILIES if f.native_decoder for t in f.model_types)
+"""``model_type`` values whose decode step our native CPU decoder runs."""
+NATIVE_DECODER_CLASSES = frozenset(c for f in FAMILIES if f.native_decoder
+                                   for c in f.decoder_classes)
+"""Decoder classes whose forward is: embed, rotary tables, the layers, the final norm."""
+PLAIN_HEAD_MODEL_TYPES = frozenset(t for f in FAMILIES if f.plain_head for t in f.model_types)
+"""``model_type`` values whose causal-LM forward is ``lm_head(decoder(...).last_hidden_state)``."""
+
+
+def by_architecture(architecture: str) -> Family | None:
+    """The family of a GGUF ``general.architecture``, or None."""
+    return _BY_ARCHITECTURE.get(architecture)
+
+
+def by_model_type(model_type: str | None) -> Family | None:
+    """The family of a transformers ``model_type``, or None."""
+    return _BY_MODEL_TYPE.get(model_type or "")
+
+
+def of_config(config: Any) -> Family | None:
+    """The family of a transformers config (its ``model_type``), or None."""
+    return by_model_type(getattr(config, "model_type", None))
+
+
+def forward_of(config: Any) -> str:
+    """What runs a model of ``config``: :data:`NATIVE_FORWARD` where our CPU decoder owns its
+    family, else :data:`TRANSFORMERS_FORWARD` (transformers' forward, our linears)."""
+    family = of_config(config)
+    return NATIVE_FORWARD if family is not None and family.native_decoder else TRANSFORMERS_FORWARD
