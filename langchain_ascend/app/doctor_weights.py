@@ -43,7 +43,8 @@ def gguf_weights(path: Path) -> Finding:
         return Finding(NAME, "warn", f"{path.name}: {_mb(total)} in the file ({stored}); "
                        f"the engine does not run {gguf.architecture!r} blocks: "
                        f"quantization='auto' de-quantizes it to float32, {_mb(4 * elements)}",
-                       "expect the float32 size in memory, or use a llama/qwen2/qwen3 GGUF")
+                       "expect the float32 size in memory, or use a GGUF of "
+                       + "/".join(sorted(SUPPORTED_ARCHITECTURES)))
     plan = ", ".join(f"{fmt} x{count}" for fmt, count in runs.most_common())
     return Finding(NAME, "ok", f"{path.name}: {_mb(total)} in the file ({stored}); "
                    f"quantization='auto' runs the file's own blocks (2-D weights: {plan})")

@@ -238,14 +238,15 @@ def test_quantized_weights_are_frozen_dataclasses(files: dict[str, Path]) -> Non
 
 
 def test_other_architectures_are_refused(tmp_path: Path) -> None:
-    """transformers transforms some architectures' tensors on the way (Gemma's norms...): the
-    loader refuses what it does not know rather than build a wrong model."""
+    """transformers transforms some architectures' tensors on the way (MoE experts, reshaped
+    projections...): the loader refuses a family ``langchain_ascend.families`` does not list
+    rather than build a wrong model."""
     import gguf
 
     from langchain_ascend.engine.model_source.gguf_blocks import runs_gguf_blocks
 
-    path = tmp_path / "gemma.gguf"
-    writer = gguf.GGUFWriter(str(path), "gemma2")
+    path = tmp_path / "starcoder2.gguf"
+    writer = gguf.GGUFWriter(str(path), "starcoder2")
     writer.add_block_count(1)
     writer.add_tensor("output_norm.weight", np.ones(32, dtype=np.float32))
     writer.write_header_to_file()
@@ -254,4 +255,5 @@ def test_other_architectures_are_refused(tmp_path: Path) -> None:
     writer.close()
     with pytest.raises(ModelSourceError, match="quantization=None"):
         load_gguf_model(path)
-    assert not runs_gguf_blocks("gemma2") and runs_gguf_blocks("llama")
+    assert not runs_gguf_blocks("starcoder2") and runs_gguf_blocks("llama")
+    assert runs_gguf_blocks("gemma3") and runs_gguf_blocks("phi3")

@@ -21,9 +21,9 @@ plain transformers calls -- runs the HF forward with our attention (sped up per 
 lean and fused module forwards ``prepare`` installed, ``engine.cpu.swap``). No module's
 ``forward`` leads here: the decoder module keeps its class forward.
 
-A family the decoder does not know (another decoder class or model type, a layer the lean
-path did not prepare, a product the stack cannot read) gets no decoder (:meth:`build`
-returns None) and runs the HF forward: its quantized linears are still
+A family the decoder does not own (``langchain_ascend.families``: Gemma 2/3, Phi-3...), a layer
+the lean path did not prepare or a product the stack cannot read gets no decoder (:meth:`build`
+returns None, and logs why) and runs the HF forward: its quantized linears are still
 ``QuantizedLinear`` modules computing from their blocks, so the output is the model's.
 """
 
@@ -32,16 +32,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from langchain_ascend.engine.cpu.greedy_head import PLAIN_HEAD_MODEL_TYPES
+from langchain_ascend import families
 from langchain_ascend.engine.cpu.packed_layers import PackedLayers
 
 if TYPE_CHECKING:
     import torch
 
 logger = logging.getLogger(__name__)
-
-DECODER_CLASSES = frozenset({"LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model"})
-"""Decoder classes whose forward is: embed, rotary tables, the layers, the final norm."""
 
 
 class CpuDecoder:
@@ -69,10 +66,12 @@ class CpuDecoder:
         """The decoder of ``model`` whose ``lean_layers`` (the layers ``lean_layer`` prepared)
         are all of its decoder layers, or None where it does not apply (module docstring)."""
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-        if decoder is None or type(decoder).__name__ not in DECODER_CLASSES:
-            return None
         config = model.config
-        if getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
+        if (decoder is None or type(decoder).__name__ not in families.NATIVE_DECODER_CLASSES
+                or getattr(config, "model_type", None) not in families.NATIVE_MODEL_TYPES):
+            logger.info("no native CPU decoder for a %s model (%s): transformers' forward runs "
+                        "every step", getattr(config, "model_type", None),
+                        type(decoder).__name__)
             return None
         layers = list(decoder.layers)
         prepared = {id(layer) for layer in lean_layers}

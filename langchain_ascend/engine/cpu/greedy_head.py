@@ -23,7 +23,7 @@ Cauchy-Schwarz:
     |approx_j - exact_j| <= ||h|| ((2^-11 + 2 gamma_K) max_j ||w_j|| + 2^-25 sqrt(K))
 
 Applies only where the head is exactly "hidden state times ``lm_head.weight``" (the model
-types of :data:`PLAIN_HEAD_MODEL_TYPES`: no bias, no logit scaling or soft-capping), in
+types of ``families.PLAIN_HEAD_MODEL_TYPES``: no bias, no logit scaling or soft-capping), in
 float32 on CPU with the native kernels built. It is the runner's logits-head strategy
 (:meth:`ScreenedGreedyHead.run`): a step whose one sampled row is plain greedy takes its token
 from the screen, every other step the model's own head. Figures in ``docs/performance.md``.
@@ -36,7 +36,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from langchain_ascend import platform
+from langchain_ascend import families, platform
 from langchain_ascend.native import matvec
 
 if TYPE_CHECKING:
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
-"""Model types whose causal-LM forward is ``lm_head(decoder(...).last_hidden_state)``."""
 SAFETY = 1.01
 """Headroom on the error bound's constant."""
 MAX_RAM_SHARE = 0.1
@@ -93,7 +91,7 @@ class ScreenedGreedyHead:
         head = model.get_output_embeddings()
         config = model.config
         weight = getattr(head, "weight", None)
-        if (getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES
+        if (getattr(config, "model_type", None) not in families.PLAIN_HEAD_MODEL_TYPES
                 or not isinstance(head, torch.nn.Linear) or head.bias is not None
                 or weight is None or weight.dtype != torch.float32
                 or weight.device.type != "cpu" or weight.shape[0] % 8

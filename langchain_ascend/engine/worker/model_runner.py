@@ -24,7 +24,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from langchain_ascend import platform
+from langchain_ascend import families, platform
 from langchain_ascend.attention import registry
 from langchain_ascend.attention.backends import backend_name_for, get_backend_class
 from langchain_ascend.attention.backends.base import BatchLayout
@@ -103,7 +103,10 @@ class ModelRunner:
         hooks: What preparing the model for its device did (``engine.worker.hooks``).
         logits_head: Turns a packed step into logits or tokens (``hooks.make_logits_head``:
             the model's own head, or a device's cheaper one for some rows).
-        weights: The weights' format and bytes (``quant.quantize_model.weight_summary``).
+        weights: The weights' format and bytes (``quant.quantize_model.weight_summary``), the
+            KV cache dtype and ``forward``: ``"native"`` where the native CPU decoder runs the
+            decode steps, ``"transformers"`` where transformers' forward runs every step
+            (``langchain_ascend.families``).
     """
 
     def __init__(self, model: Any, *, backend: Any, kv_cache: KVCache,
@@ -236,6 +239,8 @@ class ModelRunner:
                      max_batch_size=max_batch_size, compile=compile, hooks=hooks)
         runner.weights = weights
         runner.weights["kv_cache_dtype"] = str(backend.cache_dtype).removeprefix("torch.")
+        runner.weights["forward"] = (families.NATIVE_FORWARD if hooks.decoder is not None
+                                     else families.TRANSFORMERS_FORWARD)  # what decodes
         return runner
 
     def execute(self, batch: ScheduledBatch) -> list[int | list[int] | None]:

@@ -1,0 +1,215 @@
+"""Gemma 3, Gemma 2 and Phi-3 GGUF files run from their blocks in "gguf" mode.
+
+Tiny random models of each family (``testing.build_model``) are written as llama.cpp lays
+them out (``testing.gguf_writer``: Gemma's norms plus one, Phi-3's fused ``attn_qkv`` /
+``ffn_up``) and loaded by ``quant.gguf_model`` and by transformers' own GGUF loader, which
+de-quantizes (the reference). The engine and AscendChatModel run them with transformers'
+forward over our quantized linears (the native decoder does not own these families) and say
+so in ``stats().weights["forward"]``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from langchain_ascend import families
+from langchain_ascend.quant.embedding import QuantizedEmbedding
+from langchain_ascend.quant.gguf_config import gguf_config_dict, load_gguf_config
+from langchain_ascend.quant.gguf_file import GGUFFile
+from langchain_ascend.quant.gguf_model import load_gguf_model
+from langchain_ascend.quant.linear import QuantizedLinear, use_reference
+from langchain_ascend.testing import GEMMA_SLIDING_WINDOW, build_model, write_gguf
+
+ARCHS = ("gemma3", "phi3", "gemma2")
+IDS = torch.tensor([list(range(5, 400, 13))])  # (1, 31): longer than Gemma's window
+NATIVE_SHARE = 0.05
+"""The native products (int8 activations, as llama.cpp's) stay within this share of the
+largest logit of the de-quantized model's (measured ~0.02 on these files, as for Llama)."""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("families")
+    return {arch: write_gguf(build_model("tiny", arch), root / f"{arch}.gguf") for arch in ARCHS}
+
+
+def _transformers_model(path: Path, **config: object) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                dtype=torch.float32, **config).eval()
+
+
+def _logits(model: nn.Module, ids: torch.Tensor = IDS) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(ids).logits[0]  # (T, V)
+
+
+def test_the_family_table_names_real_architectures() -> None:
+    from gguf import MODEL_ARCH_NAMES
+    from transformers import CONFIG_MAPPING
+
+    for family in families.FAMILIES:
+        assert family.gguf_architecture in MODEL_ARCH_NAMES.values(), family.name
+        assert all(t in CONFIG_MAPPING for t in family.model_types), family.name
+        assert families.by_architecture(family.gguf_architecture) is family
+    assert families.by_model_type("mistral") is families.by_architecture("llama")
+    assert families.NATIVE_DECODER_CLASSES == {"LlamaModel", "MistralModel", "Qwen2Model",
+                                               "Qwen3Model"}
+    assert "gemma3_text" not in families.PLAIN_HEAD_MODEL_TYPES  # Gemma soft-caps its logits
+    assert families.by_architecture("gemma") is None  # Gemma 1: not in the table, refused
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logits_match_transformers_gguf_loader(files: dict[str, Path], arch: str) -> None:
+    """The file's blocks, de-quantized by the reference product, give transformers' logits
+    (norms minus one, scaled embedding, fused projections, sliding windows, soft-capping);
+    the native products come within :data:`NATIVE_SHARE`."""
+    model, report = load_gguf_model(files[arch])
+    assert report.requantized == [] and report.weight_format == "q4_1+q8_0"
+    expected = _logits(_transformers_model(files[arch]))
+    native = _logits(model)
+    assert (native - expected).abs().max() < NATIVE_SHARE * expected.abs().max()
+    assert use_reference(model) > 0
+    torch.testing.assert_close(_logits(model), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_gemma3_blocks_norms_and_embedding_scale(files: dict[str, Path]) -> None:
+    model, _ = load_gguf_model(files["gemma3"])
+    gguf = GGUFFile(files["gemma3"])
+    config = model.config
+    assert config.model_type == "gemma3_text" and config.sliding_window == GEMMA_SLIDING_WINDOW
+    assert config.layer_types.count("full_attention") == 1  # six layers: five local, one global
+    layer = model.model.layers[0]
+    q_proj = layer.self_attn.q_proj
+    assert isinstance(q_proj, QuantizedLinear)  # Gemma's rows are not reordered
+    assert np.array_equal(q_proj.blocks.numpy(), np.asarray(gguf.raw("blk.0.attn_q.weight")))
+    for hf, name in ((layer.self_attn.q_norm, "blk.0.attn_q_norm.weight"),
+                     (layer.pre_feedforward_layernorm, "blk.0.ffn_norm.weight"),
+                     (model.model.norm, "output_norm.weight")):
+        assert torch.equal(hf.weight, torch.from_numpy(gguf.floats(name)) - 1)
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    assert isinstance(embedding, QuantizedEmbedding) and embedding.scale == pytest.approx(
+        config.hidden_size ** 0.5)
+    assert isinstance(head, QuantizedLinear) and head.blocks.data_ptr() == embedding.blocks.data_ptr()
+
+
+def test_phi3_fused_projections_are_the_file_blocks(files: dict[str, Path]) -> None:
+    model, report = load_gguf_model(files["phi3"])
+    gguf = GGUFFile(files["phi3"])
+    layer = model.model.layers[1]
+    for module, name in ((layer.self_attn.qkv_proj, "blk.1.attn_qkv.weight"),
+                         (layer.mlp.gate_up_proj, "blk.1.ffn_up.weight")):
+        assert isinstance(module, QuantizedLinear)
+        assert np.array_equal(module.blocks.numpy(), np.asarray(gguf.raw(name)))
+    config = model.config
+    assert layer.self_attn.qkv_proj.out_features == (
+        config.num_attention_heads + 2 * config.num_key_value_heads) * 32
+    assert layer.mlp.gate_up_proj.out_features == 2 * config.intermediate_size
+    assert dict(report.formats) == {"q4_1": 8, "q8_0": 1}  # 4 fused linears a layer, the head
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_config_from_the_metadata_is_transformers_config(files: dict[str, Path],
+                                                         arch: str) -> None:
+    from transformers import AutoConfig
+
+    path = files[arch]
+    gguf = GGUFFile(path)
+    assert gguf_config_dict(gguf) is not None  # the fast route, no vocabulary decode
+    ours = load_gguf_config(gguf).to_dict()
+    theirs = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).to_dict()
+    ours.pop("_name_or_path", None)
+    theirs.pop("_name_or_path", None)
+    assert ours == theirs
+
+
+@pytest.fixture(scope="module")
+def engines(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
+    from langchain_ascend.engine.llm_engine import LLMEngine
+    from langchain_ascend.engine.model_source import resolve_model_source
+
+    cache = tmp_path_factory.mktemp("cache")
+    made = {}
+    for arch in ("gemma3", "phi3"):
+        folder = resolve_model_source(files[arch], quantization="gguf", cache_dir=cache,
+                                      progress=False).path
+        made[arch] = LLMEngine(folder, device="cpu", dtype="float32", num_blocks=32,
+                               block_size=16, max_num_batched_tokens=128,
+                               kv_cache_dtype="float32")
+    yield made
+    for engine in made.values():
+        engine.shutdown()
+
+
+def _probe(runner, prompt: list[int], blocks: list[int]) -> torch.Tensor:
+    """``(V,)`` logits of the last prompt token from one packed prefill step of ``runner``."""
+    from langchain_ascend.engine.core.batch import ScheduledSegment
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+
+    segment = ScheduledSegment("probe", prompt, 0, blocks, True, SamplingParams(max_tokens=1))
+    _, logits = runner.forward_batch([segment])  # (1, V)
+    return logits[0]
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "phi3"])
+def test_engine_runs_the_blocks_through_transformers_forward(
+        engines, files: dict[str, Path], arch: str) -> None:
+    """Default settings: the native products (within :data:`NATIVE_SHARE`), the same greedy
+    tokens as transformers' de-quantized model, prefill and decode steps alike."""
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+
+    engine = engines[arch]
+    weights = engine.stats().weights
+    assert weights["quantization"] == "gguf" and weights["format"] == "q4_1+q8_0"
+    assert weights["forward"] == families.TRANSFORMERS_FORWARD
+    assert engine.driver.runner.hooks.decoder is None
+    reference = _transformers_model(files[arch])
+    expected = _logits(reference)[-1]
+    prompt = IDS[0].tolist()
+    logits = _probe(engine.driver.runner, prompt, [0, 1])
+    assert (logits - expected).abs().max() < NATIVE_SHARE * expected.abs().max()
+    out = engine.generate(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    with torch.inference_mode():
+        greedy = reference.generate(IDS, max_new_tokens=8, do_sample=False)[0, len(prompt):]
+    assert list(out.token_ids) == greedy.tolist()
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "phi3"])
+def test_engine_logits_are_transformers_within_float_tolerance(
+        files: dict[str, Path], tmp_path: Path, arch: str) -> None:
+    """With the reference product the engine's step (paged attention over the cache, Gemma 3's
+    sliding windows) gives transformers' de-quantized logits to float rounding; the window
+    matters at this prompt length (the same model attending everything is far off)."""
+    from langchain_ascend.engine.model_source import resolve_model_source
+    from langchain_ascend.engine.worker.model_runner import ModelRunner
+
+    folder = resolve_model_source(files[arch], quantization="gguf", cache_dir=tmp_path,
+                                  progress=False).path
+    runner = ModelRunner.load(str(folder), device="cpu", dtype="float32", num_blocks=8,
+                              block_size=16, kv_cache_dtype="float32", weight_layout="row",
+                              compile=False)
+    assert runner.weights["forward"] == families.TRANSFORMERS_FORWARD
+    assert use_reference(runner.model) > 0
+    expected = _logits(_transformers_model(files[arch]))[-1]
+    logits = _probe(runner, IDS[0].tolist(), [0, 1])
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+    if arch == "gemma3":
+        unwindowed = _logits(_transformers_model(files[arch], sliding_window=4096))[-1]
+        assert (unwindowed - expected).abs().max() > 1e-2
+
+
+def test_chat_model_generates_greedily_in_gguf_mode(files: dict[str, Path]) -> None:
+    from langchain_ascend.chat_models import AscendChatModel
+
+    chat = AscendChatModel(model=str(files["gemma3"]), device="cpu", dtype="float32",
+                           quantization="gguf", max_tokens=6, temperature=0.0)
+    first = chat.invoke("The quick brown fox jumps over the lazy dog")
+    again = chat.invoke("The quick brown fox jumps over the lazy dog")
+    assert first.content and first.content == again.content
+    assert first.usage_metadata is not None and 0 < first.usage_metadata["output_tokens"] <= 6
