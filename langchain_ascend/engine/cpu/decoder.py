@@ -66,13 +66,13 @@ class CpuDecoder:
         """The decoder of ``model`` whose ``lean_layers`` (the layers ``lean_layer`` prepared)
         are all of its decoder layers, or None where it does not apply (module docstring)."""
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-        config = model.config
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
         if (decoder is None or type(decoder).__name__ not in families.NATIVE_DECODER_CLASSES
-                or getattr(config, "model_type", None) not in families.NATIVE_MODEL_TYPES):
+                or model_type not in families.NATIVE_MODEL_TYPES):
             logger.info("no native CPU decoder for a %s model (%s): transformers' forward runs "
-                        "every step", getattr(config, "model_type", None),
-                        type(decoder).__name__)
+                        "every step", model_type, type(decoder).__name__)
             return None
+        config = model.config
         layers = list(decoder.layers)
         prepared = {id(layer) for layer in lean_layers}
         if (len(layers) != config.num_hidden_layers
