@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from langchain_ascend.cache_dir import CACHE_ENV_VAR, MODELS, cache_subdir
 from langchain_ascend.testing.minilm import minilm_path
-from langchain_ascend.testing.model_builder import ARCHITECTURES, PRESETS, build_model
+from langchain_ascend.testing.model_builder import ALL_ARCHITECTURES, PRESETS, build_model
 from langchain_ascend.testing.tokenizer_builder import DEFAULT_VOCAB_SIZE, build_tokenizer
 
 
@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
 
     build = commands.add_parser("build", help="build a model folder and print its path")
     build.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
-    build.add_argument("--arch", default="qwen2", choices=ARCHITECTURES)
+    build.add_argument("--arch", default="qwen2", choices=ALL_ARCHITECTURES)
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--cache-dir", default=None, help=cache_help)
 
