@@ -72,10 +72,14 @@ class Family:
         return frozenset({self.model_type, *self.other_model_types})
 
     @property
+    def class_prefixes(self) -> frozenset[str]:
+        """Prefixes of the family's transformers classes (``{"Llama", "Mistral"}``)."""
+        return frozenset({self.class_prefix, *(t.capitalize() for t in self.other_model_types)})
+
+    @property
     def decoder_classes(self) -> frozenset[str]:
         """transformers' decoder class names of the family (``LlamaModel``, ``MistralModel``)."""
-        prefixes = {self.class_prefix, *(t.capitalize() for t in self.other_model_types)}
-        return frozenset({self.text_model_class or f"{p}Model" for p in prefixes})
+        return frozenset({self.text_model_class or f"{p}Model" for p in self.class_prefixes})
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -101,6 +105,16 @@ NATIVE_MODEL_TYPES = frozenset(t for f in FAMILIES if f.native_decoder for t in 
 NATIVE_DECODER_CLASSES = frozenset(c for f in FAMILIES if f.native_decoder
                                    for c in f.decoder_classes)
 """Decoder classes whose forward is: embed, rotary tables, the layers, the final norm."""
+
+
+def native_classes(suffix: str) -> frozenset[str]:
+    """transformers' class names ``<prefix><suffix>`` of the natively decoded families:
+    ``native_classes("DecoderLayer")`` is ``{"LlamaDecoderLayer", "MistralDecoderLayer",
+    "Qwen2DecoderLayer", "Qwen3DecoderLayer"}`` (the CPU passes that replace those modules'
+    forwards read their classes here)."""
+    return frozenset(f"{p}{suffix}" for f in FAMILIES if f.native_decoder
+                     for p in f.class_prefixes)
+
 PLAIN_HEAD_MODEL_TYPES = frozenset(t for f in FAMILIES if f.plain_head for t in f.model_types)
 """``model_type`` values whose causal-LM forward is ``lm_head(decoder(...).last_hidden_state)``."""
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from langchain_ascend import families
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
 from langchain_ascend.native import rms_norm as native_rms_norm
 
 logger = logging.getLogger(__name__)
 
-FUSABLE_NORMS = frozenset({"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"})
+FUSABLE_NORMS = families.native_classes("RMSNorm")
 """Classes whose forward is exactly ``weight * x * rsqrt(mean(x^2) + eps)``."""
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from langchain_ascend import families
 from langchain_ascend.attention import registry
 from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
 from langchain_ascend.engine.cpu.fused_projections import group_of
@@ -30,8 +31,7 @@ from langchain_ascend.native import rope_kv
 
 logger = logging.getLogger(__name__)
 
-LEAN_ATTENTION = frozenset({"LlamaAttention", "MistralAttention", "Qwen2Attention",
-                            "Qwen3Attention"})
+LEAN_ATTENTION = families.native_classes("Attention")
 """Classes whose forward is: projections, (Qwen3: per-head RMSNorm of q and k),
 ``apply_rotary_pos_emb``, attention with ``self.scaling`` and the module's sliding window,
 ``o_proj`` -- and nothing else."""

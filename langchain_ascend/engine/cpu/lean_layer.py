@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from langchain_ascend import families
 from langchain_ascend.attention import registry
 from langchain_ascend.engine.cpu.fused_projections import group_of
 from langchain_ascend.engine.cpu.lean_attention import lean_attend
@@ -33,11 +34,10 @@ from langchain_ascend.native import stack_kernel as native_stack
 
 logger = logging.getLogger(__name__)
 
-LEAN_LAYERS = frozenset({"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer",
-                         "Qwen3DecoderLayer"})
+LEAN_LAYERS = families.native_classes("DecoderLayer")
 """Classes whose forward is exactly: norm, attention, residual add, norm, MLP, residual add."""
 
-LEAN_MLPS = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
+LEAN_MLPS = families.native_classes("MLP")
 """MLP classes whose forward is ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``."""
 
 
