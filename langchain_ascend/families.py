@@ -9,8 +9,7 @@ decoder, the screened greedy head and the test model builder each need to know a
 * how llama.cpp's converter stored its tensors, so the loader can undo it on the blocks or the
   values: the per-head rotary row reorder of the q/k projections (Llama), norm weights stored
   as ``1 + w`` (Gemma's ``(1 + w)`` RMSNorm: transformers' ``Gemma2TensorProcessor`` subtracts
-  the one), a scaled token embedding (Gemma multiplies it by ``sqrt(hidden)`` in its forward,
-  so a block embedding must too). Fused tensors need no split where transformers' module is
+  the one). Fused tensors need no split where transformers' module is
   fused the same way: Phi-3's ``attn_qkv`` is ``qkv_proj`` (rows q, k, v) and its ``ffn_up``
   is ``gate_up_proj`` (rows gate, up), one quantized linear each;
 * what runs it: whether our native CPU decoder owns its decode step (``native_decoder``), and
@@ -49,7 +48,6 @@ class Family:
         plain_head: The causal LM's logits are ``lm_head(decoder(...))``, nothing else.
         rotary_rows_permuted: llama.cpp reordered its q/k rows per head for its rotary layout.
         norm_offset: GGUF stores each ``*norm.weight`` as transformers' value plus this.
-        scaled_embedding: The token embedding's output is scaled (Gemma's ``embed_scale``).
         tied_test_head: The tiny test model of this family ties its head to the embedding.
     """
 
@@ -63,7 +61,6 @@ class Family:
     plain_head: bool = True
     rotary_rows_permuted: bool = False
     norm_offset: float = 0.0
-    scaled_embedding: bool = False
     tied_test_head: bool = True
 
     @property
@@ -87,10 +84,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("llama", "llama", "llama", "Llama", other_model_types=("mistral",),
            native_decoder=True, rotary_rows_permuted=True, tied_test_head=False),
     Family("qwen3", "qwen3", "qwen3", "Qwen3", native_decoder=True),
-    Family("gemma2", "gemma2", "gemma2", "Gemma2", plain_head=False, norm_offset=1.0,
-           scaled_embedding=True),
+    Family("gemma2", "gemma2", "gemma2", "Gemma2", plain_head=False, norm_offset=1.0),
     Family("gemma3", "gemma3", "gemma3_text", "Gemma3", text_model_class="Gemma3TextModel",
-           plain_head=False, norm_offset=1.0, scaled_embedding=True),
+           plain_head=False, norm_offset=1.0),
     Family("phi3", "phi3", "phi3", "Phi3", tied_test_head=False),
 )
 """Every family, natively decoded ones first."""

@@ -51,6 +51,16 @@ class QuantizedEmbedding(nn.Module):
         self.register_buffer("blocks", qweight.blocks, persistent=False)
         self._qweight = qweight
 
+    @classmethod
+    def replacing(cls, embedding: nn.Module, qweight: QuantizedWeight, *,
+                  dtype: torch.dtype) -> QuantizedEmbedding:
+        """The block embedding that stands for ``embedding`` (its padding index, and the
+        scale of a scaled embedding: transformers' Gemma ones multiply by their
+        ``embed_scale``, ``sqrt(hidden)``, in their forward)."""
+        scale = getattr(embedding, "embed_scale", None)
+        return cls(qweight, dtype=dtype, padding_idx=getattr(embedding, "padding_idx", None),
+                   scale=None if scale is None else float(scale))
+
     @property
     def qweight(self) -> QuantizedWeight:
         blocks = self.blocks

@@ -20,8 +20,8 @@ reorders the rows of Llama ``q_proj`` / ``k_proj`` for its rotary layout (per he
 ``(x[2i], x[2i+1])`` instead of the halves); transformers' GGUF loader undoes it on the float
 values, here the same row order is applied to the blocks (a row is its own blocks, so
 reordering rows is exact): :func:`rotary_row_order`. Gemma's norm weights are stored plus one
-(undone on the float values, as transformers does) and its embedding is scaled in its forward
-(the block embedding keeps the scale). A family our native CPU decoder does not own runs
+(undone on the float values, as transformers does); a block embedding keeps the scale of a
+scaled one (Gemma's ``sqrt(hidden)``: ``QuantizedEmbedding.replacing``). A family our native CPU decoder does not own runs
 transformers' forward over these quantized linears, and the load says so.
 
 ``quantization="none"`` de-quantizes every tensor (the float model transformers would build).
@@ -230,13 +230,8 @@ class _Filler:
         from langchain_ascend.quant.embedding import QuantizedEmbedding
 
         parent, _, child = name.rpartition(".")
-        family = families.by_architecture(self.gguf.architecture)
-        scale = None
-        if family is not None and family.scaled_embedding:
-            scale = float(embedding.embed_scale)  # Gemma: sqrt(hidden), as its forward scales
-        setattr(model.get_submodule(parent), child, QuantizedEmbedding(
-            qweight, dtype=self.dtype, padding_idx=getattr(embedding, "padding_idx", None),
-            scale=scale))
+        setattr(model.get_submodule(parent), child,
+                QuantizedEmbedding.replacing(embedding, qweight, dtype=self.dtype))
 
     def linear_format(self, info: TensorInfo) -> str | None:
         fmt = target_format(info.ggml_type, self.quantization)

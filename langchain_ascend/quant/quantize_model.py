@@ -60,8 +60,8 @@ def quantize_model(model: Any, fmt: str) -> list[str]:
         modules = dict(model.named_modules())
         embed_name = next(name for name, module in modules.items() if module is embedding)
         parent, _, child = embed_name.rpartition(".")
-        setattr(model.get_submodule(parent), child, QuantizedEmbedding(
-            new_head.qweight, dtype=dtype, padding_idx=embedding.padding_idx))
+        setattr(model.get_submodule(parent), child,
+                QuantizedEmbedding.replacing(embedding, new_head.qweight, dtype=dtype))
     if skipped:
         logger.info("kept %d linear layers float (input width not a multiple of %d): %s",
                     len(skipped), formats.BLOCK_SIZE, ", ".join(skipped[:5]))

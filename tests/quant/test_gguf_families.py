@@ -213,3 +213,20 @@ def test_chat_model_generates_greedily_in_gguf_mode(files: dict[str, Path]) -> N
     again = chat.invoke("The quick brown fox jumps over the lazy dog")
     assert first.content and first.content == again.content
     assert first.usage_metadata is not None and 0 < first.usage_metadata["output_tokens"] <= 6
+
+
+def test_int8_of_a_gemma3_folder_keeps_the_embedding_scale() -> None:
+    """Quantizing an HF Gemma at load (``quantization="int8"``) replaces its scaled, tied
+    embedding by blocks that keep the ``sqrt(hidden)`` scale."""
+    from transformers import AutoModelForCausalLM
+
+    from langchain_ascend.quant.quantize_model import quantize_model
+
+    folder = build_model("tiny", "gemma3")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    expected = _logits(model)
+    quantize_model(model, "q8_0")
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, QuantizedEmbedding)
+    assert embedding.scale == pytest.approx(model.config.hidden_size ** 0.5)
+    assert (_logits(model) - expected).abs().max() < NATIVE_SHARE * expected.abs().max()
