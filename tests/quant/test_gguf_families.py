@@ -229,4 +229,5 @@ def test_int8_of_a_gemma3_folder_keeps_the_embedding_scale() -> None:
     embedding = model.get_input_embeddings()
     assert isinstance(embedding, QuantizedEmbedding)
     assert embedding.scale == pytest.approx(model.config.hidden_size ** 0.5)
-    assert (_logits(model) - expected).abs().max() < NATIVE_SHARE * expected.abs().max()
+    # q8_0 weights and activations: ~4% of the largest logit here; without the scale ~36%
+    assert (_logits(model) - expected).abs().max() < 0.1 * expected.abs().max()
