@@ -10,8 +10,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from langchain_ascend import families
 from langchain_ascend.testing import (
+    ALL_ARCHITECTURES,
     ARCHITECTURES,
+    GEMMA_SLIDING_WINDOW,
     PRESETS,
     build_model,
     create_model,
@@ -180,3 +183,24 @@ def test_unknown_preset_or_arch_names_the_valid_ones(tmp_path, kwargs, message) 
     with pytest.raises(ValueError, match=message):
         build_model(cache_dir=tmp_path, **kwargs)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("arch", [a for a in ALL_ARCHITECTURES if a not in ARCHITECTURES])
+def test_families_transformers_runs_build_with_their_shape(arch) -> None:
+    """Gemma 3 / Gemma 2 / Phi-3: the family's model type, tie and (Gemma) sliding window;
+    Gemma 3's six layers hold its layer pattern, five local and one global."""
+    path = build_model("tiny", arch)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    family = families.by_architecture(arch)
+    config = model.config
+    assert family is not None and config.model_type == family.model_type
+    assert bool(config.tie_word_embeddings) == family.tied_test_head
+    assert config.vocab_size == len(AutoTokenizer.from_pretrained(path))
+    if arch.startswith("gemma"):
+        assert config.sliding_window == GEMMA_SLIDING_WINDOW
+    if arch == "gemma3":
+        assert config.layer_types == ["sliding_attention"] * 5 + ["full_attention"]
+    ids = torch.tensor([[5, 17, 300, 4000, 2, 99]])
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=12, do_sample=False)
+    assert len(set(out[0, ids.shape[1]:].tolist())) > 3
