@@ -231,3 +231,16 @@ def test_int8_of_a_gemma3_folder_keeps_the_embedding_scale() -> None:
     assert embedding.scale == pytest.approx(model.config.hidden_size ** 0.5)
     # q8_0 weights and activations: ~4% of the largest logit here; without the scale ~36%
     assert (_logits(model) - expected).abs().max() < 0.1 * expected.abs().max()
+
+
+def test_a_native_family_says_native(tmp_path: Path) -> None:
+    from langchain_ascend.engine.model_source import resolve_model_source
+    from langchain_ascend.engine.worker.model_runner import ModelRunner
+
+    path = write_gguf(build_model("tiny", "llama"), tmp_path / "llama.gguf")
+    folder = resolve_model_source(path, quantization="gguf", cache_dir=tmp_path / "cache",
+                                  progress=False).path
+    runner = ModelRunner.load(str(folder), device="cpu", dtype="float32", num_blocks=8,
+                              block_size=16, compile=False)
+    assert runner.hooks.decoder is not None
+    assert runner.weights["forward"] == families.NATIVE_FORWARD
