@@ -12,10 +12,15 @@ vocabulary when absent) plus one fix:
 ``attention.key_length`` is the head size where the table has none (transformers leaves Qwen3's
 at its default of 128, wrong for a model with other heads); every other architecture goes
 through transformers itself. A test checks both routes give the same config.
+
+What transformers' loader drops it drops here too, so the model is the one transformers builds
+from the file; where llama.cpp would run something else (Phi-3's partial rotary, its longrope
+factor tensors) :func:`load_gguf_config` logs a warning naming it (:func:`dropped_by_transformers`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from langchain_ascend import families
@@ -24,6 +29,27 @@ from langchain_ascend.quant.gguf_file import GGUFFile
 PLAIN_ARCHITECTURES = families.GGUF_ARCHITECTURES
 """``general.architecture`` values whose config is the renamed metadata and nothing else."""
 _IGNORED = {"GGUF", "general.file_type", "general.quantization_version"}
+_ROPE_FACTOR_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
+
+logger = logging.getLogger(__name__)
+
+
+def dropped_by_transformers(gguf: GGUFFile) -> list[str]:
+    """What of ``gguf`` transformers' GGUF loader (and so this package) leaves out though
+    llama.cpp uses it: a rotary width below the head size (Phi-4-mini's partial rotary), rope
+    factor tensors (Phi-3's longrope). Empty for the usual file."""
+    metadata = gguf.metadata
+    architecture = gguf.architecture
+    dropped = [name for name in _ROPE_FACTOR_TENSORS if name in gguf.tensors]
+    rotary = metadata.get(f"{architecture}.rope.dimension_count")
+    hidden = metadata.get(f"{architecture}.embedding_length")
+    heads = metadata.get(f"{architecture}.attention.head_count")
+    head_size = metadata.get(f"{architecture}.attention.key_length")
+    if head_size is None and isinstance(hidden, int) and isinstance(heads, int) and heads:
+        head_size = hidden // heads
+    if isinstance(rotary, int) and isinstance(head_size, int) and rotary < head_size:
+        dropped.append(f"rope.dimension_count {rotary} < head size {head_size}")
+    return dropped
 
 
 def gguf_config_dict(gguf: GGUFFile) -> dict[str, Any] | None:
@@ -66,6 +92,11 @@ def load_gguf_config(gguf: GGUFFile) -> Any:
     which reads the whole metadata: seconds)."""
     from transformers import AutoConfig
 
+    dropped = dropped_by_transformers(gguf)
+    if dropped:
+        logger.warning("%s: transformers' GGUF loader leaves out %s, which llama.cpp uses; the "
+                       "model runs as transformers builds it (full rotary, no rope factors)",
+                       gguf.path.name, ", ".join(dropped))
     config_dict = gguf_config_dict(gguf)
     if config_dict is None:
         return AutoConfig.from_pretrained(str(gguf.path.parent), gguf_file=gguf.path.name)

@@ -244,3 +244,29 @@ def test_a_native_family_says_native(tmp_path: Path) -> None:
                               block_size=16, compile=False)
     assert runner.hooks.decoder is not None
     assert runner.weights["forward"] == families.NATIVE_FORWARD
+
+
+def test_what_transformers_drops_is_named(files: dict[str, Path], tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A Phi-3 file with longrope factor tensors and a partial rotary width (Phi-4-mini's):
+    transformers' loader builds full rotary without the factors, so does ours, and says so."""
+    import gguf
+
+    from langchain_ascend.quant.gguf_config import dropped_by_transformers
+
+    assert all(dropped_by_transformers(GGUFFile(path)) == [] for path in files.values())
+    path = tmp_path / "phi4ish.gguf"
+    writer = gguf.GGUFWriter(str(path), "phi3")
+    writer.add_embedding_length(128)
+    writer.add_head_count(4)
+    writer.add_rope_dimension_count(24)
+    writer.add_tensor("rope_factors_long.weight", np.ones(12, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    dropped = dropped_by_transformers(GGUFFile(path))
+    assert dropped == ["rope_factors_long.weight", "rope.dimension_count 24 < head size 32"]
+    with caplog.at_level("WARNING"):
+        load_gguf_config(GGUFFile(path))
+    assert "rope_factors_long.weight" in caplog.text
