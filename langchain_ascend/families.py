@@ -9,13 +9,14 @@ decoder, the screened greedy head and the test model builder each need to know a
 * how llama.cpp's converter stored its tensors, so the loader can undo it on the blocks or the
   values: the per-head rotary row reorder of the q/k projections (Llama), norm weights stored
   as ``1 + w`` (Gemma's ``(1 + w)`` RMSNorm: transformers' ``Gemma2TensorProcessor`` subtracts
-  the one). Fused tensors need no split where transformers' module is
-  fused the same way: Phi-3's ``attn_qkv`` is ``qkv_proj`` (rows q, k, v) and its ``ffn_up``
+  the one). Fused tensors need no split where transformers' module is fused the same way:
+  Phi-3's ``attn_qkv`` is ``qkv_proj`` (rows q, k, v) and its ``ffn_up``
   is ``gate_up_proj`` (rows gate, up), one quantized linear each;
 * what runs it: whether our native CPU decoder owns its decode step (``native_decoder``), and
   whether its head is plain ``lm_head(hidden)`` (no logit soft-capping, ``plain_head``) -- a
   family without the native decoder runs transformers' forward with our quantized linears over
-  the file's blocks (:func:`forward_of`);
+  the file's blocks, and the runner says which in ``stats().weights["forward"]``
+  (:data:`NATIVE_FORWARD` or :data:`TRANSFORMERS_FORWARD`);
 * for the tiny test models, whether the head is tied (``tied_test_head``).
 
 Pure data and lookups; nothing here imports torch or transformers.
@@ -24,12 +25,12 @@ Pure data and lookups; nothing here imports torch or transformers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 NATIVE_FORWARD = "native"
-""":func:`forward_of` for a family whose decode step our native CPU decoder runs."""
+"""``stats().weights["forward"]`` where our native CPU decoder runs the decode steps."""
 TRANSFORMERS_FORWARD = "transformers"
-""":func:`forward_of` for a family run by transformers' forward over our quantized linears."""
+"""``stats().weights["forward"]`` where transformers' forward (over our quantized linears and
+paged attention) runs every step."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,7 @@ class Family:
     """What the package knows of one model family (module docstring).
 
     Attributes:
-        name: Our name of the family (its GGUF architecture).
-        gguf_architecture: llama.cpp's ``general.architecture``.
+        name: llama.cpp's ``general.architecture`` of the family, our name of it too.
         model_type: transformers' ``model_type`` of the causal LM built from the file.
         class_prefix: Prefix of transformers' module classes (``"Qwen2"``: ``Qwen2Model``).
         text_model_class: transformers' decoder class (default ``<prefix>Model``).
@@ -52,7 +52,6 @@ class Family:
     """
 
     name: str
-    gguf_architecture: str
     model_type: str
     class_prefix: str
     text_model_class: str = ""
@@ -62,6 +61,11 @@ class Family:
     rotary_rows_permuted: bool = False
     norm_offset: float = 0.0
     tied_test_head: bool = True
+
+    @property
+    def gguf_architecture(self) -> str:
+        """llama.cpp's ``general.architecture`` (:attr:`name`)."""
+        return self.name
 
     @property
     def model_types(self) -> frozenset[str]:
@@ -80,14 +84,14 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("qwen2", "qwen2", "qwen2", "Qwen2", native_decoder=True),
-    Family("llama", "llama", "llama", "Llama", other_model_types=("mistral",),
+    Family("qwen2", "qwen2", "Qwen2", native_decoder=True),
+    Family("llama", "llama", "Llama", other_model_types=("mistral",),
            native_decoder=True, rotary_rows_permuted=True, tied_test_head=False),
-    Family("qwen3", "qwen3", "qwen3", "Qwen3", native_decoder=True),
-    Family("gemma2", "gemma2", "gemma2", "Gemma2", plain_head=False, norm_offset=1.0),
-    Family("gemma3", "gemma3", "gemma3_text", "Gemma3", text_model_class="Gemma3TextModel",
+    Family("qwen3", "qwen3", "Qwen3", native_decoder=True),
+    Family("gemma2", "gemma2", "Gemma2", plain_head=False, norm_offset=1.0),
+    Family("gemma3", "gemma3_text", "Gemma3", text_model_class="Gemma3TextModel",
            plain_head=False, norm_offset=1.0),
-    Family("phi3", "phi3", "phi3", "Phi3", tied_test_head=False),
+    Family("phi3", "phi3", "Phi3", tied_test_head=False),
 )
 """Every family, natively decoded ones first."""
 
@@ -123,15 +127,3 @@ def by_architecture(architecture: str) -> Family | None:
 def by_model_type(model_type: str | None) -> Family | None:
     """The family of a transformers ``model_type``, or None."""
     return _BY_MODEL_TYPE.get(model_type or "")
-
-
-def of_config(config: Any) -> Family | None:
-    """The family of a transformers config (its ``model_type``), or None."""
-    return by_model_type(getattr(config, "model_type", None))
-
-
-def forward_of(config: Any) -> str:
-    """What runs a model of ``config``: :data:`NATIVE_FORWARD` where our CPU decoder owns its
-    family, else :data:`TRANSFORMERS_FORWARD` (transformers' forward, our linears)."""
-    family = of_config(config)
-    return NATIVE_FORWARD if family is not None and family.native_decoder else TRANSFORMERS_FORWARD

@@ -21,8 +21,9 @@ reorders the rows of Llama ``q_proj`` / ``k_proj`` for its rotary layout (per he
 values, here the same row order is applied to the blocks (a row is its own blocks, so
 reordering rows is exact): :func:`rotary_row_order`. Gemma's norm weights are stored plus one
 (undone on the float values, as transformers does); a block embedding keeps the scale of a
-scaled one (Gemma's ``sqrt(hidden)``: ``QuantizedEmbedding.replacing``). A family our native CPU decoder does not own runs
-transformers' forward over these quantized linears, and the load says so.
+scaled one (Gemma's ``sqrt(hidden)``: ``QuantizedEmbedding.replacing``). The model is
+transformers' own class: a family the native CPU decoder does not own (Gemma, Phi-3) runs
+transformers' forward over these quantized linears (``engine.cpu.decoder`` logs it).
 
 ``quantization="none"`` de-quantizes every tensor (the float model transformers would build).
 """
@@ -339,10 +340,6 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
     del gguf, filler  # unmaps the file: its pages stop counting as this process's memory
     _measure(model, report)
     report.seconds = time.perf_counter() - started
-    if families.forward_of(config) != families.NATIVE_FORWARD:
-        logger.info("%s: a %s model, whose decode step the native CPU decoder does not own: "
-                    "transformers' forward runs it over these quantized linears",
-                    os.fspath(path), config.model_type)
     for name, file_type, fmt in report.requantized:
         logger.info("%s: %s is %s, which has no native kernel: re-quantized to %s",
                     os.fspath(path), name, file_type, fmt)
