@@ -3,8 +3,8 @@
 :data:`ARCHITECTURES` are the families our native CPU decoder owns (qwen2, llama, qwen3: the
 engine tests run each); :data:`ALL_ARCHITECTURES` adds the ones transformers' forward runs over
 our quantized linears (gemma3, gemma2, phi3), the families of ``langchain_ascend.families``.
-A tiny Gemma 3 has six layers, so its sliding-window pattern (five local layers, one global)
-is whole, and a short window (:data:`GEMMA_SLIDING_WINDOW`) that test prompts outgrow.
+A Gemma 3 has at least six layers, so its sliding-window pattern (five local layers, one
+global) is whole, and a short window (:data:`GEMMA_SLIDING_WINDOW`) that test prompts outgrow.
 
 The tokenizer carries the Qwen2.5-style template that renders tools (``chat_template="tools"``,
 the default) or a ChatML template that ignores them like SmolLM2-Instruct's
@@ -188,7 +188,7 @@ def _hf_forward_config(arch: str, common: dict[str, Any]) -> Any:
     if arch == "gemma2":
         return Gemma2Config(**gemma, rope_parameters={"rope_type": "default",
                                                       "rope_theta": rope_theta})
-    gemma["num_hidden_layers"] = _GEMMA3_LAYERS
+    gemma["num_hidden_layers"] = max(_GEMMA3_LAYERS, gemma["num_hidden_layers"])
     return Gemma3TextConfig(**gemma, rope_parameters={
         "full_attention": {"rope_type": "default", "rope_theta": rope_theta},
         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}})
