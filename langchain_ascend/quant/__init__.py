@@ -6,8 +6,9 @@
   blocks), ``replace_linears``;
 - ``device_matmul``: the blocks as NPU (``npu_weight_quant_batchmatmul``) and CUDA
   (``_weight_int4pack_mm``) weight-only products, converted once per layer;
-- ``gguf_file`` / ``gguf_config`` / ``gguf_model``: a GGUF file's tensor table and bytes, its
-  transformers config, and the model built from its blocks (``load_gguf_model``);
+- ``gguf_file`` / ``gguf_config`` / ``gguf_model``: the package's one GGUF reader (header once,
+  tensors as views of the file's map), its transformers config, and the model built from its
+  blocks (``load_gguf_model``);
 - ``quantize_model``: ``int8`` / ``int4`` at load for float models, ``weight_summary``;
 - ``load``: the model runner's loader for every ``quantization`` mode.
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 from langchain_ascend.errors import QuantizationError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 BLOCK_SIZE = 32
@@ -299,12 +300,15 @@ def dequantize(qw: QuantizedWeight) -> torch.Tensor:
     return values.reshape(qw.out_features, qw.in_features)  # (N, K)
 
 
-def concatenate(weights: list[QuantizedWeight]) -> QuantizedWeight:
+def concatenate(weights: list[QuantizedWeight], layout: str | None = None) -> QuantizedWeight:
     """The weights stacked along output features (fused q/k/v, gate/up): exact, since every
-    row (``"x8"``: every group of 8 rows) is its own blocks.
+    row (``"x8"``: every group of 8 rows) is its own blocks. ``layout``: the result's (each
+    weight re-laid straight into its place, :func:`to_layout`); default the weights' own,
+    which must then be one.
 
     Raises:
-        QuantizationError: No weights, or formats, layouts or input widths that differ.
+        QuantizationError: No weights; formats or input widths that differ; layouts that
+            differ without ``layout``; ``"x8"`` with a weight of ``out_features % 8 != 0``.
     """
     import torch
 
@@ -312,15 +316,31 @@ def concatenate(weights: list[QuantizedWeight]) -> QuantizedWeight:
         raise QuantizationError("concatenate: no weights")
     first = weights[0]
     for other in weights[1:]:
-        if (other.fmt, other.layout, other.in_features) != (first.fmt, first.layout,
-                                                            first.in_features):
+        if (other.fmt, other.in_features) != (first.fmt, first.in_features) or (
+                layout is None and other.layout != first.layout):
             raise QuantizationError(
                 f"concatenate: every weight must share format, layout and in_features, got "
                 f"{first.fmt}/{first.layout} ({first.in_features}) and "
                 f"{other.fmt}/{other.layout} ({other.in_features})")
-    blocks = torch.cat([w.blocks for w in weights]).contiguous()  # (sum N, bytes per row)
-    return QuantizedWeight(first.fmt, sum(w.out_features for w in weights), first.in_features,
-                           blocks, first.layout)
+    layout = first.layout if layout is None else layout
+    total = sum(w.out_features for w in weights)
+    if layout == "gguf" and all(w.layout == "gguf" for w in weights):
+        blocks = torch.cat([w.blocks for w in weights]).contiguous()  # (sum N, bytes per row)
+        return QuantizedWeight(first.fmt, total, first.in_features, blocks, layout)
+    if layout not in LAYOUTS:
+        raise QuantizationError(f"unknown block layout {layout!r}: expected one of {LAYOUTS}")
+    group = ROWS_PER_GROUP if layout == "x8" else 1
+    if any(w.out_features % group for w in weights):
+        raise QuantizationError(f"concatenate: the x8 layout needs out_features % 8 == 0, got "
+                                f"{[w.out_features for w in weights]}")
+    row_bytes = group * first.blocks_per_row * bytes_per_block(first.fmt)
+    blocks = torch.empty(total // group, row_bytes, dtype=torch.uint8)  # (sum N / group, bytes)
+    start = 0
+    for weight in weights:
+        stop = start + weight.out_features // group
+        to_layout(weight, layout, out=blocks[start:stop])
+        start = stop
+    return QuantizedWeight(first.fmt, total, first.in_features, blocks, layout)
 
 
 def rows(qw: QuantizedWeight, start: int, stop: int) -> QuantizedWeight:
@@ -339,51 +359,70 @@ def rows(qw: QuantizedWeight, start: int, stop: int) -> QuantizedWeight:
                            qw.in_features, qw.blocks[start:stop], qw.layout)
 
 
-def _superblock_views(fmt: str, groups: int, num_blocks: int) -> tuple[list[int], list[int]]:
-    """``(shape, permutation)`` taking GGUF bytes viewed as ``(G, 8, B, bytes)`` to the
-    ``"x8"`` order, for the value bytes (the header bytes move separately)."""
-    if fmt == "q8_0":  # (G, 8 rows, B, 8 chunks, 4) -> (G, B, 8 chunks, 8 rows, 4)
-        return [groups, ROWS_PER_GROUP, num_blocks, 8, 4], [0, 2, 3, 1, 4]
-    return [groups, ROWS_PER_GROUP, num_blocks, 4, 4], [0, 2, 3, 1, 4]  # 4 chunks of 4 bytes
+def _block_dtypes(fmt: str) -> tuple[np.dtype, np.dtype]:
+    """numpy record types of one row's block (``"gguf"``) and of one ``"x8"`` superblock of
+    ``fmt``: the header's half floats and the values as 4-byte words, which is all the
+    re-laying moves (``head[h, r]``: half ``h`` of row ``r``; ``values[c, r]``: word ``c``)."""
+    import numpy as np
+
+    halves = header_bytes(fmt) // 2
+    words = (bytes_per_block(fmt) - header_bytes(fmt)) // 4
+    row = np.dtype([("head", "<u2", (halves,)), ("values", "<u4", (words,))])
+    superblock = np.dtype([("head", "<u2", (halves, ROWS_PER_GROUP)),
+                           ("values", "<u4", (words, ROWS_PER_GROUP))])
+    return row, superblock
 
 
-def to_layout(qw: QuantizedWeight, layout: str) -> QuantizedWeight:
-    """``qw`` in ``layout`` (``qw`` itself when already there; else a re-laid copy of the same
-    bytes, pure function).
+def to_layout(qw: QuantizedWeight, layout: str,
+              out: torch.Tensor | None = None) -> QuantizedWeight:
+    """``qw`` in ``layout`` (``qw`` itself when already there and no ``out`` is given; else a
+    re-laid copy of the same bytes, on the CPU).
+
+    Args:
+        qw: The weight.
+        layout: One of :data:`LAYOUTS`.
+        out: Where to write the re-laid blocks (a contiguous uint8 CPU tensor of the result's
+            ``blocks`` shape, e.g. a slice of a fused weight's); default a new tensor.
 
     Raises:
-        QuantizationError: An unknown layout, or ``"x8"`` for ``out_features % 8 != 0``.
+        QuantizationError: An unknown layout, ``"x8"`` for ``out_features % 8 != 0``, or an
+            ``out`` of another shape.
     """
     import torch
 
     if layout not in LAYOUTS:
         raise QuantizationError(f"unknown block layout {layout!r}: expected one of {LAYOUTS}")
     if layout == qw.layout:
-        return qw
+        if out is None:
+            return qw
+        out.copy_(qw.blocks)
+        return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features, out, layout)
     if qw.out_features % ROWS_PER_GROUP:
         raise QuantizationError(f"{qw.fmt}: the x8 layout needs out_features % 8 == 0, got "
                                 f"{qw.out_features}")
     per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
     groups, num_blocks = qw.out_features // ROWS_PER_GROUP, qw.blocks_per_row
     halves = header // 2  # scale, and min for q4_1
-    shape, perm = _superblock_views(qw.fmt, groups, num_blocks)
-    inverse = [perm.index(i) for i in range(len(perm))]
-    if layout == "x8":
-        raw = qw.blocks.reshape(groups, ROWS_PER_GROUP, num_blocks, per_block)  # (G, 8, B, b)
-        heads = raw[..., :header].reshape(groups, ROWS_PER_GROUP, num_blocks, halves, 2)
-        heads = heads.permute(0, 2, 3, 1, 4).reshape(groups, num_blocks, -1)  # (G, B, 8*hdr)
-        values = raw[..., header:].reshape(shape).permute(perm)  # (G, B, chunks, 8, 4)
-        values = values.reshape(groups, num_blocks, -1)  # (G, B, 8 * value bytes)
-        blocks = torch.cat([heads, values], dim=-1)  # (G, B, 8 * bytes per block)
-    else:
-        raw = qw.blocks.reshape(groups, num_blocks, ROWS_PER_GROUP * per_block)  # (G, B, 8b)
-        split = ROWS_PER_GROUP * header
-        heads = raw[..., :split].reshape(groups, num_blocks, halves, ROWS_PER_GROUP, 2)
-        heads = heads.permute(0, 3, 1, 2, 4).reshape(groups, ROWS_PER_GROUP, num_blocks, -1)
-        permuted = [shape[i] for i in perm]  # (G, B, chunks, 8, 4)
-        values = raw[..., split:].reshape(permuted).permute(inverse)  # (G, 8, B, chunks, 4)
-        values = values.reshape(groups, ROWS_PER_GROUP, num_blocks, -1)
-        blocks = torch.cat([heads, values], dim=-1)  # (G, 8, B, bytes per block)
+    del halves  # the record types below hold the header's halves
+    row, superblock = _block_dtypes(qw.fmt)
+    want = ((groups, ROWS_PER_GROUP * num_blocks * per_block) if layout == "x8"
+            else (qw.out_features, num_blocks * per_block))
+    blocks = torch.empty(want, dtype=torch.uint8) if out is None else out
+    if tuple(blocks.shape) != want or blocks.dtype != torch.uint8 or not blocks.is_contiguous():
+        raise QuantizationError(f"{qw.fmt}: out must be a contiguous uint8 tensor of shape "
+                                f"{want}, got {tuple(blocks.shape)} {blocks.dtype}")
+    source = qw.blocks.detach().cpu().contiguous().numpy()
+    target = blocks.numpy()
+    if layout == "x8":  # (G, 8, B) row blocks -> (G, B) superblocks
+        rows_in = source.view(row).reshape(groups, ROWS_PER_GROUP, num_blocks)
+        grouped = target.view(superblock).reshape(groups, num_blocks)
+        for field in ("head", "values"):
+            grouped[field] = rows_in[field].transpose(0, 2, 3, 1)  # (G, B, fields, 8)
+    else:  # (G, B) superblocks -> (G, 8, B) row blocks
+        grouped = source.view(superblock).reshape(groups, num_blocks)
+        rows_out = target.view(row).reshape(groups, ROWS_PER_GROUP, num_blocks)
+        for field in ("head", "values"):
+            rows_out[field] = grouped[field].transpose(0, 3, 1, 2)  # (G, 8, B, fields)
     shape = (groups, -1) if layout == "x8" else (qw.out_features, -1)
     return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
                            blocks.reshape(shape).contiguous(), layout)

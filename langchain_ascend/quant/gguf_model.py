@@ -4,15 +4,18 @@
 skeleton with empty weights, and fills it:
 
 - a linear weight stored as ``Q4_0`` / ``Q4_1`` / ``Q8_0`` becomes a
-  :class:`~langchain_ascend.quant.linear.QuantizedLinear` over the file's own bytes (copied once
-  from the memory map), so the products run on exactly what llama.cpp multiplies;
+  :class:`~langchain_ascend.quant.linear.QuantizedLinear` over the file's own bytes, a view of
+  the file's memory map (``quant.gguf_file``: nothing is copied, a page is read when first
+  touched), so the products run on exactly what llama.cpp multiplies; a Llama q/k weight,
+  whose rows are re-ordered (below), is the one copy;
 - a linear weight in another block type (``Q4_K``, ``Q6_K``...) is de-quantized and
   re-quantized to the nearest supported format (:func:`target_format`), and logged;
 - float linear weights (``F32``, ``F16``, ``BF16``) stay float unless ``quantization`` asks for
   ``"int8"`` (``q8_0``) or ``"int4"`` (``q4_1``);
 - the token embedding, when quantized, becomes a
-  :class:`~langchain_ascend.quant.embedding.QuantizedEmbedding` (rows de-quantized on lookup);
-  a tied LM head is a ``QuantizedLinear`` over the very same blocks;
+  :class:`~langchain_ascend.quant.embedding.QuantizedEmbedding` over the map (rows
+  de-quantized on lookup: only the pages of the rows looked up are read); a tied LM head is a
+  ``QuantizedLinear`` over the very same blocks;
 - norms, biases and float tensors are de-quantized into the model dtype.
 
 What llama.cpp's converter changed per family is ``langchain_ascend.families``' table: it
@@ -52,6 +55,7 @@ from langchain_ascend.quant.gguf_file import (
     GGUFFormatError,
     TensorInfo,
     block_geometry,
+    release_pages,
 )
 
 logger = logging.getLogger(__name__)
@@ -176,10 +180,11 @@ class _Filler:
         rows, cols = info.shape
         order = _row_order(self.gguf.architecture, info.name, self.config, rows)
         if _FORMAT_OF_TYPE.get(info.ggml_type) == fmt:
-            blocks = self.gguf.read(info.name)  # (N, row bytes), read from the file
-            if order is not None:
-                blocks = blocks[order]
-            return formats.QuantizedWeight(fmt, rows, cols, torch.from_numpy(blocks))
+            blocks = self.gguf.tensor(info.name)  # (N, row bytes), a view of the file's map
+            if order is not None:  # rows re-ordered: a copy, and the file's pages given back
+                mapped, blocks = blocks, blocks.index_select(0, torch.from_numpy(order))
+                release_pages(mapped)
+            return formats.QuantizedWeight(fmt, rows, cols, blocks)
         weight = torch.from_numpy(np.ascontiguousarray(self.gguf.floats(info.name)))  # (N, K)
         if order is not None:
             weight = weight[torch.from_numpy(order)]
@@ -337,7 +342,7 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
     filler.fill(model, _name_map(model, gguf.architecture, config))
     _check_complete(model, gguf.path, config)
     report = filler.report
-    del gguf, filler  # unmaps the file: its pages stop counting as this process's memory
+    del gguf, filler  # the map lives on while the model's views of it do
     _measure(model, report)
     report.seconds = time.perf_counter() - started
     for name, file_type, fmt in report.requantized:

@@ -147,6 +147,20 @@ class QuantizedLinear(nn.Module):
             self.device_product = product
         return product(x)  # (M, N)
 
+    def hold(self, qweight: QuantizedWeight) -> None:
+        """Hold ``qweight`` instead: the same weight in another layout or storage (a view of a
+        fused group's blocks, say), so the layer's product reads it from there.
+
+        Raises:
+            ValueError: ``qweight`` has another shape.
+        """
+        if qweight.shape != (self.out_features, self.in_features):
+            raise ValueError(f"a weight of shape {qweight.shape} for a linear of shape "
+                             f"{(self.out_features, self.in_features)}")
+        self.fmt, self.layout, self._qweight = qweight.fmt, qweight.layout, qweight
+        self.blocks = qweight.blocks
+        self.device_product = None
+
     @property
     def qweight(self) -> QuantizedWeight:
         """The weight (rebuilt when ``.to()`` replaced the ``blocks`` buffer)."""

@@ -221,3 +221,25 @@ def test_x8_rows_and_concatenation_take_whole_groups():
         to_layout(a, "x16")
     g = quantize(_weight(12, 64), "q4_0")
     assert torch.equal(dequantize(rows(g, 3, 7)), dequantize(g)[3:7])
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
+def test_concatenating_into_x8_is_the_x8_of_the_concatenation(fmt):
+    from langchain_ascend.quant import formats
+
+    torch.manual_seed(3)
+    weights = [formats.quantize(torch.randn(rows, 64), fmt) for rows in (16, 8, 24)]
+    fused = formats.concatenate(weights, "x8")  # each re-laid straight into its place
+    assert fused.layout == "x8" and fused.out_features == 48
+    want = formats.to_layout(formats.concatenate(weights), "x8")
+    assert torch.equal(fused.blocks, want.blocks)
+    back = formats.to_layout(fused, "gguf")
+    assert torch.equal(back.blocks, torch.cat([w.blocks for w in weights]))
+    out = torch.empty_like(want.blocks)
+    written = formats.to_layout(formats.concatenate(weights), "x8", out=out)
+    assert written.blocks.data_ptr() == out.data_ptr()  # written in place
+    assert torch.equal(out, want.blocks)
+    with pytest.raises(QuantizationError, match="out must be"):
+        formats.to_layout(weights[0], "x8", out=torch.empty(3, 3, dtype=torch.uint8))
+    with pytest.raises(QuantizationError, match="out_features % 8"):
+        formats.concatenate([formats.quantize(torch.randn(12, 64), fmt)], "x8")

@@ -17,7 +17,9 @@ by ``weight_layout.tune_bf16_native_rows``, which finds it through the members' 
 Members that are ``quant.linear.QuantizedLinear`` layers of one block format fuse the same way
 into one ``QuantizedLinear`` over the concatenated blocks (exact: every output row is its own
 blocks), the members' blocks and biases becoming views of the fused ones; it takes no float
-layout (``engine.cpu.quantized_layout`` re-lays the blocks for the native product).
+layout: the blocks are concatenated straight into the native product's layout where it takes
+them (``engine.cpu.quantized_layout.fused_layout``), and the pages of the GGUF file the
+members were read from are given back (``quant.gguf_file.release_pages``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
+from langchain_ascend.engine.cpu.quantized_layout import fused_layout, is_quantized_linear
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.engine.cpu.weight_layout import make_dual
-from langchain_ascend.quant.formats import concatenate
+from langchain_ascend.quant.formats import concatenate, rows
+from langchain_ascend.quant.gguf_file import release_pages
 
 logger = logging.getLogger(__name__)
 
@@ -119,16 +122,18 @@ def _fuse_quantized(members: Sequence[Any]) -> Any:
 
     from langchain_ascend.quant.linear import QuantizedLinear
 
-    qweight = concatenate([m.qweight for m in members])  # blocks (sum(out), bytes per row)
+    weights = [m.qweight for m in members]
+    qweight = concatenate(weights, fused_layout(weights))  # blocks (sum(out) [/ 8], bytes)
     with torch.no_grad():
         bias = (None if members[0].bias is None
                 else torch.cat([m.bias.data for m in members]))  # (sum(out),)
         linear = QuantizedLinear(qweight, bias)
         fused_bias = linear.bias
         start = 0
-        for m in members:
+        for m, weight in zip(members, weights, strict=True):
             end = start + m.out_features
-            m.blocks = qweight.blocks[start:end]  # (out, bytes per row), a view
+            m.hold(rows(qweight, start, end))  # a view of the fused blocks
+            release_pages(weight.blocks)  # the file's pages of what was copied
             if fused_bias is not None:
                 m.bias.data = fused_bias.data[start:end]
             start = end

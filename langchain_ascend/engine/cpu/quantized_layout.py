@@ -6,9 +6,11 @@ native product (``native.qmatmul``) runs the file's layout, and about twice as f
 ``docs/performance.md``). :func:`pack_quantized_linears` re-lays every quantized linear of a
 prepared model in ``"x8"``, each replaced by a ``QuantizedLinear`` over the re-laid blocks
 (same bias tensor): fused q/k/v and gate/up groups (``engine.cpu.fused_projections``) get one
-re-laid fused product and their members views of it, re-wired to the group. No extra memory,
-except for blocks another module also reads (a tied embedding table): those are re-laid into a
-copy only while it fits :data:`SHARED_PACK_MAX_RAM_SHARE` of the free RAM.
+re-laid fused product and their members views of it, re-wired to the group (where the group
+was not concatenated in ``"x8"`` already: :func:`fused_layout`). No extra memory, except for
+blocks another module also reads (a tied embedding table): those are re-laid into a copy only
+while it fits :data:`SHARED_PACK_MAX_RAM_SHARE` of the free RAM. Blocks read in place from a
+GGUF file's map give their pages back once re-laid (``quant.gguf_file.release_pages``).
 
 A weight with ``out_features % 8 != 0`` (or a group with such a member) keeps the file's
 layout; both layouts give a row the same result whatever the batch.
@@ -23,6 +25,7 @@ from langchain_ascend import platform
 from langchain_ascend.engine.cpu.swap import swapped_by
 from langchain_ascend.native import qmatmul
 from langchain_ascend.quant import formats
+from langchain_ascend.quant.gguf_file import release_pages
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,16 @@ def _packable(qweight: Any, sizes: list[int], readers: int, members: int) -> boo
     return True
 
 
+def fused_layout(weights: list[Any]) -> str:
+    """The layout a fused group of these weights (``formats.QuantizedWeight``) is concatenated
+    in: ``"x8"`` where the native product is built and every member has whole groups of 8
+    rows, else the members' own."""
+    if (qmatmul.available() and all(w.layout == "gguf" for w in weights)
+            and all(w.out_features % formats.ROWS_PER_GROUP == 0 for w in weights)):
+        return "x8"
+    return weights[0].layout
+
+
 def pack_quantized_linears(model: Any) -> int:
     """Re-lay every quantized linear of ``model`` (fused groups included) in the ``"x8"``
     layout where it can be (module docstring), where the native product is built.
@@ -101,6 +114,7 @@ def pack_quantized_linears(model: Any) -> int:
         if not _packable(qweight, group.sizes, readers.get(storage, 0), len(members)):
             continue
         x8 = formats.to_layout(qweight, "x8")
+        release_pages(qweight.blocks)
         group.linear = QuantizedLinear(x8, group.linear.bias)
         replaced, start = [], 0
         for member in members:
@@ -118,6 +132,7 @@ def pack_quantized_linears(model: Any) -> int:
             continue
         parent, name = places[id(linear)]
         setattr(parent, name, QuantizedLinear(formats.to_layout(qweight, "x8"), linear.bias))
+        release_pages(qweight.blocks)  # the GGUF file's pages of what was copied, if any
         packed += 1
     if packed:
         logger.info("re-laid %d quantized weights in the x8 layout", packed)

@@ -6,9 +6,10 @@ under ``gguf/`` of the cache root keyed by the file's sha256 and the transformer
 a changed file or loader converts anew. :func:`check_model_source` runs the same checks
 without converting or downloading: cheap enough for a constructor. Every failure is a
 :class:`~langchain_ascend.errors.ModelSourceError` naming the path and what was expected.
-Modules: ``locate`` (what was named), ``gguf_header`` (the header parser), ``gguf_convert``
-(transformers' GGUF conversion), ``gguf_cache`` (hashes, index, lock), ``gguf_blocks`` (the
-folder of a GGUF whose blocks run as they are). User guide: README.md, "Models".
+Modules: ``locate`` (what was named), ``gguf_header`` (the header facts the checks need, read
+by the package's one GGUF reader, ``quant.gguf_file``), ``gguf_convert`` (transformers' GGUF
+conversion), ``gguf_cache`` (hashes, index, lock), ``gguf_blocks`` (the folder of a GGUF whose
+blocks run as they are). User guide: README.md, "Models".
 """
 
 from __future__ import annotations

@@ -10,13 +10,15 @@ Layout (a folder's existence means "complete")::
 Writing it takes the config and the tokenizer, built from the file's metadata
 (``gguf_tokenizer``: under a second of CPU for SmolLM2, once per file): no tensor is read.
 The model runner sees ``source.json`` (:func:`gguf_weights_file`) and builds the model from the
-GGUF file itself (``langchain_ascend.quant.gguf_model``). The folder is keyed like the
-de-quantized conversion (content hash, transformers version) and written the same way: into a
-temporary folder renamed into place under a lock.
+GGUF file itself (``langchain_ascend.quant.gguf_model``). The folder is keyed by a hash of the
+file's header (:func:`header_sha256`: the folder depends on nothing else, and hashing a 4 GB
+file's tensors took seconds of a first load) and the transformers version, and written as the
+de-quantized conversion is: into a temporary folder renamed into place under a lock.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -38,7 +40,7 @@ from langchain_ascend.quant.gguf_config import load_gguf_config
 from langchain_ascend.quant.gguf_file import GGUFFile, GGUFFormatError
 from langchain_ascend.quant.gguf_model import SUPPORTED_ARCHITECTURES
 
-BLOCKS_VERSION = 1
+BLOCKS_VERSION = 2
 """Bump when the folder's content changes for the same file and library versions."""
 SOURCE_FILE = "source.json"
 WEIGHTS_IN_GGUF = "gguf"
@@ -70,10 +72,23 @@ def gguf_weights_file(folder: str | os.PathLike[str]) -> Path | None:
     return path
 
 
+def header_sha256(info: GGUFInfo) -> str:
+    """The sha256 of what the folder is made from: the file's header (metadata and tensor
+    table, ``info.header.data_start`` bytes), its size and where it is. Not the tensors: a
+    first load of a 4 GB file would read all of it to hash it (seconds), and the folder holds
+    nothing the tensors' bytes decide."""
+    assert info.header is not None
+    digest = hashlib.sha256(f"{info.path.resolve()}\0{info.size}\0".encode())
+    with open(info.path, "rb") as handle:
+        digest.update(handle.read(info.header.data_start))
+    return digest.hexdigest()
+
+
 def blocks_folder(info: GGUFInfo, *, cache_root: Path, progress: bool) -> Path:
     """The cached weightless folder of ``info.path`` (config, tokenizer, generation config),
-    written once under a lock when missing."""
-    sha = cached_sha256(info.path, cache_root, progress=progress)
+    written once under a lock when missing; keyed by :func:`header_sha256`."""
+    sha = header_sha256(info) if info.header is not None else cached_sha256(
+        info.path, cache_root, progress=progress)
     final = cache_root / f"{cache_key(sha, info.path.name)}-blocks{BLOCKS_VERSION}"
     if _is_complete(final, info.path):
         return final
@@ -87,7 +102,7 @@ def blocks_folder(info: GGUFInfo, *, cache_root: Path, progress: bool) -> Path:
         try:
             write_blocks_folder(info.path, tmp)
             manifest = {"weights": WEIGHTS_IN_GGUF, "gguf_file": str(info.path.resolve()),
-                        "sha256": sha, "size": info.size, "architecture": info.architecture,
+                        "header_sha256": sha, "size": info.size, "architecture": info.architecture,
                         "name": info.name, "transformers": package_version("transformers"),
                         "gguf": package_version("gguf"), "blocks_version": BLOCKS_VERSION}
             (tmp / SOURCE_FILE).write_text(json.dumps(manifest, indent=2) + "\n",

@@ -4,8 +4,9 @@
 config through ``gguf.GGUFReader``, which decodes every metadata array into numpy views: about
 15 s of CPU for SmolLM2's 49k-token vocabulary, the largest part of a GGUF file's first use.
 This module reads the vocabulary, merges, token types, special token ids, flags and chat
-template with our own reader (:class:`~langchain_ascend.quant.gguf_file.GGUFFile`, tenths of a
-second) and builds the same tokenizer transformers builds for a byte-level BPE vocabulary
+template with the package's reader (:class:`~langchain_ascend.quant.gguf_file.GGUFFile`, whose
+header was parsed once for the file and is shared; the arrays decoded from its map in tenths of
+a second) and builds the same tokenizer transformers builds for a byte-level BPE vocabulary
 (``tokenizer.ggml.model == "gpt2"``: Llama 3, Qwen 2/3, SmolLM...):
 
 - the vocabulary as the file spells it, a token that is not written in GPT-2's byte alphabet

@@ -222,18 +222,49 @@ def cache_path(key: dict[str, Any]) -> Path:
     return cache_dir() / f"{name}.json"
 
 
-def load_choice(key: dict[str, Any]) -> CompileChoice | None:
-    """The cached decision for ``key``, or None (none yet, or unreadable: logged at debug)."""
+def _read_record(key: dict[str, Any], what: str) -> dict[str, Any] | None:
+    """The cache file's record for ``key``, or None (none yet, or unreadable: logged at
+    debug, naming ``what`` it holds)."""
     path = cache_path(key)
     try:
         data = json.loads(path.read_text())
-        if data["key"] != key:
+        if not isinstance(data, dict) or data.get("key") != key:
             raise ValueError("the file holds another key")
-        choice = CompileChoice.from_dict(data["choice"])
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        logger.debug("ignoring the compile decision cache file %s: %s", path, exc)
+    except (OSError, ValueError, TypeError) as exc:
+        logger.debug("ignoring the %s cache file %s: %s", what, path, exc)
+        return None
+    return data
+
+
+def _write_record(key: dict[str, Any], record: dict[str, Any]) -> None:
+    """Write ``record`` (with ``key``) atomically (temporary file, then rename); an
+    unwritable cache is logged at debug and skipped."""
+    path = cache_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump({"key": key, **record}, out, indent=1, sort_keys=True)
+            os.replace(temp, path)
+        except BaseException:
+            os.unlink(temp)
+            raise
+    except OSError as exc:
+        logger.debug("could not write the cache file %s: %s", path, exc)
+
+
+def load_choice(key: dict[str, Any]) -> CompileChoice | None:
+    """The cached decision for ``key``, or None (none yet, or unreadable: logged at debug)."""
+    data = _read_record(key, "compile decision")
+    if data is None:
+        return None
+    try:
+        choice = CompileChoice.from_dict(data["choice"])
+    except (ValueError, TypeError, KeyError) as exc:
+        logger.debug("ignoring the compile decision cache file %s: %s", cache_path(key), exc)
         return None
     return dataclasses.replace(choice, cached=True)
 
@@ -241,17 +272,16 @@ def load_choice(key: dict[str, Any]) -> CompileChoice | None:
 def store_choice(key: dict[str, Any], choice: CompileChoice) -> None:
     """Write ``choice`` for ``key`` atomically (temporary file, then rename); an unwritable
     cache is logged at debug and skipped."""
-    path = cache_path(key)
-    record = {"key": key, "choice": dataclasses.replace(choice, cached=False).as_dict()}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w") as out:
-                json.dump(record, out, indent=1, sort_keys=True)
-            os.replace(temp, path)
-        except BaseException:
-            os.unlink(temp)
-            raise
-    except OSError as exc:
-        logger.debug("could not write the compile decision cache file %s: %s", path, exc)
+    _write_record(key, {"choice": dataclasses.replace(choice, cached=False).as_dict()})
+
+
+def load_measured(key: dict[str, Any]) -> float | None:
+    """A measured number cached for ``key`` (:func:`store_measured`), or None."""
+    data = _read_record(key, "measurement")
+    value = None if data is None else data.get("value")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def store_measured(key: dict[str, Any], value: float) -> None:
+    """Cache a measured number (a drafted row's cost...) for ``key``, as a decision is."""
+    _write_record(key, {"value": float(value)})

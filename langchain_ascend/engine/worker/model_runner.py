@@ -39,7 +39,12 @@ from langchain_ascend.engine.worker.compile import (
     products_timer,
     resolve_plan,
 )
-from langchain_ascend.engine.worker.compile_choice import model_fingerprint
+from langchain_ascend.engine.worker.compile_choice import (
+    choice_key,
+    load_measured,
+    model_fingerprint,
+    store_measured,
+)
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import (
     KVCache,
@@ -399,6 +404,21 @@ class ModelRunner:
     def release(self, request_ids: Iterable[str]) -> None:
         """Drop per-request state (sampling generators) of finished/aborted requests."""
         self.sampler.release(request_ids)
+
+    def draft_row_cost(self) -> float:
+        """:meth:`measure_draft_row_cost`, measured once per model, CPU, thread count and
+        package version and then read from the cache of warm-up's measurements
+        (``compile_choice``: 17 model steps, seconds of a load at 8B, that a later load of
+        the same model on the same machine skips)."""
+        key = choice_key(model_fingerprint(self.model, self.dtype, "|".join(
+            [str(self.hooks.changes.get("weight_layout")), self.weights.get("format", ""),
+             str(self.device)])), (self.block_size, 0), "draft_row_cost")
+        cached = load_measured(key)
+        if cached is not None:
+            return cached
+        value = self.measure_draft_row_cost()
+        store_measured(key, value)
+        return value
 
     def measure_draft_row_cost(self, rows: int = 5, repeats: int = 7) -> float:
         """What one more query row costs in a decode pass, in units of a one-row pass.

@@ -14,9 +14,10 @@ from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu import quantized_layout, weight_layout
 from langchain_ascend.engine.cpu.decoder import CpuDecoder
 from langchain_ascend.engine.cpu.fused_projections import fuse_projections, group_of
+from langchain_ascend.engine.cpu.quantized_layout import fused_layout
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import stack_kernel as native_stack
-from langchain_ascend.quant import quantize
+from langchain_ascend.quant import formats, quantize
 from langchain_ascend.testing import needs_native_kernels
 from langchain_ascend.testing.runner_steps import greedy_decode
 
@@ -59,11 +60,13 @@ def test_quantized_groups_fuse_into_one_product_over_views(tiny_model_paths):
     attention = model.model.layers[0].self_attn
     members = [attention.q_proj, attention.k_proj, attention.v_proj]
     x = torch.randn(3, model.config.hidden_size)
-    want = [m(x) for m in members]
+    layout = fused_layout([m.qweight for m in members])  # "x8" where the native product is
+    want = [QuantizedLinear(formats.to_layout(m.qweight, layout), m.bias)(x) for m in members]
     assert fuse_projections(model) == 2 * model.config.num_hidden_layers
     group = group_of(members)
     assert isinstance(group.linear, QuantizedLinear) and group.linear.fmt == "q4_1"
     assert group.linear.out_features == sum(m.out_features for m in members)
+    assert group.linear.layout == layout and all(m.layout == layout for m in members)
     fused = group.linear.qweight.blocks
     for m in members:  # the members' blocks and biases are views of the fused ones
         assert m.qweight.blocks.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
@@ -92,13 +95,14 @@ def test_packing_relays_blocks_in_place_and_copies_shared_ones(tiny_model_paths)
             **{name: getattr(attention, name)(x) for name in names}}
     fuse_projections(model)
     group = group_of([getattr(attention, name) for name in names])
+    assert group.linear.qweight.layout == "x8"  # concatenated straight into the x8 layout
     before = group.linear.qweight.blocks.untyped_storage().data_ptr()
-    assert quantized_layout.pack_quantized_linears(model) == 2 * 2 + 2 * 2 + 1  # groups,
-    assert quantized_layout.pack_quantized_linears(model) == 0  # o/down, head; then none
-    members = [getattr(attention, name) for name in names]  # new modules, the same group
+    assert quantized_layout.pack_quantized_linears(model) == 2 * 2 + 1  # o/down, the head
+    assert quantized_layout.pack_quantized_linears(model) == 0  # then none
+    members = [getattr(attention, name) for name in names]
     assert group_of(members) is group and group.linear.qweight.layout == "x8"
     fused = group.linear.qweight.blocks.untyped_storage().data_ptr()
-    assert fused != before
+    assert fused == before  # the groups were not re-laid again
     for member in members:  # views of the re-laid fused blocks
         assert member.qweight.layout == "x8"
         assert member.qweight.blocks.untyped_storage().data_ptr() == fused

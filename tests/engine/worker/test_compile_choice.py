@@ -402,3 +402,22 @@ def test_torch_products_run_every_linear_weight_once_per_pass(path, monkeypatch)
     assert ms > 0 and len(seen) == 3 * len(linears)
     assert {id(w) for _, w in seen} == {id(m.weight) for m in linears}
     assert all(shape == (2, w.shape[1]) for shape, w in seen)
+
+
+def test_a_drafted_rows_cost_is_measured_once_then_read_from_the_cache(path, tmp_path,
+                                                                       monkeypatch):
+    measured: list[float] = []
+    real = ModelRunner.measure_draft_row_cost
+
+    def counted(self, *args, **kwargs):
+        measured.append(real(self, *args, **kwargs))
+        return measured[-1]
+
+    monkeypatch.setattr(ModelRunner, "measure_draft_row_cost", counted)
+    first = load(path, compile=False).draft_row_cost()
+    assert len(measured) == 1 and first == measured[0] >= 0.0
+    assert load(path, compile=False).draft_row_cost() == first  # another load: the cache
+    assert len(measured) == 1
+    assert load(path, compile=False, dtype="bfloat16").draft_row_cost() >= 0.0  # another key
+    assert len(measured) == 2
+    assert len(list((tmp_path / "choices").glob("*.json"))) == 2
