@@ -96,8 +96,9 @@ def paged_attention_forward(
     return out[None], None  # (1, T, H, D)
 
 
-def check_backend_runs(backend: AttentionBackend, config: Any) -> None:
-    """Refuse at engine start a model whose attention ``backend`` cannot run.
+def check_backend_runs(backend: AttentionBackend | type[AttentionBackend], config: Any) -> None:
+    """Refuse at engine start a model whose attention ``backend`` (or backend class) cannot
+    run; ``config`` is the model's transformers config.
 
     Raises:
         UnsupportedModelFeatureError: ``config`` sets ``attn_logit_softcapping`` (Gemma 2)
