@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langchain_ascend.errors import UnsupportedModelFeatureError
+
 if TYPE_CHECKING:
     import torch
 
@@ -105,8 +107,6 @@ def check_backend_runs(backend: AttentionBackend | type[AttentionBackend], confi
             and the backend applies no soft-cap; the message names the model, the field and
             the backend to use instead.
     """
-    from langchain_ascend.errors import UnsupportedModelFeatureError
-
     cap = getattr(config, "attn_logit_softcapping", None)
     if cap and not backend.supports_softcap:
         model = getattr(config, "_name_or_path", "") or getattr(config, "model_type", "?")
