@@ -69,6 +69,23 @@ def test_reference_decode_soft_caps(blocks_dim):
     torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
 
 
+def test_reference_decode_soft_caps_in_a_fullgraph_compile():
+    """The static step compiles and captures the reference path: the capped scores trace as
+    one graph (nothing read back to the host)."""
+    case = make_case([(40, 1), (7, 1)], block_size=4, softcap=CAP)
+    metadata = build_decode_metadata(case.layout, width=12, pad_block=case.kv_cache.shape[2] - 1,
+                                     device=torch.device("cpu"))
+
+    def step(query, key, value, cache):
+        return decode_attention(query, key, value, cache, metadata, 0.25, None, blocks_dim=2,
+                                softcap=CAP)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    out = compiled(case.query, case.key, case.value, case.kv_cache.clone())
+    torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
+
+
 def test_without_a_cap_the_helper_is_sdpa_bit_for_bit():
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 4, 9, 16, generator=gen) for _ in range(3))

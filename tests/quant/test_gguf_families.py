@@ -64,6 +64,7 @@ def test_the_family_table_names_real_architectures() -> None:
     assert families.NATIVE_DECODER_CLASSES == {"LlamaModel", "MistralModel", "Qwen2Model",
                                                "Qwen3Model"}
     assert "gemma3_text" not in families.PLAIN_HEAD_MODEL_TYPES  # Gemma soft-caps its logits
+    assert "gemma2" not in families.PLAIN_HEAD_MODEL_TYPES  # (final_logit_softcapping)
     assert families.by_architecture("gemma") is None  # Gemma 1: not in the table, refused
 
 
