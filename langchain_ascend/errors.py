@@ -155,6 +155,13 @@ class QuantizationError(LangChainAscendError, ValueError):
     the format, the shapes and what was expected."""
 
 
+class UnsupportedModelFeatureError(LangChainAscendError, ValueError):
+    """The model needs something the chosen engine path does not run (Gemma 2's attention
+    logit soft-capping under an attention backend whose device kernel has none), found when
+    the engine starts. The message names the model, the config field and what to use
+    instead."""
+
+
 class MissingExtraError(LangChainAscendError, ImportError):
     """An optional part of the package is used without the extra that installs it (the PNG
     chart without matplotlib...). The message names the feature, the missing module and the

@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langchain_ascend.errors import UnsupportedModelFeatureError
+
 if TYPE_CHECKING:
     import torch
 
@@ -69,7 +71,8 @@ def paged_attention_forward(
         attention_mask: Ignored (None for our implementation); masks come from the metadata.
         scaling: Softmax scale; ``head_dim ** -0.5`` when None.
         dropout: Must be 0 (inference only).
-        **kwargs: Must carry :data:`STEP_KWARG`; ``sliding_window`` is honoured.
+        **kwargs: Must carry :data:`STEP_KWARG`; ``sliding_window`` and ``softcap`` (Gemma 2's
+            attention logit soft-cap) are honoured.
 
     Returns:
         ``((1, T, num_heads, head_dim) output, None)`` as transformers expects.
@@ -81,8 +84,6 @@ def paged_attention_forward(
             "argument: run the model through langchain_ascend's ModelRunner")
     if query.shape[0] != 1:
         raise ValueError(f"paged attention expects one packed sequence, got batch {query.shape[0]}")
-    if kwargs.get("softcap") is not None:
-        raise NotImplementedError("attention logit soft-capping is not supported by paged attention")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     out = step.backend.forward(
         query[0].transpose(0, 1),  # (T, H, D)
@@ -92,8 +93,27 @@ def paged_attention_forward(
         step.metadata,
         scale,
         kwargs.get("sliding_window"),
+        kwargs.get("softcap"),
     )  # (T, H, D)
     return out[None], None  # (1, T, H, D)
+
+
+def check_backend_runs(backend: AttentionBackend | type[AttentionBackend], config: Any) -> None:
+    """Refuse at engine start a model whose attention ``backend`` (or backend class) cannot
+    run; ``config`` is the model's transformers config.
+
+    Raises:
+        UnsupportedModelFeatureError: ``config`` sets ``attn_logit_softcapping`` (Gemma 2)
+            and the backend applies no soft-cap; the message names the model, the field and
+            the backend to use instead.
+    """
+    cap = getattr(config, "attn_logit_softcapping", None)
+    if cap and not backend.supports_softcap:
+        model = getattr(config, "_name_or_path", "") or getattr(config, "model_type", "?")
+        raise UnsupportedModelFeatureError(
+            f"model {model!r} ({getattr(config, 'model_type', '?')}) sets "
+            f"attn_logit_softcapping={cap}, which the {backend.name} attention backend's kernel "
+            "does not apply: use attention_backend='torch_ref' (soft-capped in torch)")
 
 
 def register() -> str:

@@ -27,6 +27,10 @@
  * blocks. A row's ranges are merged by their log-sum-exp at the end, in range order. The
  * step's K/V must already be in the cache (the caller writes them first).
  *
+ * The _softcap entries soft-cap each scaled score before the online softmax (s -> softcap *
+ * tanh(s / softcap), Gemma 2's attn_logit_softcapping; 0: none, exactly the uncapped code); the
+ * plain names are them with 0 (decode_stack.c calls those).
+ *
  * Queries and outputs are (B, H, D) in the cache's dtype; bfloat16 outputs are rounded to
  * nearest even. paged_decode_f32_f16kv reads a float16 cache with float32 queries and outputs
  * (half the bytes per key of a float32 cache; F16C widens them exactly). Return codes: 0
@@ -176,6 +180,13 @@ static inline void softmax_update(float *sc, int64_t n, int64_t D, const Row *rw
     }
 }
 
+/* Logit soft-capping of one row's n scaled scores: s -> cap * tanh(s / cap) (Gemma 2's
+   attn_logit_softcapping), before the online softmax. Only called with cap > 0, so the
+   uncapped path runs exactly the code it runs without it. */
+static inline void softcap_scores(float *sc, int64_t n, float cap) {
+    for (int64_t j = 0; j < n; j++) sc[j] = cap * tanhf(sc[j] / cap);
+}
+
 /* The keys and values of one chunk, one piece per cache block it touches: np pieces of
    n[p] consecutive rows at k[p] / v[p] (rows of D values of the cache's type). */
 typedef struct {
@@ -196,7 +207,7 @@ typedef struct {
     DEFINE_SCORES(NAME##_scores, TYPE, LOAD)                                                     \
     DEFINE_VALUES(NAME##_values, TYPE, LOAD)                                                     \
     static void NAME(const float *qf, const Pieces *pc, int64_t n, int64_t R, int64_t D,        \
-                     float scale, float *sc, const Row *rows) {                                  \
+                     float scale, float softcap, float *sc, const Row *rows) {                   \
         for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++) {                        \
             const TYPE *k = (const TYPE *)pc->k[p];                                              \
             int64_t r = 0;                                                                       \
@@ -206,6 +217,8 @@ typedef struct {
             if (r < R)                                                                           \
                 NAME##_scores_one(qf + r * D, k, pc->n[p], D, scale, sc + r * KEY_BLOCK + off);  \
         }                                                                                        \
+        if (softcap > 0.f)                                                                       \
+            for (int64_t r = 0; r < R; r++) softcap_scores(sc + r * KEY_BLOCK, n, softcap);      \
         for (int64_t r = 0; r < R; r++) softmax_update(sc + r * KEY_BLOCK, n, D, rows + r);      \
         for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++) {                        \
             const TYPE *v = (const TYPE *)pc->v[p];                                              \
@@ -233,7 +246,7 @@ typedef struct {
     const int32_t *tables;
     const int64_t *seq_lens;
     int64_t table_stride, B, H, KVH, D, NB, BS, G, window, split_keys, num_splits;
-    float scale;
+    float scale, softcap; /* softcap 0: no soft-capping */
 } Call;
 
 /* A work item before its KV head is chosen: the rows rows[first .. first + count) that read
@@ -359,7 +372,7 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
                 pc.n[pc.np++] = len;                                                             \
                 at += len;                                                                       \
             }                                                                                    \
-            CHUNK(qf, &pc, n, item->count * G, D, c->scale, sc, rs);                             \
+            CHUNK(qf, &pc, n, item->count * G, D, c->scale, c->softcap, sc, rs);                 \
             pos += n;                                                                            \
         }                                                                                        \
         return 0;                                                                                \
@@ -402,12 +415,14 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
 
 /* The whole call for one cache type: rows grouped into items, the items attended over the
    calling thread's OpenMP team, each row's ranges merged; FROM_F32 writes one float of the
-   output. */
+   output. NAME##_softcap takes the logit soft-cap (scores -> softcap * tanh(scores /
+   softcap) before the softmax; 0: none); NAME is it without (the decode stack's entry). */
 #define DEFINE_PAGED(NAME, TYPE, CTYPE, ITEM, FROM_F32)                                          \
-    int NAME(const TYPE *q, const CTYPE *cache, const int32_t *tables, int64_t table_stride,    \
-             const int64_t *seq_lens, TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D,   \
-             int64_t NB, int64_t BS, int64_t window, float scale, int64_t split_keys,            \
-             int num_threads) {                                                                  \
+    int NAME##_softcap(const TYPE *q, const CTYPE *cache, const int32_t *tables,                \
+                       int64_t table_stride, const int64_t *seq_lens, TYPE *out, int64_t B,      \
+                       int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,                \
+                       int64_t window, float scale, float softcap, int64_t split_keys,           \
+                       int num_threads) {                                                        \
         if (D % 8 || KVH < 1 || H % KVH) return 2;                                               \
         /* Fixed key ranges of split_keys (whole blocks) from each row's first key: a row's */   \
         /* sums never depend on the other rows of the call (batch-invariant rounding). */        \
@@ -419,7 +434,8 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
             longest = span > longest ? span : longest;                                           \
         }                                                                                        \
         const Call c = {tables, seq_lens, table_stride, B, H, KVH, D, NB, BS, H / KVH, window,   \
-                        split_keys, (longest + split_keys - 1) / split_keys, scale};             \
+                        split_keys, (longest + split_keys - 1) / split_keys, scale,              \
+                        softcap > 0.f ? softcap : 0.f};                                          \
         const int64_t G = c.G, slots = B * c.num_splits;                                         \
         float *part = (float *)malloc(sizeof(float) * slots * KVH * G * (D + 2));                \
         int64_t *rows = (int64_t *)malloc(sizeof(int64_t) * slots);                              \
@@ -466,6 +482,13 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
         free(part);                                                                              \
         free(merged);                                                                            \
         return 0;                                                                                \
+    }                                                                                            \
+    int NAME(const TYPE *q, const CTYPE *cache, const int32_t *tables, int64_t table_stride,    \
+             const int64_t *seq_lens, TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D,   \
+             int64_t NB, int64_t BS, int64_t window, float scale, int64_t split_keys,            \
+             int num_threads) {                                                                  \
+        return NAME##_softcap(q, cache, tables, table_stride, seq_lens, out, B, H, KVH, D, NB,  \
+                              BS, window, scale, 0.f, split_keys, num_threads);                  \
     }
 DEFINE_PAGED(paged_decode_f32, float, float, item_f32, IDENTITY)
 DEFINE_PAGED(paged_decode_bf16, uint16_t, uint16_t, item_bf16, f32_to_bf16)

@@ -32,15 +32,15 @@ whatever the batch and the row's result does not depend on the other rows."""
 def _kernel(dtype: torch.dtype, cache_dtype: torch.dtype | None = None) -> Any:
     import torch
 
-    symbol = {(torch.float32, torch.float32): "paged_decode_f32",
-              (torch.bfloat16, torch.bfloat16): "paged_decode_bf16",
-              (torch.float32, torch.float16): "paged_decode_f32_f16kv",
+    symbol = {(torch.float32, torch.float32): "paged_decode_f32_softcap",
+              (torch.bfloat16, torch.bfloat16): "paged_decode_bf16_softcap",
+              (torch.float32, torch.float16): "paged_decode_f32_f16kv_softcap",
               }.get((dtype, cache_dtype or dtype))
     if symbol is None:
         return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     return build.function(KERNEL, symbol, [
-        ptr, ptr, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, ctypes.c_float, i64,
+        ptr, ptr, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, f32, f32, i64,
         ctypes.c_int])
 
 
@@ -69,7 +69,8 @@ def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
 
 
 def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
-                 seq_lens: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor | None:
+                 seq_lens: torch.Tensor, scale: float, window: int = 0,
+                 softcap: float = 0.0) -> torch.Tensor | None:
     """Attention of each request's one query token over its cached keys.
 
     Args:
@@ -80,15 +81,19 @@ def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torc
         seq_lens: ``(B,)`` int64 context lengths (the new token included).
         scale: Applied to ``q . k``.
         window: Sliding window (0: none): only the last ``window`` keys are attended.
+        softcap: Logit soft-cap (0: none): each scaled score ``s`` becomes
+            ``softcap * tanh(s / softcap)`` before the softmax (Gemma 2).
 
     Returns:
         ``(B, H, D)`` in ``query``'s dtype, or None where the kernel does not apply.
 
     Raises:
-        ValueError: A block id of a table is outside the cache.
+        ValueError: A block id of a table is outside the cache, or ``softcap < 0``.
     """
     import torch
 
+    if softcap < 0:
+        raise ValueError(f"paged decode attention: softcap must be >= 0 (0: none), got {softcap}")
     if not applies(query, kv_cache):
         return None
     if (block_tables.dtype != torch.int32 or block_tables.dim() != 2
@@ -104,7 +109,7 @@ def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torc
     status = _kernel(query.dtype, kv_cache.dtype)(
         query.data_ptr(), kv_cache.data_ptr(), block_tables.data_ptr(), block_tables.stride(0),
         seq_lens.data_ptr(), out.data_ptr(), batch, heads, kv_heads, dim, blocks, block_size,
-        window, scale, SPLIT_KEYS, threads)
+        window, scale, softcap, SPLIT_KEYS, threads)
     if status == 1:
         raise MemoryError("paged decode attention kernel: out of memory for its scratch")
     if status == 3:
@@ -120,8 +125,8 @@ _op: Any = None
 
 def paged_decode_op() -> Any:
     """The kernel as the torch custom op ``langchain_ascend::paged_decode_attention(query,
-    kv_cache, block_tables, seq_lens, scale, window) -> out`` (registered on first call),
-    for code that is compiled or captured. It raises where the kernel does not apply."""
+    kv_cache, block_tables, seq_lens, scale, window, softcap=0.0) -> out`` (registered on first
+    call), for code that is compiled or captured. It raises where the kernel does not apply."""
     global _op
     with _op_lock:
         if _op is None:
@@ -134,9 +139,10 @@ def _register_op() -> Any:
 
     @torch.library.custom_op(OP_NAME, mutates_args=(), device_types="cpu", schema=(
         "(Tensor query, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, float scale, "
-        "int window) -> Tensor"))
-    def op(query, kv_cache, block_tables, seq_lens, scale, window):  # noqa: ANN001, ANN202
-        out = paged_decode(query, kv_cache, block_tables, seq_lens, scale, window)
+        "int window, float softcap=0.0) -> Tensor"))
+    def op(query, kv_cache, block_tables, seq_lens, scale, window,  # noqa: ANN001, ANN202
+           softcap=0.0):  # noqa: ANN001
+        out = paged_decode(query, kv_cache, block_tables, seq_lens, scale, window, softcap)
         if out is None:
             raise ValueError("paged_decode_attention: the native kernel does not apply to "
                              f"query {tuple(query.shape)} {query.dtype} and cache "
@@ -144,7 +150,8 @@ def _register_op() -> Any:
         return out
 
     @op.register_fake
-    def _(query, kv_cache, block_tables, seq_lens, scale, window):  # noqa: ANN001, ANN202
+    def _(query, kv_cache, block_tables, seq_lens, scale, window,  # noqa: ANN001, ANN202
+          softcap=0.0):  # noqa: ANN001
         return torch.empty_like(query)
 
     return op

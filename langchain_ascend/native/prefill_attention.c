@@ -24,6 +24,9 @@
  * not depend on the tile, the threads, the other tokens of the step, or how a long prompt was
  * cut into chunked-prefill steps.
  *
+ * softcap > 0 soft-caps each visible scaled score before the softmax (s -> softcap *
+ * tanh(s / softcap), Gemma 2's attn_logit_softcapping); 0 leaves the scores as they are.
+ *
  * Returns 0, 1 out of memory, 2 bad arguments (a table too short for its segment...), 3 a
  * block id outside [0, NB).
  */
@@ -59,7 +62,7 @@ typedef struct {
     int f16;                              /* the cache holds float16 (else float32) */
     float *out;                           /* (T, H, D) contiguous */
     int64_t H, KVH, G, D, NB, BS, window, tile; /* tile: query positions per item */
-    float scale;
+    float scale, softcap;                 /* softcap 0: no logit soft-capping */
 } PfCall;
 
 /* One prefill segment of the call. */
@@ -191,10 +194,14 @@ static inline void pf_values_3x8(const float *p, const float *v, int64_t D, int 
 }
 
 /* One row's online softmax over the chunk: keys [first, last) of it are visible (first < last).
-   Turns s into probabilities (0 where hidden), rescales the row's output, updates m and l. */
+   With softcap > 0 the visible scores are first soft-capped (s -> softcap * tanh(s / softcap),
+   Gemma 2's attn_logit_softcapping); 0 runs exactly the uncapped code. Turns s into
+   probabilities (0 where hidden), rescales the row's output, updates m and l. */
 static inline void pf_softmax_row(float *s, int first, int last, float *m, float *l, float *o,
-                                  int64_t D) {
+                                  int64_t D, float softcap) {
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+    if (softcap > 0.0f)
+        for (int j = first; j < last; j++) s[j] = softcap * tanhf(s[j] / softcap);
     for (int j = 0; j < first; j++) s[j] = -INFINITY;
     for (int j = last; j < PF_KEYS; j++) s[j] = -INFINITY;
     __m256 mx = neg_inf, unordered = _mm256_setzero_ps();
@@ -288,7 +295,8 @@ static int pf_item(const PfCall *c, const PfSegment *g, int64_t kvh, int64_t fir
                 memset(s, 0, PF_KEYS * sizeof(float));
                 continue;
             }
-            pf_softmax_row(s, (int)first, (int)last, w->m + r, w->l + r, w->o + r * D, D);
+            pf_softmax_row(s, (int)first, (int)last, w->m + r, w->l + r, w->o + r * D, D,
+                           c->softcap);
             if (last > keys) keys = (int)last;
         }
         for (int64_t r = 0; r < padded; r += PF_VALUE_ROWS)
@@ -323,7 +331,7 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
                   const void *cache, int f16, const int64_t *segments, int64_t S,
                   const int32_t *tables, int64_t W, float *out, int64_t H, int64_t KVH,
                   int64_t D, int64_t NB, int64_t BS, int64_t window, float scale,
-                  int num_threads) {
+                  float softcap, int num_threads) {
     if (S <= 0 || KVH <= 0 || H < KVH || H % KVH || D <= 0 || D % 8 || D > PF_MAX_DIM || BS <= 0
         || W <= 0 || window < 0)
         return 2;
@@ -331,7 +339,8 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
     int64_t tile = PF_ROWS_TARGET / G;
     if (tile < 1) tile = 1;
     const PfCall call = {query, q_token_stride, q_head_stride, cache, f16, out,
-                         H, KVH, G, D, NB, BS, window, tile, scale};
+                         H, KVH, G, D, NB, BS, window, tile, scale,
+                         softcap > 0.0f ? softcap : 0.0f};
     const int64_t padded = (tile * G + PF_SCORE_ROWS - 1) / PF_SCORE_ROWS * PF_SCORE_ROWS;
     const int64_t pack_floats = 2 * PF_KEYS * D;
     PfSegment *segs = malloc((size_t)S * sizeof(PfSegment));
@@ -442,9 +451,9 @@ int prefill_attention_f32(const float *query, int64_t q_token_stride, int64_t q_
                           const float *cache, const int64_t *segments, int64_t num_segments,
                           const int32_t *tables, int64_t table_width, float *out, int64_t H,
                           int64_t KVH, int64_t D, int64_t NB, int64_t BS, int64_t window,
-                          float scale, int num_threads) {
+                          float scale, float softcap, int num_threads) {
     return pf_run(query, q_token_stride, q_head_stride, cache, 0, segments, num_segments, tables,
-                  table_width, out, H, KVH, D, NB, BS, window, scale, num_threads);
+                  table_width, out, H, KVH, D, NB, BS, window, scale, softcap, num_threads);
 }
 
 int prefill_attention_f32_f16kv(const float *query, int64_t q_token_stride,
@@ -452,7 +461,8 @@ int prefill_attention_f32_f16kv(const float *query, int64_t q_token_stride,
                                 const int64_t *segments, int64_t num_segments,
                                 const int32_t *tables, int64_t table_width, float *out,
                                 int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,
-                                int64_t window, float scale, int num_threads) {
+                                int64_t window, float scale, float softcap,
+                                int num_threads) {
     return pf_run(query, q_token_stride, q_head_stride, cache, 1, segments, num_segments, tables,
-                  table_width, out, H, KVH, D, NB, BS, window, scale, num_threads);
+                  table_width, out, H, KVH, D, NB, BS, window, scale, softcap, num_threads);
 }

@@ -44,7 +44,7 @@ def _kernel(cache_dtype: torch.dtype) -> Any:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     return build.function(KERNEL, symbol, [
         ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, i64, i64, i64, i64, i64, i64,
-        ctypes.c_float, ctypes.c_int])
+        ctypes.c_float, ctypes.c_float, ctypes.c_int])
 
 
 def available(cache_dtype: torch.dtype) -> bool:
@@ -69,7 +69,7 @@ def applies(query: torch.Tensor, kv_cache: torch.Tensor) -> bool:
 
 def prefill_segments(query: torch.Tensor, kv_cache: torch.Tensor, segments: torch.Tensor,
                      tables: torch.Tensor, scale: float,
-                     window: int = 0) -> torch.Tensor | None:
+                     window: int = 0, softcap: float = 0.0) -> torch.Tensor | None:
     """Attention of every prefill segment of a step, in one call.
 
     Args:
@@ -82,6 +82,8 @@ def prefill_segments(query: torch.Tensor, kv_cache: torch.Tensor, segments: torc
             segment ``s`` (padding after them is not read).
         scale: Applied to ``q . k``.
         window: Sliding window (0: none): a query at ``p`` sees keys ``p - window < j <= p``.
+        softcap: Logit soft-cap (0: none): each scaled score ``s`` becomes
+            ``softcap * tanh(s / softcap)`` before the softmax (Gemma 2).
 
     Returns:
         ``(T, H, D)`` float32 (rows no segment covers are left unset), or None where the
@@ -89,10 +91,12 @@ def prefill_segments(query: torch.Tensor, kv_cache: torch.Tensor, segments: torc
 
     Raises:
         ValueError: A block id outside the cache, a segment outside the query or a table too
-            short for its segment.
+            short for its segment; ``softcap < 0``.
     """
     import torch
 
+    if softcap < 0:
+        raise ValueError(f"prefill attention: softcap must be >= 0 (0: none), got {softcap}")
     if (not applies(query, kv_cache) or tables.dtype != torch.int32 or tables.dim() != 2
             or not tables.is_contiguous() or segments.dtype != torch.int64
             or segments.shape != (tables.shape[0], 3) or not segments.is_contiguous()):
@@ -107,7 +111,7 @@ def prefill_segments(query: torch.Tensor, kv_cache: torch.Tensor, segments: torc
     status = _kernel(kv_cache.dtype)(
         query.data_ptr(), query.stride(0), query.stride(1), kv_cache.data_ptr(),
         segments.data_ptr(), segments.shape[0], tables.data_ptr(), tables.shape[1],
-        out.data_ptr(), heads, kv_heads, dim, blocks, block_size, window, scale,
+        out.data_ptr(), heads, kv_heads, dim, blocks, block_size, window, scale, softcap,
         torch.get_num_threads())
     if status == 1:
         raise MemoryError(f"prefill attention kernel: {_STATUS[1]}")
@@ -121,7 +125,8 @@ def prefill_segments(query: torch.Tensor, kv_cache: torch.Tensor, segments: torc
 
 
 def prefill(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
-            context_len: int, scale: float, window: int = 0) -> torch.Tensor | None:
+            context_len: int, scale: float, window: int = 0,
+            softcap: float = 0.0) -> torch.Tensor | None:
     """:func:`prefill_segments` for one segment: ``query (n, H, D)`` at positions
     ``context_len ..``, ``block_table (num_blocks,)`` int32 -> ``(n, H, D)`` or None."""
     import torch
@@ -131,4 +136,4 @@ def prefill(query: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tens
     if query.shape[0] == 0:
         return query.new_empty(query.shape) if applies(query, kv_cache) else None
     segment = torch.tensor([[0, query.shape[0], context_len]], dtype=torch.int64)
-    return prefill_segments(query, kv_cache, segment, block_table[None], scale, window)
+    return prefill_segments(query, kv_cache, segment, block_table[None], scale, window, softcap)

@@ -12,13 +12,16 @@ from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
 from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
 
 
-def naive_attention(q, k, v, context_len, window=None):
-    """q (n, H, D) at positions context_len.., k/v (L, KVH, D) for positions 0..L-1."""
+def naive_attention(q, k, v, context_len, window=None, softcap=None):
+    """q (n, H, D) at positions context_len.., k/v (L, KVH, D) for positions 0..L-1; with
+    ``softcap`` the scaled scores become ``softcap * tanh(s / softcap)`` first (Gemma 2)."""
     n, num_heads, head_dim = q.shape
     group = num_heads // k.shape[1]
     k = k.repeat_interleave(group, dim=1)  # (L, H, D)
     v = v.repeat_interleave(group, dim=1)
     scores = torch.einsum("nhd,lhd->hnl", q, k) / math.sqrt(head_dim)  # (H, n, L)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
     q_pos = torch.arange(context_len, context_len + n)[:, None]
     k_pos = torch.arange(k.shape[0])[None, :]
     hidden = k_pos > q_pos
@@ -50,17 +53,18 @@ class Case:
     value: torch.Tensor
     sequences: list  # per segment: (q, full k, full v, slots, context_len)
     expected: torch.Tensor  # (T, H, D)
+    softcap: float | None = None  # the attention logit soft-cap run() passes (Gemma 2)
 
     def run(self, window=None):
         metadata = self.backend.build_metadata(self.layout)
         out = self.backend.forward(self.query, self.key, self.value, self.kv_cache, metadata,
-                                   self.backend.head_dim ** -0.5, window)
+                                   self.backend.head_dim ** -0.5, window, self.softcap)
         return out, metadata
 
 
 def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16, window=None,
               allocation="shuffled", shared_prefix=0, seed=0, dtype=torch.float32,
-              pool_slack=3, backend_cls=TorchRefBackend) -> Case:
+              pool_slack=3, backend_cls=TorchRefBackend, softcap=None) -> Case:
     """Build a step.
 
     Args:
@@ -73,6 +77,7 @@ def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16,
             that much context shares: same K/V, same blocks (a prefix-cache hit).
         pool_slack: Blocks in the pool beyond those needed (spreads shuffled tables apart).
         backend_cls: torch_ref or a backend sharing its cache layout (the CPU backend).
+        softcap: Attention logit soft-cap of the expectation and of :meth:`Case.run`.
     """
     assert shared_prefix % block_size == 0
     gen = torch.Generator().manual_seed(seed)
@@ -127,5 +132,7 @@ def make_case(segments, *, block_size, num_heads=4, num_kv_heads=2, head_dim=16,
         key=torch.cat([k[c:] for _, k, _, _, c in sequences]).to(dtype),
         value=torch.cat([v[c:] for _, _, v, _, c in sequences]).to(dtype),
         sequences=sequences,
-        expected=torch.cat([naive_attention(q, k, v, c, window) for q, k, v, _, c in sequences]),
+        expected=torch.cat([naive_attention(q, k, v, c, window, softcap)
+                            for q, k, v, _, c in sequences]),
+        softcap=softcap,
     )

@@ -14,8 +14,9 @@ from langchain_ascend.testing import needs_native_kernels
 pytestmark = needs_native_kernels()
 
 
-def naive(query, cache, tables, lens, scale, window=0):
-    """Per request: gather its slots in position order, softmax in float32 -> (B, H, D)."""
+def naive(query, cache, tables, lens, scale, window=0, softcap=0.0):
+    """Per request: gather its slots in position order, softmax in float32 -> (B, H, D);
+    with ``softcap`` the scaled scores are soft-capped first (Gemma 2)."""
     batch, heads, dim = query.shape
     kv_heads, block_size = cache.shape[1], cache.shape[3]
     group = heads // kv_heads
@@ -30,7 +31,10 @@ def naive(query, cache, tables, lens, scale, window=0):
             slots = slots[length - window:]
         k, v = slots_k[:, slots], slots_v[:, slots]  # (KVH, L, D)
         q = query[b].float().view(kv_heads, group, dim)  # (KVH, G, D)
-        weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)  # (KVH, G, L)
+        scores = q @ k.transpose(1, 2) * scale  # (KVH, G, L)
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        weights = torch.softmax(scores, dim=-1)  # (KVH, G, L)
         out[b] = (weights @ v).reshape(heads, dim)
     return out
 
@@ -240,3 +244,65 @@ def test_where_the_blocks_lie_does_not_change_a_bit(cache_dtype) -> None:
     a = paged_attention.paged_decode(query, together, consecutive, lens, 0.125, 0)
     b = paged_attention.paged_decode(query, scattered, moved, lens, 0.125, 0)
     assert a is not None and torch.equal(a, b)
+
+
+SOFTCAP = 1.5
+"""A cap the random scores (about unit spread) feel: the capped result is far from the plain one."""
+
+
+@pytest.mark.parametrize(("dtype", "cache_dtype"), [(torch.float32, torch.float32),
+                                                    (torch.bfloat16, torch.bfloat16),
+                                                    (torch.float32, torch.float16)])
+@pytest.mark.parametrize("window", [0, 40])
+@pytest.mark.parametrize("case", CASES[1:4])
+def test_softcap_matches_the_naive_softcapped_softmax(case, window, dtype, cache_dtype):
+    """Gemma 2's logit soft-cap: every scaled score becomes ``cap * tanh(s / cap)`` before the
+    softmax, for every cache type, windows included; the plain result is far off."""
+    if not paged_attention.available(dtype, cache_dtype):
+        pytest.skip(f"kernel not built here: {paged_attention.unavailable_reason()}")
+    case = dict(case)
+    query, cache, tables, seq_lens = make_step(case.pop("lens"), dtype=dtype, **case)
+    cache = cache.to(cache_dtype)
+    scale = 1 / math.sqrt(query.shape[2])
+    out = paged_attention.paged_decode(query, cache, tables, seq_lens, scale, window, SOFTCAP)
+    assert out is not None and out.dtype == dtype
+    expected = naive(query, cache, tables, seq_lens, scale, window, SOFTCAP)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
+    plain = naive(query, cache, tables, seq_lens, scale, window)
+    assert (plain - expected).abs().max() > 20 * tol
+
+
+def test_softcap_zero_is_the_uncapped_kernel_bit_for_bit():
+    query, cache, tables, seq_lens = make_step([5, 37, 300])
+    default = paged_attention.paged_decode(query, cache, tables, seq_lens, 0.125, 20)
+    assert torch.equal(paged_attention.paged_decode(query, cache, tables, seq_lens, 0.125, 20,
+                                                    0.0), default)
+    with pytest.raises(ValueError, match="softcap"):
+        paged_attention.paged_decode(query, cache, tables, seq_lens, 0.125, 0, -1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_softcapped_rows_get_the_bits_of_each_alone(dtype, threads):
+    """Batch invariance holds with the cap on: rows sharing a prefix, a verify pass's rows and
+    unrelated rows each equal their decode alone, and the order of the rows changes nothing."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        query, cache, tables, seq_lens = shared_prefix_step(dtype)
+        batched = paged_attention.paged_decode(query, cache, tables, seq_lens, 0.125, 0,
+                                               SOFTCAP)
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(batched.float(), naive(query, cache, tables, seq_lens,
+                                                          0.125, 0, SOFTCAP), atol=tol, rtol=tol)
+        for b in range(len(seq_lens)):
+            alone = paged_attention.paged_decode(query[b:b + 1], cache, tables[b:b + 1],
+                                                 seq_lens[b:b + 1], 0.125, 0, SOFTCAP)
+            assert torch.equal(alone[0], batched[b]), f"row {b} (length {int(seq_lens[b])})"
+        order = torch.randperm(len(seq_lens), generator=torch.Generator().manual_seed(3))
+        shuffled = paged_attention.paged_decode(query[order], cache, tables[order],
+                                                seq_lens[order], 0.125, 0, SOFTCAP)
+        assert torch.equal(shuffled, batched[order])
+    finally:
+        torch.set_num_threads(previous)

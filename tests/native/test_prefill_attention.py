@@ -13,8 +13,9 @@ from langchain_ascend.testing import needs_native_kernels
 pytestmark = needs_native_kernels()
 
 
-def naive(query, cache, table, context_len, scale, window=0):
-    """Each new token over keys ``[lo, p]`` in position order, in float64 -> ``(n, H, D)``."""
+def naive(query, cache, table, context_len, scale, window=0, softcap=0.0):
+    """Each new token over keys ``[lo, p]`` in position order, in float64 -> ``(n, H, D)``;
+    with ``softcap`` the scaled scores are soft-capped first (Gemma 2)."""
     n, heads, dim = query.shape
     kv_heads, block_size = cache.shape[1], cache.shape[3]
     group = heads // kv_heads
@@ -28,7 +29,10 @@ def naive(query, cache, table, context_len, scale, window=0):
         lo = max(0, p - window + 1) if window else 0
         q = query[i].double().view(kv_heads, group, dim)  # (KVH, G, D)
         k, v = keys[:, lo: p + 1], values[:, lo: p + 1]  # (KVH, p+1-lo, D)
-        weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)  # (KVH, G, keys)
+        scores = q @ k.transpose(1, 2) * scale  # (KVH, G, keys)
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        weights = torch.softmax(scores, dim=-1)  # (KVH, G, keys)
         out[i] = (weights @ v).reshape(heads, dim)
     return out.float()
 
@@ -158,3 +162,58 @@ def test_other_dtypes_and_layouts_are_left_to_the_caller():
     assert prefill_attention.prefill(query, cache, table.long(), 4, 0.1) is None
     odd, odd_cache, odd_table = make_segment(4, 4, dim=12, heads=2, kv_heads=1)
     assert prefill_attention.prefill(odd, odd_cache, odd_table, 4, 0.1) is None
+
+
+SOFTCAP = 2.0
+"""A cap the scores of these queries (spread about 2) feel: the plain result is far off."""
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("window", [0, 50])
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[4], CASES[7]])
+def test_softcap_matches_the_naive_softcapped_softmax(case, window, cache_dtype):
+    """Gemma 2's logit soft-cap on the visible scaled scores, before the online softmax, over
+    both cache types, windows included (a hidden key stays hidden, not capped to ``-cap``)."""
+    case = dict(case, cache_dtype=cache_dtype)
+    query, cache, table = make_segment(**case)
+    scale = query.shape[2] ** -0.5
+    context = case["context_len"]
+    out = prefill_attention.prefill(query, cache, table, context, scale, window, SOFTCAP)
+    expected = naive(query, cache, table, context, scale, window, SOFTCAP)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
+    plain = naive(query, cache, table, context, scale, window)
+    assert (plain - expected).abs().max() > 1e-2
+    assert torch.equal(prefill_attention.prefill(query, cache, table, context, scale, window,
+                                                 0.0),
+                       prefill_attention.prefill(query, cache, table, context, scale, window))
+
+
+def test_softcapped_rows_do_not_depend_on_the_chunking_or_the_threads():
+    """Batch invariance with the cap on: a prompt cut into chunked-prefill steps at any thread
+    count, and segments sharing one call, give each row the bits of the whole segment alone."""
+    query, cache, table = make_segment(130, 300)
+    whole = prefill_attention.prefill(query, cache, table, 300, 0.125, 0, SOFTCAP)
+    threads = torch.get_num_threads()
+    try:
+        for cuts, count in (([1, 17, 64], 1), ([50], 2)):
+            torch.set_num_threads(count)
+            parts, start = [], 0
+            for end in [*cuts, 130]:
+                parts.append(prefill_attention.prefill(query[start:end], cache, table,
+                                                       300 + start, 0.125, 0, SOFTCAP))
+                start = end
+            assert torch.equal(torch.cat(parts), whole), cuts
+    finally:
+        torch.set_num_threads(threads)
+    other, other_cache, other_table = make_segment(40, 20, seed=5)
+    cache2 = torch.cat([cache, other_cache], dim=2)
+    width = max(len(table), len(other_table))
+    tables = torch.zeros(2, width, dtype=torch.int32)
+    tables[0, : len(table)] = table
+    tables[1, : len(other_table)] = other_table + cache.shape[2]
+    segments = torch.tensor([[0, 130, 300], [130, 40, 20]], dtype=torch.int64)
+    both = prefill_attention.prefill_segments(torch.cat([query, other]), cache2, segments,
+                                              tables, 0.125, 0, SOFTCAP)
+    assert torch.equal(both[:130], whole)
+    with pytest.raises(ValueError, match="softcap"):
+        prefill_attention.prefill(query, cache, table, 300, 0.125, 0, -2.0)

@@ -5,7 +5,8 @@ them out (``testing.gguf_writer``: Gemma's norms plus one, Phi-3's fused ``attn_
 ``ffn_up``) and loaded by ``quant.gguf_model`` and by transformers' own GGUF loader, which
 de-quantizes (the reference). The engine and AscendChatModel run them with transformers'
 forward over our quantized linears (the native decoder does not own these families) and say
-so in ``stats().weights["forward"]``.
+so in ``stats().weights["forward"]``. Gemma 2 soft-caps its attention logits in our paged
+attention (the torch paths and the native kernels) and its final logits in its own head.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from langchain_ascend import families
+from langchain_ascend.engine.worker.hook_types import PlainLogitsHead
 from langchain_ascend.quant.embedding import QuantizedEmbedding
 from langchain_ascend.quant.gguf_config import gguf_config_dict, load_gguf_config
 from langchain_ascend.quant.gguf_file import GGUFFile
@@ -62,6 +64,7 @@ def test_the_family_table_names_real_architectures() -> None:
     assert families.NATIVE_DECODER_CLASSES == {"LlamaModel", "MistralModel", "Qwen2Model",
                                                "Qwen3Model"}
     assert "gemma3_text" not in families.PLAIN_HEAD_MODEL_TYPES  # Gemma soft-caps its logits
+    assert "gemma2" not in families.PLAIN_HEAD_MODEL_TYPES  # (final_logit_softcapping)
     assert families.by_architecture("gemma") is None  # Gemma 1: not in the table, refused
 
 
@@ -129,6 +132,9 @@ def test_config_from_the_metadata_is_transformers_config(files: dict[str, Path],
     assert ours == theirs
 
 
+ENGINE_ARCHS = ("gemma3", "phi3", "gemma2")
+
+
 @pytest.fixture(scope="module")
 def engines(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
     from langchain_ascend.engine.llm_engine import LLMEngine
@@ -136,7 +142,7 @@ def engines(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
 
     cache = tmp_path_factory.mktemp("cache")
     made = {}
-    for arch in ("gemma3", "phi3"):
+    for arch in ENGINE_ARCHS:
         folder = resolve_model_source(files[arch], quantization="gguf", cache_dir=cache,
                                       progress=False).path
         made[arch] = LLMEngine(folder, device="cpu", dtype="float32", num_blocks=32,
@@ -157,7 +163,7 @@ def _probe(runner, prompt: list[int], blocks: list[int]) -> torch.Tensor:
     return logits[0]
 
 
-@pytest.mark.parametrize("arch", ["gemma3", "phi3"])
+@pytest.mark.parametrize("arch", ENGINE_ARCHS)
 def test_engine_runs_the_blocks_through_transformers_forward(
         engines, files: dict[str, Path], arch: str) -> None:
     """Default settings: the native products (within :data:`NATIVE_SHARE`), the same greedy
@@ -168,11 +174,15 @@ def test_engine_runs_the_blocks_through_transformers_forward(
     weights = engine.stats().weights
     assert weights["quantization"] == "gguf" and weights["format"] == "q4_1+q8_0"
     assert weights["forward"] == families.TRANSFORMERS_FORWARD
-    assert engine.driver.runner.hooks.decoder is None
+    runner = engine.driver.runner
+    assert runner.hooks.decoder is None
+    if arch != "phi3":  # Gemma soft-caps its logits: the model's own head, never the screen
+        assert isinstance(runner.logits_head, PlainLogitsHead)
+        assert runner.hooks.changes["screened_greedy"] is False
     reference = _transformers_model(files[arch])
     expected = _logits(reference)[-1]
     prompt = IDS[0].tolist()
-    logits = _probe(engine.driver.runner, prompt, [0, 1])
+    logits = _probe(runner, prompt, [0, 1])
     assert (logits - expected).abs().max() < NATIVE_SHARE * expected.abs().max()
     out = engine.generate(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
     with torch.inference_mode():
@@ -180,7 +190,7 @@ def test_engine_runs_the_blocks_through_transformers_forward(
     assert list(out.token_ids) == greedy.tolist()
 
 
-@pytest.mark.parametrize("arch", ["gemma3", "phi3"])
+@pytest.mark.parametrize("arch", ENGINE_ARCHS)
 def test_engine_logits_are_transformers_within_float_tolerance(
         files: dict[str, Path], tmp_path: Path, arch: str) -> None:
     """With the reference product the engine's step (paged attention over the cache, Gemma 3's
@@ -199,15 +209,65 @@ def test_engine_logits_are_transformers_within_float_tolerance(
     expected = _logits(_transformers_model(files[arch]))[-1]
     logits = _probe(runner, IDS[0].tolist(), [0, 1])
     torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
-    if arch == "gemma3":
+    if arch != "phi3":
         unwindowed = _logits(_transformers_model(files[arch], sliding_window=4096))[-1]
         assert (unwindowed - expected).abs().max() > 1e-2
+    # Gemma 2's default caps (50, 30) barely touch this model's scores: the caps that matter
+    # are tested in test_gemma2_soft_capping_in_prefill_and_decode_steps.
 
 
-def test_chat_model_generates_greedily_in_gguf_mode(files: dict[str, Path]) -> None:
+STRONG_CAPS = {"attn_logit_softcapping": 2.0, "final_logit_softcapping": 0.5}
+"""Gemma 2 caps the tiny model's scores feel (its defaults, 50 and 30, barely touch them)."""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch_ref"])
+def test_gemma2_soft_capping_in_prefill_and_decode_steps(files: dict[str, Path],
+                                                         backend: str) -> None:
+    """With caps that matter, the engine's prefill step (the prefill kernel / torch) and decode
+    steps (the paged kernel / torch) give transformers' soft-capped logits to float rounding,
+    and greedy decoding its tokens; the uncapped model is far off."""
+    from langchain_ascend.engine.core.batch import ScheduledSegment
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+    from langchain_ascend.engine.worker.model_runner import ModelRunner
+
+    path = files["gemma2"]
+    config = load_gguf_config(GGUFFile(path))
+    for field, cap in STRONG_CAPS.items():
+        setattr(config, field, cap)
+    model, _ = load_gguf_model(path, config=config)
+    runner = ModelRunner.from_model(model, num_blocks=8, block_size=16, kv_cache_dtype="float32",
+                                    weight_layout="row", compile=False, attention_backend=backend)
+    assert use_reference(runner.model) > 0
+    if backend == "cpu":
+        assert runner.backend.paged_native and runner.backend.prefill_native
+    reference = _transformers_model(path, **STRONG_CAPS)
+    prompt = IDS[0].tolist()
+    with torch.inference_mode():
+        greedy = reference.generate(IDS, max_new_tokens=4, do_sample=False)[0].tolist()
+        expected = reference(torch.tensor([greedy])).logits[0]  # (T + 4, V)
+    plain = _logits(_transformers_model(path))
+    assert (plain - expected[: len(prompt)]).abs().max() > 1e-1
+
+    def step(tokens: list[int], start: int) -> torch.Tensor:
+        segment = ScheduledSegment("g", tokens, start, [0, 1, 2], True,
+                                   SamplingParams(max_tokens=1))
+        return runner.forward_batch([segment])[1][0]  # (V,)
+
+    logits = step(prompt[:-1], 0)  # prefill
+    torch.testing.assert_close(logits, expected[len(prompt) - 2], rtol=1e-4, atol=1e-4)
+    tokens = list(prompt)
+    for position in range(len(prompt) - 1, len(greedy) - 1):  # decodes
+        logits = step([greedy[position]], position)
+        torch.testing.assert_close(logits, expected[position], rtol=1e-4, atol=1e-4)
+        tokens.append(int(logits.argmax()))
+    assert tokens == greedy
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "gemma2"])
+def test_chat_model_generates_greedily_in_gguf_mode(files: dict[str, Path], arch: str) -> None:
     from langchain_ascend.chat_models import AscendChatModel
 
-    chat = AscendChatModel(model=str(files["gemma3"]), device="cpu", dtype="float32",
+    chat = AscendChatModel(model=str(files[arch]), device="cpu", dtype="float32",
                            quantization="gguf", max_tokens=6, temperature=0.0)
     first = chat.invoke("The quick brown fox jumps over the lazy dog")
     again = chat.invoke("The quick brown fox jumps over the lazy dog")

@@ -103,6 +103,10 @@ class AttentionBackend(ABC):
     name: ClassVar[str] = "base"
     blocks_dim: ClassVar[int] = 1
     """Dimension of a layer's cache tensor that block ids index."""
+    supports_softcap: ClassVar[bool] = True
+    """Whether :meth:`forward` applies an attention logit soft-cap (Gemma 2); a backend whose
+    device kernel has none says False and the runner refuses such a model at start
+    (:func:`~langchain_ascend.attention.registry.check_backend_runs`)."""
 
     def __init__(self, *, num_heads: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device,
@@ -159,7 +163,8 @@ class AttentionBackend(ABC):
     @abstractmethod
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, metadata: Any, scale: float,
-                sliding_window: int | None = None) -> torch.Tensor:
+                sliding_window: int | None = None,
+                softcap: float | None = None) -> torch.Tensor:
         """Write the new K/V into ``kv_cache`` and attend over the packed batch.
 
         Args:
@@ -171,6 +176,9 @@ class AttentionBackend(ABC):
             scale: Softmax scale (usually ``head_dim ** -0.5``).
             sliding_window: Keys further back than this many positions are not attended
                 (``None``: full attention).
+            softcap: Logit soft-cap: each scaled score ``s`` becomes
+                ``softcap * tanh(s / softcap)`` before the softmax (Gemma 2's
+                ``attn_logit_softcapping``; ``None``: none).
 
         Returns:
             ``(T, num_heads, head_dim)`` attention output.

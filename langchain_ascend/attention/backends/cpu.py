@@ -16,6 +16,9 @@ kernel (``native.prefill_attention``): each segment's new tokens attend their ca
 and each other straight from the pages, no gather, blocked like a GEMM -- the agent's turn
 after a tool call, whose few hundred new tokens attend a cached system prompt of thousands.
 
+Both kernels take Gemma 2's logit soft-cap (``softcap``); the older shared-prefix kernel does
+not, so a soft-capped model's shared path without the paged kernel runs torch_ref's code.
+
 Where the paged kernel is not built here, torch_ref's decode paths run, its shared path
 through the older shared-prefix kernel (``native.decode_attention``, float32) when that one
 is. Everything else -- bfloat16 prefills, hosts where no kernel can be built -- runs
@@ -128,16 +131,16 @@ class CPUBackend(TorchRefBackend):
                            prefill_rows=torch.tensor(rows, dtype=torch.int64),  # (S, 3)
                            prefill_tables=padded_tables(tables))  # (S, W)
 
-    def _prefills(self, query, key, value, kv_cache, metadata, scale, window):
+    def _prefills(self, query, key, value, kv_cache, metadata, scale, window, softcap=None):
         """Every prefill segment in one call of the prefill kernel (where it applies)."""
         if isinstance(metadata, CPUMetadata):
             start, end = metadata.prefills[0].start, metadata.prefills[-1].end
             out = prefill_attention.prefill_segments(
                 query[start:end], kv_cache, metadata.prefill_rows, metadata.prefill_tables,
-                scale, window or 0)
+                scale, window or 0, softcap or 0.0)
             if out is not None:
                 return [out]  # (n_1 + ... + n_S, H, D)
-        return super()._prefills(query, key, value, kv_cache, metadata, scale, window)
+        return super()._prefills(query, key, value, kv_cache, metadata, scale, window, softcap)
 
     def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
         """The paged path for every decode step (torch_ref's without the paged kernel)."""
@@ -151,20 +154,20 @@ class CPUBackend(TorchRefBackend):
         return DecodeGroup(len(tables), seq_lens, None, None, None,
                            paged=(block_tables, lens))
 
-    def _decode(self, query, kv_cache, group: DecodeGroup, scale, window):
+    def _decode(self, query, kv_cache, group: DecodeGroup, scale, window, softcap=None):
         if group.paged is None:
-            return super()._decode(query, kv_cache, group, scale, window)
+            return super()._decode(query, kv_cache, group, scale, window, softcap)
         block_tables, lens = group.paged
         out = paged_attention.paged_decode(query, kv_cache, block_tables, lens, scale,
-                                           window or 0)
+                                           window or 0, softcap or 0.0)
         if out is None:  # not expected: the dtype and head size were checked at start
             raise RuntimeError("paged decode attention kernel does not apply to this cache")
         return out
 
-    def _attend_shared(self, q, keys, values, bias, scale):
-        result = self._native(q, keys, values, bias, scale)
+    def _attend_shared(self, q, keys, values, bias, scale, softcap=None):
+        result = None if softcap else self._native(q, keys, values, bias, scale)  # no cap there
         if result is None:
-            return super()._attend_shared(q, keys, values, bias, scale)
+            return super()._attend_shared(q, keys, values, bias, scale, softcap)
         return result[0]
 
     def _attend_with_lse(self, q, keys, values, bias, scale):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from langchain_ascend.attention.backends.base import AttentionBackend, BatchLayout, num_blocks_for
+from langchain_ascend.errors import UnsupportedModelFeatureError
 from langchain_ascend.platform import import_torch_npu
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class NPUBackend(AttentionBackend):
     """torch_npu fused paged attention (TND layout). Untested on hardware."""
 
     name: ClassVar[str] = "npu"
+    supports_softcap: ClassVar[bool] = False  # the fused kernel has no logit soft-cap
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -105,7 +107,11 @@ class NPUBackend(AttentionBackend):
         return index_copy_writer
 
     def forward(self, query, key, value, kv_cache, metadata: NPUMetadata, scale: float,
-                sliding_window: int | None = None):
+                sliding_window: int | None = None, softcap: float | None = None):
+        if softcap:  # the runner refuses such a model at start; a direct caller gets this
+            raise UnsupportedModelFeatureError(
+                f"the npu attention backend has no attention logit soft-capping (softcap="
+                f"{softcap}): use attention_backend='torch_ref'")
         if sliding_window is not None and max(metadata.seq_lens) > sliding_window:
             raise NotImplementedError("sliding-window attention is not wired for the NPU backend")
         key_cache, value_cache = kv_cache[0], kv_cache[1]  # (nb, bs, KVH, D) each

@@ -9,7 +9,8 @@ new token included). One layer's attention is then
 3. hide keys at positions ``>= seq_lens`` (and, with a sliding window, ``< seq_lens - window``)
    with a boolean mask;
 4. ``scaled_dot_product_attention`` with the ``G`` query heads of a KV head as extra query rows
-   (no K/V repeat).
+   (no K/V repeat); with a logit soft-cap (Gemma 2) the explicit capped scores
+   (``backends.softcap``).
 
 Nothing reads a tensor back to the host and every shape is fixed by ``(B, W)``, so the same code
 runs eagerly, under ``torch.compile(fullgraph=True)`` and inside a captured CUDA / NPU graph; it
@@ -27,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langchain_ascend.attention.backends import softcap as capped
 from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
 
 if TYPE_CHECKING:
@@ -119,7 +121,8 @@ def gather_pages(kv_cache: torch.Tensor, block_tables: torch.Tensor, blocks_dim:
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      kv_cache: torch.Tensor, metadata: DecodeMetadata, scale: float,
-                     sliding_window: int | None, *, blocks_dim: int) -> torch.Tensor:
+                     sliding_window: int | None, *, blocks_dim: int,
+                     softcap: float | None = None) -> torch.Tensor:
     """Write the rows' K/V and attend each row over its table (module docstring).
 
     Args:
@@ -131,12 +134,11 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         scale: Softmax scale.
         sliding_window: Attend only the last this many positions (None: all).
         blocks_dim: Which dimension of ``kv_cache`` block ids index (1 or 2).
+        softcap: Logit soft-cap of the scaled scores (Gemma 2; None: none).
 
     Returns:
         ``(B, H, D)`` attention output.
     """
-    import torch.nn.functional as F
-
     batch, num_heads, head_dim = query.shape
     num_kv_heads = key.shape[1]
     write_decode_kv(kv_cache, key, value, metadata.slot_mapping, blocks_dim)
@@ -148,8 +150,8 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if sliding_window is not None:
         visible = visible & (key_pos >= lens - sliding_window)
     q = query.view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)  # (B, KVH, G, D)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible[:, None, None, :],
-                                         scale=scale)  # (B, KVH, G, D)
+    out = capped.attention(q, keys, values, attn_mask=visible[:, None, None, :], scale=scale,
+                           softcap=softcap)  # (B, KVH, G, D)
     return out.reshape(batch, num_heads, head_dim)  # (B, H, D)
 
 
@@ -174,7 +176,8 @@ class ReferenceDecode:
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, metadata: DecodeMetadata, scale: float,
-                sliding_window: int | None = None) -> torch.Tensor:
+                sliding_window: int | None = None,
+                softcap: float | None = None) -> torch.Tensor:
         """As :meth:`AttentionBackend.forward` for ``T == B`` single-token rows."""
         return decode_attention(query, key, value, kv_cache, metadata, scale, sliding_window,
-                                blocks_dim=self.blocks_dim)
+                                blocks_dim=self.blocks_dim, softcap=softcap)

@@ -25,6 +25,11 @@ Prefill segments are attended one by one with ``scaled_dot_product_attention``: 
 straight from its new keys (causal), a chunk after a cached prefix over its gathered pages with
 a causal mask offset by the prefix length. Grouped-query attention never repeats K/V: the
 queries of a KV head's group are laid out as extra query rows.
+
+With a logit soft-cap (Gemma 2's ``attn_logit_softcapping``) every path attends through
+:func:`~langchain_ascend.attention.backends.softcap.attention` (SDPA has no cap), and decodes
+take the shared view or gather instead of the piecewise runs (whose merge needs SDPA's
+log-sum-exp).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from langchain_ascend.attention.backends import softcap as capped
 from langchain_ascend.attention.backends.base import AttentionBackend, BatchLayout, num_blocks_for
 
 if TYPE_CHECKING:
@@ -106,7 +112,7 @@ class DecodeGroup:
     shared_block_ids: torch.Tensor | None = None
     runs: list[tuple[int, int, int]] | None = None
     run_empty_rows: list[torch.Tensor | None] = field(default_factory=list)
-    window_bias: dict[int, torch.Tensor] = field(default_factory=dict)
+    window_bias: dict[int | None, torch.Tensor] = field(default_factory=dict)
     tables: list[list[int]] | None = None
     paged: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -344,12 +350,12 @@ class TorchRefBackend(AttentionBackend):
         slots[1].index_copy_(1, slot_mapping, value.transpose(0, 1).to(kv_cache.dtype))
 
     def forward(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale: float,
-                sliding_window: int | None = None):
+                sliding_window: int | None = None, softcap: float | None = None):
         self.write_kv(kv_cache, key, value, metadata.slot_mapping)
-        return self.attend(query, key, value, kv_cache, metadata, scale, sliding_window)
+        return self.attend(query, key, value, kv_cache, metadata, scale, sliding_window, softcap)
 
     def attend(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale: float,
-               sliding_window: int | None = None):
+               sliding_window: int | None = None, softcap: float | None = None):
         """:meth:`forward` after the step's keys and values are already in ``kv_cache`` (a
         caller that wrote them itself, e.g. ``engine.cpu.lean_attention``): ``(T, H, D)``."""
         import torch
@@ -359,43 +365,43 @@ class TorchRefBackend(AttentionBackend):
             if metadata.decodes is not None:
                 decode_q = query[: metadata.decodes.num_decodes]  # (B, H, D)
                 outputs.append(self._decode(decode_q, kv_cache, metadata.decodes, scale,
-                                            sliding_window))
+                                            sliding_window, softcap))
             if metadata.prefills:
                 outputs.extend(self._prefills(query, key, value, kv_cache, metadata, scale,
-                                              sliding_window))
+                                              sliding_window, softcap))
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)  # (T, H, D)
 
     def _prefills(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale,
-                  window) -> list[torch.Tensor]:
+                  window, softcap=None) -> list[torch.Tensor]:
         """The step's prefill segments in order, ``(n, H, D)`` each (subclasses may attend
         them together)."""
-        return [self._prefill(query, key, value, kv_cache, seg, scale, window)
+        return [self._prefill(query, key, value, kv_cache, seg, scale, window, softcap)
                 for seg in metadata.prefills]
 
-    def _decode(self, query, kv_cache, group: DecodeGroup, scale, window):
+    def _decode(self, query, kv_cache, group: DecodeGroup, scale, window, softcap=None):
         """One query token per request, all requests in one attention call."""
         if group.span is None and group.shared_block_ids is None:
-            return self._decode_gathered(query, kv_cache, group, scale, window)
+            return self._decode_gathered(query, kv_cache, group, scale, window, softcap)
         batch, kv_heads, size = group.num_decodes, self.num_kv_heads, self.group
         q = query.reshape(batch, kv_heads, size, self.head_dim).transpose(0, 1)  # (KVH,B,G,D)
         q = q.reshape(1, kv_heads, batch * size, self.head_dim)  # (1, KVH, B*G, D)
         windowed = window is not None and max(group.seq_lens) > window
-        if group.runs is not None and not windowed:
+        if group.runs is not None and not windowed and not softcap:
             out = self._merged_runs(q, kv_cache, group, scale)  # (1, KVH, B*G, D)
         else:
             keys, values = self._shared_keys(kv_cache, group)  # (KVH, S, D) each
-            bias = self._shared_window_bias(group, window) if windowed else group.bias
-            out = self._attend_shared(q, keys, values, bias, scale)  # (1, KVH, B*G, D)
+            bias = group.bias
+            if windowed or group.runs is not None:  # runs: the slots past each length too
+                bias = self._shared_window_bias(group, window if windowed else None)
+            out = self._attend_shared(q, keys, values, bias, scale, softcap)  # (1,KVH,B*G,D)
         out = out.view(kv_heads, batch, size, self.head_dim).transpose(0, 1)  # (B,KVH,G,D)
         return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
 
-    def _attend_shared(self, q, keys, values, bias, scale):
+    def _attend_shared(self, q, keys, values, bias, scale, softcap=None):
         """``q (1, KVH, R, D)`` over ``keys``/``values`` ``(KVH, S, D)``, additive ``bias``
         ``(R, S)`` or None -> ``(1, KVH, R, D)``. Subclasses swap the kernel."""
-        import torch.nn.functional as F
-
-        return F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=bias,
-                                              scale=scale)
+        return capped.attention(q, keys[None], values[None], attn_mask=bias, scale=scale,
+                                softcap=softcap)
 
     def _attend_with_lse(self, q, keys, values, bias, scale):
         """As :meth:`_attend_shared`, also returning the log-sum-exp ``(1, KVH, R)`` of each
@@ -417,10 +423,9 @@ class TorchRefBackend(AttentionBackend):
         union = union.view(2, self.num_kv_heads, -1, self.head_dim)  # (2, KVH, S, D)
         return union[0], union[1]
 
-    def _decode_gathered(self, query, kv_cache, group: DecodeGroup, scale, window):
+    def _decode_gathered(self, query, kv_cache, group: DecodeGroup, scale, window,
+                         softcap=None):
         """Each request's pages gathered into a padded ``(B, KVH, L, D)`` batch."""
-        import torch.nn.functional as F
-
         batch, kv_heads = group.num_decodes, self.num_kv_heads
         pages = kv_cache.flatten(3)  # (2, KVH, num_blocks, bs*D)
         gathered = pages.index_select(2, group.block_ids)  # (2, KVH, B*nb, bs*D)
@@ -430,17 +435,21 @@ class TorchRefBackend(AttentionBackend):
         if window is not None and max(group.seq_lens) > window:
             bias = self._gather_window_bias(group, keys.shape[2], window)
         q = query.reshape(batch, kv_heads, self.group, self.head_dim)  # (B, KVH, G, D)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, scale=scale)
+        out = capped.attention(q, keys, values, attn_mask=bias, scale=scale, softcap=softcap)
         return out.reshape(batch, self.num_heads, self.head_dim)  # (B, H, D)
 
-    def _shared_window_bias(self, group: DecodeGroup, window: int):
+    def _shared_window_bias(self, group: DecodeGroup, window: int | None):
+        """The shared path's bias hiding foreign slots, slots past each length and (with a
+        ``window``) slots before it: ``(B * group, S)``, built once per step and window."""
         import torch
 
         bias = group.window_bias.get(window)
         pos = group.key_positions  # (B, S)
         if bias is None and pos is not None:
             lens = torch.tensor(group.seq_lens, device=pos.device)[:, None]  # (B, 1)
-            hidden = (pos < 0) | (pos >= lens) | (pos <= lens - 1 - window)
+            hidden = (pos < 0) | (pos >= lens)
+            if window is not None:
+                hidden = hidden | (pos <= lens - 1 - window)
             bias = _additive(hidden, self.dtype).repeat_interleave(self.group, dim=0)
             group.window_bias[window] = bias  # (B*G, S)
         return bias
@@ -458,10 +467,10 @@ class TorchRefBackend(AttentionBackend):
             group.window_bias[window] = bias
         return bias
 
-    def _prefill(self, query, key, value, kv_cache, seg: PrefillSegment, scale, window):
+    def _prefill(self, query, key, value, kv_cache, seg: PrefillSegment, scale, window,
+                 softcap=None):
         """A multi-token segment: causal over its new tokens, full over its cached prefix."""
         import torch
-        import torch.nn.functional as F
 
         q = query[seg.start: seg.end].transpose(0, 1)[None]  # (1, H, n, D)
         if seg.block_ids is not None and seg.mask is None:  # built once, for every layer
@@ -484,7 +493,7 @@ class TorchRefBackend(AttentionBackend):
             q_pos = torch.arange(seg.context_len, seg.seq_len, device=device)  # (n,)
             k_pos = torch.arange(seg.seq_len - k.shape[2], seg.seq_len, device=device)  # (L,)
             mask = _visible_mask(q_pos, k_pos, window)  # (n, L)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale,
+        out = capped.attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, softcap=softcap,
             enable_gqa=self.num_heads != self.num_kv_heads)  # (1, H, n, D)
         return out[0].transpose(0, 1)  # (n, H, D)

@@ -232,6 +232,7 @@ class ModelRunner:
             if kv_cache_dtype not in (None, "auto"):
                 raise
             backend = backend_cls(**geometry)  # "auto": the model's dtype where no kernel reads
+        registry.check_backend_runs(backend, model.config)  # Gemma 2's soft-cap, at start
         block_size = block_size or backend_cls.preferred_block_size()
         backend_cls.check_block_size(block_size)
         usable = plan_num_blocks(device=device, bytes_per_block=backend.bytes_per_block(
