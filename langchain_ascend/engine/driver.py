@@ -470,8 +470,7 @@ def _configure_drafting(scheduler: Scheduler, runner: Any) -> None:
     dtype and format.
     """
     scheduler.auto_drafting = str(runner.dtype) == "torch.float32"
-    measure = getattr(runner, "draft_row_cost", None) or getattr(
-        runner, "measure_draft_row_cost", None)
+    measure = getattr(runner, "draft_row_cost", None)
     if measure is not None and scheduler.auto_drafting:
         scheduler.draft_row_cost = float(measure())
         logger.info("a drafted token's row costs %.2f of a decode pass on %s %s "

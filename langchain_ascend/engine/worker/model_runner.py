@@ -32,6 +32,7 @@ from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.speculation import accept_drafts
+from langchain_ascend.engine.worker import draft_cost
 from langchain_ascend.engine.worker.compile import (
     PROBE_REPEATS,
     DecodeProbe,
@@ -39,12 +40,7 @@ from langchain_ascend.engine.worker.compile import (
     products_timer,
     resolve_plan,
 )
-from langchain_ascend.engine.worker.compile_choice import (
-    choice_key,
-    load_measured,
-    model_fingerprint,
-    store_measured,
-)
+from langchain_ascend.engine.worker.compile_choice import model_fingerprint
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import (
     KVCache,
@@ -407,58 +403,9 @@ class ModelRunner:
         self.sampler.release(request_ids)
 
     def draft_row_cost(self) -> float:
-        """:meth:`measure_draft_row_cost`, measured once per model, CPU, thread count and
-        package version and then read from the cache of warm-up's measurements
-        (``compile_choice``: 17 model steps, seconds of a load at 8B, that a later load of
-        the same model on the same machine skips)."""
-        key = choice_key(model_fingerprint(self.model, self.dtype, "|".join(
-            [str(self.hooks.changes.get("weight_layout")), self.weights.get("format", ""),
-             str(self.device)])), (self.block_size, 0), "draft_row_cost")
-        cached = load_measured(key)
-        if cached is not None:
-            return cached
-        value = self.measure_draft_row_cost()
-        store_measured(key, value)
-        return value
-
-    def measure_draft_row_cost(self, rows: int = 5, repeats: int = 7) -> float:
-        """What one more query row costs in a decode pass, in units of a one-row pass.
-
-        Times a one-token step and a verify pass of ``rows`` tokens (one known, ``rows - 1``
-        drafted: packed as that many decode rows, ``packing``) after an 8-token context on
-        the scratch block, greedy, ``repeats`` times each in turn, keeps the fastest of each
-        (other processes' load only ever adds time: on a loaded 2-core host the median of 3
-        came out near 0, "drafting is free", in 11 of 29 measurements, the fastest of 5-7 in
-        2 of 38; the spread stays wide under such load), and returns
-        ``(t_rows / t_1 - 1) / (rows - 1)``: near 0 where a pass is bound by reading the
-        weights (drafting nearly free), near 1 where each row costs a full pass (a CPU without
-        fast bfloat16 products: drafting cannot pay). 0.0 where the scratch block is too
-        small to measure. Speculation's ``"auto"`` drafts only while the acceptance rate
-        beats what this makes of a row in the step it joins (``Scheduler.step_row_cost``).
-        """
-        import time
-
-        context = 8
-        if self.block_size < context + rows or rows < 2:
-            return 0.0
-        block = [self.scratch_block_id]
-        greedy = SamplingParams(max_tokens=1)
-
-        def step(num_tokens: int) -> float:
-            segment = ScheduledSegment("__measure__", [0] * num_tokens, context, block, True,
-                                       greedy, draft_token_ids=[0] * (num_tokens - 1))
-            start = time.perf_counter()
-            self.execute(ScheduledBatch(segments=[segment]))
-            return time.perf_counter() - start
-
-        self.execute(ScheduledBatch(segments=[
-            ScheduledSegment("__measure__", [0] * context, 0, block, True, greedy)]))
-        step(1), step(rows)  # first calls of each shape allocate
-        one = many = float("inf")
-        for _ in range(repeats):
-            one, many = min(one, step(1)), min(many, step(rows))
-        self.release(["__measure__"])
-        return max(0.0, (many / one - 1.0) / (rows - 1)) if one > 0 else 0.0
+        """What one more query row costs in a decode pass, in units of a one-row pass, measured
+        once per model and machine (:func:`engine.worker.draft_cost.cached`)."""
+        return draft_cost.cached(self)
 
     def warmup(self) -> None:
         """Run a small prefill and a decode step on the scratch block (touches no real block).

@@ -22,7 +22,7 @@ from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.llm_engine import LLMEngine
 from langchain_ascend.engine.worker import compile as step_compile
-from langchain_ascend.engine.worker import compile_choice
+from langchain_ascend.engine.worker import compile_choice, draft_cost
 from langchain_ascend.engine.worker.compile import StepCompiler, resolve_compile, resolve_plan
 from langchain_ascend.engine.worker.compile_choice import (
     BUDGET_ENV_VAR,
@@ -407,13 +407,13 @@ def test_torch_products_run_every_linear_weight_once_per_pass(path, monkeypatch)
 def test_a_drafted_rows_cost_is_measured_once_then_read_from_the_cache(path, tmp_path,
                                                                        monkeypatch):
     measured: list[float] = []
-    real = ModelRunner.measure_draft_row_cost
+    real = draft_cost.measure
 
-    def counted(self, *args, **kwargs):
-        measured.append(real(self, *args, **kwargs))
+    def counted(runner, *args, **kwargs):
+        measured.append(real(runner, *args, **kwargs))
         return measured[-1]
 
-    monkeypatch.setattr(ModelRunner, "measure_draft_row_cost", counted)
+    monkeypatch.setattr(draft_cost, "measure", counted)
     first = load(path, compile=False).draft_row_cost()
     assert len(measured) == 1 and first == measured[0] >= 0.0
     assert load(path, compile=False).draft_row_cost() == first  # another load: the cache
