@@ -19,11 +19,14 @@ whitespace rules, the call syntax) are built once per process. Compiled grammars
 content (:attr:`GrammarSpec.cache_key`, LRU): a repeated tool set reuses its grammar, masks
 included, and compiles nothing.
 
-Off the critical path. :meth:`GrammarBackend.new_constraint` parses the spec at once (so a bad
-schema is an ``InvalidRequestError`` before the engine sees the request) and hands the compile to
-the backend's compile thread; the constraint waits for it only when it first needs the matcher,
-at the first sampled token (a forced call's opening text is appended before that without the
-grammar: :attr:`GrammarSpec.forced_prefix`), so the compile overlaps the prompt's prefill.
+Off the critical path. :meth:`GrammarBackend.new_constraint` checks the request's schemas at
+once (so a bad one is an ``InvalidRequestError`` before the engine sees the request) and hands
+the compile to the backend's compile thread; the constraint waits for it only when it first
+needs the matcher, at the first sampled token (a forced call's opening text is appended before
+that without the grammar: :attr:`GrammarSpec.forced_prefix`), so the compile overlaps the
+prompt's prefill. A grammar without a forced prefix (JSON, a choice between tools) is waited
+for when the scheduler asks for its forced text before the prefill, a few ms after the compile
+started.
 """
 
 from __future__ import annotations
@@ -57,6 +60,18 @@ _DIGITS = re.compile(rb"^\s?[0-9]+$")
 _SEPARATORS = re.compile(rb"^[,:]\s?$")
 _CLOSERS_ONLY = re.compile(rb"^\s*[\]}][\]}\s]*$")
 _COMPILED_CACHE_SIZE = 256
+
+
+def _embedded_schemas(node: Any) -> list[Any]:
+    """The ``json_schema`` values of every ``{"type": "json_schema"}`` format in a structural
+    tag (a tool's arguments)."""
+    if isinstance(node, list):
+        return [s for item in node for s in _embedded_schemas(item)]
+    if not isinstance(node, dict):
+        return []
+    if node.get("type") == "json_schema" and "json_schema" in node:
+        return [node["json_schema"]]
+    return [s for value in node.values() for s in _embedded_schemas(value)]
 
 
 def _whole_utf8(data: bytes) -> bool:
@@ -169,31 +184,35 @@ class GrammarBackend:
             packed[name] = pack_mask(mask)
         return packed
 
-    def parse(self, spec: GrammarSpec) -> Any:
-        """``spec`` as an xgrammar ``Grammar`` (no token masks: ~1 ms).
+    def check(self, spec: GrammarSpec) -> None:
+        """Refuse a spec xgrammar cannot build, at once (~1 ms): the JSON schemas a request
+        brings (a ``json_schema`` spec's own, each tool's arguments in a structural tag) are
+        converted to grammars here; the structural tag around them is this package's own.
 
         Raises:
-            InvalidRequestError: xgrammar rejects the schema / structural tag.
+            InvalidRequestError: A schema xgrammar rejects, or an unknown kind.
         """
-        try:
-            if spec.kind == "json_schema":
-                return xgr.Grammar.from_json_schema(
-                    spec.source, any_whitespace=False, strict_mode=True)
-            if spec.kind == "json_object":
-                return xgr.Grammar.from_json_schema(
-                    json.dumps({"type": "object"}), any_whitespace=False, strict_mode=False)
-            if spec.kind == "structural_tag":
-                return xgr.Grammar.from_structural_tag(spec.source)
-        except Exception as exc:  # xgrammar raises RuntimeError / ValueError subclasses
-            raise InvalidRequestError(f"cannot build a grammar for this schema: {exc}") from exc
-        raise InvalidRequestError(f"unknown grammar kind {spec.kind!r}")
+        if spec.kind == "json_object":
+            return
+        if spec.kind == "json_schema":
+            schemas = [spec.source]
+        elif spec.kind == "structural_tag":
+            schemas = [json.dumps(s) for s in _embedded_schemas(json.loads(spec.source))]
+        else:
+            raise InvalidRequestError(f"unknown grammar kind {spec.kind!r}")
+        for schema in schemas:
+            try:
+                xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True)
+            except Exception as exc:  # xgrammar raises RuntimeError / ValueError subclasses
+                raise InvalidRequestError(
+                    f"cannot build a grammar for this schema: {exc}") from exc
 
     def compile_async(self, spec: GrammarSpec) -> Future[Any]:
         """The compiled grammar of ``spec`` as a future: the cached one when this content was
         compiled (or is being compiled) before, else a compile started on the compile thread.
 
         Raises:
-            InvalidRequestError: xgrammar rejects the schema / structural tag (raised here,
+            InvalidRequestError: xgrammar rejects the schema (raised here, by :meth:`check`,
                 not through the future).
         """
         key = spec.cache_key
@@ -202,11 +221,11 @@ class GrammarBackend:
             if pending is not None:
                 self._compiled.move_to_end(key)
                 return pending
-        grammar = self.parse(spec)
+        self.check(spec)
         with self._lock:
             pending = self._compiled.get(key)  # another thread got here first
             if pending is None:
-                pending = self._compile_thread.submit(self._compile_parsed, grammar)
+                pending = self._compile_thread.submit(self._compile_now, spec)
                 self.num_compiles += 1
                 self._compiled[key] = pending
                 while len(self._compiled) > _COMPILED_CACHE_SIZE:
@@ -214,11 +233,18 @@ class GrammarBackend:
         pending.add_done_callback(lambda done: self._forget_failed(key, done))
         return pending
 
-    def _compile_parsed(self, grammar: Any) -> Any:
+    def _compile_now(self, spec: GrammarSpec) -> Any:
+        """Compile ``spec`` (dynamic: no token mask is built yet)."""
         try:
-            return self._compiler.compile_grammar(grammar)
+            if spec.kind == "json_schema":
+                return self._compiler.compile_json_schema(
+                    spec.source, any_whitespace=False, strict_mode=True)
+            if spec.kind == "json_object":
+                return self._compiler.compile_json_schema(
+                    json.dumps({"type": "object"}), any_whitespace=False, strict_mode=False)
+            return self._compiler.compile_structural_tag(spec.source)
         except Exception as exc:  # noqa: BLE001 - surfaces where the grammar is awaited
-            raise InvalidRequestError(f"cannot compile the grammar: {exc}") from exc
+            raise InvalidRequestError(f"cannot build a grammar for this schema: {exc}") from exc
 
     def _forget_failed(self, key: tuple[str, str], done: Future[Any]) -> None:
         """A compile that failed is not kept: the next request with that content retries."""

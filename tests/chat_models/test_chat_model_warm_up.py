@@ -40,7 +40,7 @@ def test_calls_warm_up_compiles_what_those_calls_ask_for(tiny_qwen2_path, monkey
     def refuse(*_args, **_kwargs):
         raise AssertionError("the forced call compiled a grammar warm-up should have")
 
-    monkeypatch.setattr(xgr.GrammarCompiler, "compile_grammar", refuse)
+    monkeypatch.setattr(xgr.GrammarCompiler, "compile_structural_tag", refuse)
     reply = forced.invoke([HumanMessage("Tides in Brest?")])
     assert reply.response_metadata["finish_reason"] in ("tool_calls", "length")
     assert model.bind_tools([get_tide], tool_choice="none").invoke("Tides?").tool_calls == []

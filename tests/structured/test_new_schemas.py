@@ -61,10 +61,10 @@ class GatedCompiler:
         self.gate = threading.Event()
         self.started = threading.Event()
 
-    def compile_grammar(self, grammar):
+    def compile_structural_tag(self, source):
         self.started.set()
         assert self.gate.wait(timeout=60), "the test never opened the gate"
-        return self.inner.compile_grammar(grammar)
+        return self.inner.compile_structural_tag(source)
 
 
 def forced_spec(tool: dict) -> GrammarSpec:
