@@ -118,7 +118,9 @@ class Stages:
         self.seconds: dict[str, float] = defaultdict(float)
 
     def wrap(self, owner: Any, name: str, stage: str | Callable[..., str]) -> None:
-        original = getattr(owner, name)
+        original = getattr(owner, name, None)
+        if original is None:  # another version of the package: that stage is not shown
+            return
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
@@ -158,7 +160,9 @@ def instrument_ours(stages: Stages) -> None:
         return "model prefill pass" if tokens > 1 else "model decode pass"
 
     stages.wrap(ModelRunner, "execute", step_kind)
-    original_matcher = constraint_cls._matcher
+    original_matcher = getattr(constraint_cls, "_matcher", None)
+    if not isinstance(original_matcher, property):
+        return
 
     def matcher(self: Any) -> Any:
         if self.has_matcher:
@@ -170,6 +174,80 @@ def instrument_ours(stages: Stages) -> None:
             stages.seconds["grammar wait at first mask"] += time.perf_counter() - start
 
     constraint_cls._matcher = property(matcher)
+
+
+def sample_value(schema: dict[str, Any]) -> Any:
+    """A small value valid under one of :func:`make_cases`' schemas (required fields only)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema["type"]
+    if kind == "object":
+        return {k: sample_value(schema["properties"][k]) for k in schema["required"]}
+    if kind == "array":
+        return [sample_value(schema["items"])]
+    return {"string": "Paris", "integer": 3, "number": 2.5, "boolean": True}[kind]
+
+
+def grammar_only(count: int) -> None:
+    """The grammar work of each case's call alone, no model: an eager compile (every mask
+    built up front, what the package did before) vs ours (dynamic compile, masks built as the
+    call reaches them), each then driven through the call's tokens by our constraint (masks,
+    budget guard, jump-forward), interleaved case by case."""
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    from langchain_ascend.structured.grammars import tool_call_grammar
+    from langchain_ascend.structured.xgrammar_backend import GrammarBackend
+    from langchain_ascend.testing.real_model import smollm2_path
+    from langchain_ascend.tool_formats.hermes import HermesFormat
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path(progress=False))
+    start = time.perf_counter()
+    backend = GrammarBackend(tokenizer, vocab_size=len(tokenizer),
+                             stop_token_ids=[tokenizer.eos_token_id])
+    print(f"per model, once: tokenizer info, compiler and policy masks "
+          f"{(time.perf_counter() - start) * 1000:.0f} ms")
+    eager = xgr.GrammarCompiler(backend.tokenizer_info, max_threads=2)
+
+    def drive(constraint: Any, ids: list[int]) -> None:
+        import torch
+
+        position = 0
+        while position < len(ids):
+            forced = constraint.jump_forward(len(ids))
+            if forced:
+                position += len(forced)
+                continue
+            constraint.mask_logits(torch.zeros(backend.vocab_size))
+            constraint.accept_token(ids[position])
+            position += 1
+
+    totals: dict[str, float] = defaultdict(float)
+    for tool, _question in make_cases(count):
+        name = tool["function"]["name"]
+        spec = tool_call_grammar([tool], fmt="hermes", tool_name=name)
+        text = HermesFormat.render_call(name, sample_value(tool["function"]["parameters"]))
+        ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+        for side in ("eager", "ours", "ours known"):
+            start = time.perf_counter()
+            if side == "eager":
+                compiled = eager.compile_structural_tag(spec.source)
+                constraint = xgrammar_constraint_for(backend, compiled, spec)
+            else:
+                constraint = backend.new_constraint(spec, max_tokens=256)
+            drive(constraint, ids)
+            assert constraint.is_terminated() and constraint.rejected_token is None, side
+            totals[side] += time.perf_counter() - start
+    for side, seconds in totals.items():
+        print(f"  {side:11s} {seconds / count * 1000:7.2f} ms of grammar work per call")
+    print(json.dumps({"grammar_ms_per_call": {k: v / count * 1000 for k, v in totals.items()}}))
+
+
+def xgrammar_constraint_for(backend: Any, compiled: Any, spec: Any) -> Any:
+    from langchain_ascend.structured.xgrammar_constraint import XGrammarConstraint, pack_mask
+
+    return XGrammarConstraint(compiled, backend=backend, base_mask=pack_mask(~backend._special),
+                              max_tokens=256)
 
 
 def build_ours(max_tokens: int) -> Any:
@@ -209,7 +287,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--no-llamacpp", action="store_true")
+    parser.add_argument("--grammar-only", action="store_true",
+                        help="time the grammar work alone (eager compile vs ours), no model")
     args = parser.parse_args()
+    if args.grammar_only:
+        grammar_only(args.cases)
+        return
 
     cases = make_cases(args.cases)
     warm_tool, warm_question = make_cases(1, seed=1)[0]
