@@ -209,16 +209,18 @@ def grammar_only(count: int) -> None:
           f"{(time.perf_counter() - start) * 1000:.0f} ms")
     eager = xgr.GrammarCompiler(backend.tokenizer_info, max_threads=2)
 
-    def drive(constraint: Any, ids: list[int]) -> None:
-        import torch
+    import torch
 
+    logits = torch.zeros(backend.vocab_size)  # (V,) one row, masked again and again
+
+    def drive(constraint: Any, ids: list[int]) -> None:
         position = 0
         while position < len(ids):
             forced = constraint.jump_forward(len(ids))
             if forced:
                 position += len(forced)
                 continue
-            constraint.mask_logits(torch.zeros(backend.vocab_size))
+            constraint.mask_logits(logits)
             constraint.accept_token(ids[position])
             position += 1
 
