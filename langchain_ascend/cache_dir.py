@@ -8,10 +8,9 @@ Each cache is one sub-folder of it::
     <root>/gguf             GGUF files' configs, tokenizers and de-quantized copies
     <root>/compile_choice   warm-up's compiled-vs-eager decisions
     <root>/native           the C kernels built for this machine
-    <root>/grammars         compiled xgrammar grammars (langchain_ascend.structured)
 
 A cache that has a variable of its own (``LANGCHAIN_ASCEND_COMPILE_CACHE``,
-``LANGCHAIN_ASCEND_NATIVE_CACHE``, ``LANGCHAIN_ASCEND_GRAMMAR_CACHE``) takes that folder as is instead.
+``LANGCHAIN_ASCEND_NATIVE_CACHE``) takes that folder as is instead.
 
 A leaf module: standard library only, so every layer (engine, testing, native) may use it.
 """
@@ -30,7 +29,6 @@ MODELS = "models"
 GGUF = "gguf"
 COMPILE_CHOICE = "compile_choice"
 NATIVE = "native"
-GRAMMARS = "grammars"
 
 
 def cache_root() -> Path:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from langchain_ascend.embeddings import HUB_MINILM, default_model
 from langchain_ascend.serve.admission import Admission
 from langchain_ascend.serve.agent_route import add_agent_route
 from langchain_ascend.serve.chat_route import add_chat_route
@@ -34,6 +35,16 @@ def default_model_name(model: str) -> str:
     return path.stem if path.suffix == ".gguf" else path.name or str(model)
 
 
+def default_embeddings_name(model: str) -> str:
+    """The id embeddings are served under by default: ``all-MiniLM-L6-v2`` for the default
+    model (the packaged MiniLM's folder is called ``model``), a hub id as given, else the
+    folder name."""
+    if str(model) == default_model():
+        return HUB_MINILM.rsplit("/", 1)[-1]
+    path = Path(str(model)).expanduser()
+    return default_model_name(str(model)) if path.exists() else str(model)
+
+
 def create_app(
     chat_model: Any,
     *,
@@ -53,7 +64,7 @@ def create_app(
             404).
         served_model_name: The ``model`` id clients send (default: the model's file or
             folder name).
-        embeddings_model_name: The embeddings' id (default: its model's folder name).
+        embeddings_model_name: The embeddings' id (default: :func:`default_embeddings_name`).
         api_key: When set, every ``/v1`` route needs ``Authorization: Bearer <api_key>``.
         max_waiting: Requests allowed to queue beyond the engine's batch
             (``chat_model.max_batch_size``); one more gets 429 with ``Retry-After``.
@@ -71,7 +82,7 @@ def create_app(
         chat_model=chat_model,
         served_model_name=served_model_name or default_model_name(chat_model.model),
         embeddings=embeddings,
-        embeddings_name=(embeddings_model_name or default_model_name(embeddings.model)
+        embeddings_name=(embeddings_model_name or default_embeddings_name(embeddings.model)
                          if embeddings is not None else None),
         agent=agent,
         admission=admission,

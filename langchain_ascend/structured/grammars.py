@@ -38,12 +38,16 @@ class GrammarSpec:
             Mistral's ``[TOOL_CALLS]``); every other special token is masked out.
         free_text: The grammar allows free text that may end anywhere (stop strings and
             reasoning still apply); False for JSON and forced tool calls.
+        forced_prefix: Text every reply under the grammar starts with, known without compiling
+            it (a forced call's opener, ``<tool_call>\n{"name": "f", "arguments": ``): the
+            engine appends it before the grammar is ready (:func:`forced_prefix_of`).
     """
 
     kind: GrammarKind
     source: str = ""
     required_special_tokens: tuple[str, ...] = ()
     free_text: bool = False
+    forced_prefix: str = ""
 
     @property
     def cache_key(self) -> tuple[str, str]:
@@ -61,6 +65,30 @@ def no_tool_call_grammar(fmt: ToolCallFormat, special_tokens: Collection[str] = 
     excludes = [m for m in markers if m not in special_tokens]
     tag = {"type": "structural_tag", "format": {"type": "any_text", "excludes": excludes}}
     return GrammarSpec("structural_tag", _canonical(tag), free_text=True)
+
+
+def forced_prefix_of(fmt: Mapping[str, Any]) -> str:
+    """The text a structural-tag format forces at its start (``""`` when its first byte is
+    already a choice or a special token): a constant string; a tag's text opener; a
+    sequence's constant elements and then its first other element's prefix; the one tag of a
+    ``tags_with_separator`` that needs at least one."""
+    kind = fmt.get("type")
+    if kind == "const_string":
+        return str(fmt.get("value", ""))
+    if kind == "tag":
+        begin = fmt.get("begin")
+        return begin if isinstance(begin, str) else ""
+    if kind == "sequence":
+        text = ""
+        for element in fmt.get("elements") or ():
+            text += forced_prefix_of(element)
+            if element.get("type") != "const_string":
+                break
+        return text
+    if kind == "tags_with_separator":
+        tags = fmt.get("tags") or ()
+        return forced_prefix_of(tags[0]) if len(tags) == 1 and fmt.get("at_least_one") else ""
+    return ""
 
 
 def _canonical(value: Any) -> str:
@@ -132,4 +160,5 @@ def tool_call_grammar(
     root, required = forcing_format(fmt).grammar(
         select_tools(tools, tool_name), parallel=parallel, special_tokens=special_tokens)
     tag = {"type": "structural_tag", "format": root}
-    return GrammarSpec("structural_tag", _canonical(tag), required)
+    return GrammarSpec("structural_tag", _canonical(tag), required,
+                       forced_prefix=forced_prefix_of(root))
