@@ -1,4 +1,8 @@
-"""Block formats for quantized linear weights, byte for byte GGUF's ``Q4_0``, ``Q4_1``, ``Q8_0``.
+"""Block formats for quantized linear weights, byte for byte GGUF's blocks.
+
+The 32-weight formats ``q4_0``, ``q4_1``, ``q8_0`` below, and beside them GGUF's ``Q5_0`` /
+``Q5_1`` (32 weights) and the K-quants ``Q4_K`` / ``Q5_K`` / ``Q6_K`` (superblocks of 256
+weights), section "Formats read from files" further down.
 
 Every format cuts each weight row (one output feature) into blocks of :data:`BLOCK_SIZE` = 32
 consecutive input weights and stores each block as a little-endian IEEE half-float scale
@@ -42,6 +46,28 @@ as the file's rows ``8G..8G+7``; the other shape keeps code that slices rows as 
 the file's from silently misreading it), so slicing or concatenating whole groups stays
 exact (:func:`rows`, :func:`concatenate`). :func:`to_layout` converts both ways (a
 permutation of bytes).
+
+Formats read from files (:data:`FILE_FORMATS`: the file's ``"gguf"`` layout only, no
+:func:`quantize`; :func:`dequantize` as ``gguf.quants.dequantize``, bit for bit). All scales
+are little-endian half floats; ``e`` is the weight's index in its block / sub-block:
+
+========  ======  =====  ==================================================================
+format    values  bytes  block and weight
+========  ======  =====  ==================================================================
+``q5_0``  32      22     d, qh (uint32), qs[16]: ``(q - 16) * d``, q = nibble (as ``q4_0``)
+                         ``| bit e of qh << 4``
+``q5_1``  32      24     d, m, qh, qs[16]: ``q * d + m`` (q as ``q5_0``)
+``q4_k``  256     144    d, dmin, scales[12], qs[128]: 8 sub-blocks j of 32, 6-bit scale
+                         ``sc_j`` and min ``m_j`` packed in ``scales``; sub-block j's q =
+                         nibble ``j % 2`` (low, high) of ``qs[32 (j // 2) + e]``;
+                         ``(d * sc_j) * q - dmin * m_j``
+``q5_k``  256     176    d, dmin, scales[12], qh[32], qs[128]: as ``q4_k``, q ``|=`` bit j of
+                         ``qh[e]`` ``<< 4``
+``q6_k``  256     210    ql[128], qh[64], scales[16] (int8), d: 16 sub-blocks of 16; 32-group
+                         ``g = 4h + k`` (h 0..1, k 0..3): q = nibble ``k // 2`` of ``ql[64h +
+                         32 (k % 2) + e]`` ``| ((qh[32h + e] >> 2k) & 3) << 4``;
+                         ``(d * scales[2g + e // 16]) * (q - 32)``
+========  ======  =====  ==================================================================
 """
 
 from __future__ import annotations
@@ -55,12 +81,21 @@ if TYPE_CHECKING:
     import torch
 
 BLOCK_SIZE = 32
-"""Weights per block, in every format."""
-FORMATS = ("q4_0", "q4_1", "q8_0")
+"""Weights per block of the 32-weight formats, and per activation block of the products."""
+SUPERBLOCK_SIZE = 256
+"""Weights per superblock of the K-quants (``q4_k``, ``q5_k``, ``q6_k``)."""
+X8_FORMATS = ("q4_0", "q4_1", "q8_0")
+"""Formats :func:`quantize` writes and the ``"x8"`` layout takes."""
+FILE_FORMATS = ("q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
+"""Formats read from GGUF files as they are (``"gguf"`` layout only, no :func:`quantize`)."""
+FORMATS = X8_FORMATS + FILE_FORMATS
 """The supported formats."""
-_BYTES_PER_BLOCK = {"q4_0": 2 + BLOCK_SIZE // 2, "q4_1": 4 + BLOCK_SIZE // 2, "q8_0": 2 + BLOCK_SIZE}
+_BYTES_PER_BLOCK = {"q4_0": 2 + BLOCK_SIZE // 2, "q4_1": 4 + BLOCK_SIZE // 2, "q8_0": 2 + BLOCK_SIZE,
+                    "q5_0": 22, "q5_1": 24, "q4_k": 144, "q5_k": 176, "q6_k": 210}
+_VALUES_PER_BLOCK = {"q4_k": SUPERBLOCK_SIZE, "q5_k": SUPERBLOCK_SIZE, "q6_k": SUPERBLOCK_SIZE}
 _HEADER_BYTES = {"q4_0": 2, "q4_1": 4, "q8_0": 2}
-GGML_TYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}
+GGML_TYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 8, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13,
+              "q6_k": 14}
 """GGML's type id of each format (``gguf.GGMLQuantizationType``), for readers of GGUF files."""
 LAYOUTS = ("gguf", "x8")
 """Byte layouts of ``blocks`` (module docstring)."""
@@ -79,8 +114,18 @@ def check_format(fmt: object) -> str:
     return fmt
 
 
+def block_size(fmt: str) -> int:
+    """Weights per block of ``fmt``: 32, or 256 for the K-quants.
+
+    Raises:
+        QuantizationError: ``fmt`` is not one of :data:`FORMATS`.
+    """
+    return _VALUES_PER_BLOCK.get(check_format(fmt), BLOCK_SIZE)
+
+
 def bytes_per_block(fmt: str) -> int:
-    """Bytes of one block of :data:`BLOCK_SIZE` weights in ``fmt`` (18, 20 or 34).
+    """Bytes of one block of :func:`block_size` weights in ``fmt`` (18, 20, 34; 22, 24; 144,
+    176, 210).
 
     Raises:
         QuantizationError: ``fmt`` is not one of :data:`FORMATS`.
@@ -89,8 +134,11 @@ def bytes_per_block(fmt: str) -> int:
 
 
 def header_bytes(fmt: str) -> int:
-    """Bytes before the quantized values in a block of ``fmt``: the scale (and min)."""
-    return _HEADER_BYTES[check_format(fmt)]
+    """Bytes before the quantized values in a block of an :data:`X8_FORMATS` format: the scale
+    (and min)."""
+    if check_format(fmt) not in _HEADER_BYTES:
+        raise QuantizationError(f"{fmt}: no x8 header (formats {X8_FORMATS} only)")
+    return _HEADER_BYTES[fmt]
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,10 +146,10 @@ class QuantizedWeight:
     """A linear weight ``(out_features, in_features)`` in one block format, as GGUF lays it out.
 
     Attributes:
-        fmt: ``"q4_0"``, ``"q4_1"`` or ``"q8_0"``.
+        fmt: One of :data:`FORMATS`.
         out_features: Rows of the weight (N).
-        in_features: Columns of the weight (K), a multiple of :data:`BLOCK_SIZE`.
-        blocks: uint8 ``(N, K // 32 * bytes_per_block(fmt))``, contiguous, on the CPU for the
+        in_features: Columns of the weight (K), a multiple of :func:`block_size`.
+        blocks: uint8 ``(N, K // block_size(fmt) * bytes_per_block(fmt))``, contiguous, on the CPU for the
             native kernels: in the ``"gguf"`` layout row n holds the blocks of weights
             ``W[n, 0:32]``, ``W[n, 32:64]``...; in the ``"x8"`` layout ``(N / 8, 8 * K // 32
             * bytes_per_block(fmt))``, one row per group of 8 output rows.
@@ -131,13 +179,15 @@ class QuantizedWeight:
         if self.layout not in LAYOUTS:
             raise QuantizationError(f"unknown block layout {self.layout!r}: expected one of "
                                     f"{LAYOUTS}")
+        if self.layout == "x8" and self.fmt not in X8_FORMATS:
+            raise QuantizationError(f"{self.fmt}: the x8 layout takes {X8_FORMATS} only")
         if self.layout == "x8" and n % ROWS_PER_GROUP:
             raise QuantizationError(f"{self.fmt}: the x8 layout needs out_features % 8 == 0, "
                                     f"got {n}")
         if not isinstance(self.blocks, torch.Tensor) or self.blocks.dtype != torch.uint8:
             got = getattr(self.blocks, "dtype", type(self.blocks).__name__)
             raise QuantizationError(f"{self.fmt}: blocks must be a uint8 tensor, got {got}")
-        want = (n, k // BLOCK_SIZE * per_block)
+        want = (n, k // block_size(self.fmt) * per_block)
         if self.layout == "x8":
             want = (n // ROWS_PER_GROUP, ROWS_PER_GROUP * want[1])
         if tuple(self.blocks.shape) != want:
@@ -146,8 +196,8 @@ class QuantizedWeight:
 
     @property
     def blocks_per_row(self) -> int:
-        """Blocks in one row (``in_features // 32``)."""
-        return self.in_features // BLOCK_SIZE
+        """Blocks in one row (``in_features // block_size(fmt)``)."""
+        return self.in_features // block_size(self.fmt)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -161,8 +211,9 @@ def nbytes(qw: QuantizedWeight) -> int:
 
 
 def _check_width(fmt: str, in_features: int) -> None:
-    if in_features % BLOCK_SIZE:
-        raise QuantizationError(f"{fmt}: in_features must be a multiple of {BLOCK_SIZE}, got "
+    size = block_size(fmt)
+    if in_features % size:
+        raise QuantizationError(f"{fmt}: in_features must be a multiple of {size}, got "
                                 f"{in_features}")
 
 
@@ -225,15 +276,18 @@ def quantize(weight: torch.Tensor, fmt: str) -> QuantizedWeight:
     Args:
         weight: Floating-point ``(out_features, in_features)``, any device (quantized on the
             CPU), ``in_features`` a multiple of 32.
-        fmt: One of :data:`FORMATS`.
+        fmt: One of :data:`X8_FORMATS`.
 
     Raises:
-        QuantizationError: Unknown format, a weight that is not floating point or not 2-D, or
+        QuantizationError: Unknown format or one of :data:`FILE_FORMATS` (read from files,
+            not written here), a weight that is not floating point or not 2-D, or
             ``in_features`` not a multiple of 32.
     """
     import torch
 
-    check_format(fmt)
+    if check_format(fmt) not in X8_FORMATS:
+        raise QuantizationError(f"{fmt}: blocks of this format are read from GGUF files, not "
+                                f"quantized here (quantize writes {X8_FORMATS})")
     x = _float_blocks(weight, fmt)  # (N, B, 32)
     rows, num_blocks, _ = x.shape
     if fmt == "q4_0":
@@ -263,9 +317,16 @@ def unpack(qw: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
         ``(q, d, m)``: ``q`` int16 ``(N, B, 32)`` as stored (0..15 for the 4-bit formats,
         -128..127 for ``q8_0``), ``d`` float32 ``(N, B)``, ``m`` float32 ``(N, B)`` for
         ``q4_1`` else None.
+
+    Raises:
+        QuantizationError: A weight of :data:`FILE_FORMATS` (whose scales are not one per 32
+            values: use :func:`dequantize`).
     """
     import torch
 
+    if qw.fmt not in X8_FORMATS:
+        raise QuantizationError(f"unpack: {qw.fmt} blocks have no (q, d, m) per 32 values; "
+                                f"use dequantize")
     qw = to_layout(qw, "gguf")
     per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
     raw = qw.blocks.reshape(qw.out_features, qw.blocks_per_row, per_block)  # (N, B, bytes)
@@ -284,9 +345,12 @@ def unpack(qw: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 def dequantize(qw: QuantizedWeight) -> torch.Tensor:
     """``qw`` as a float32 ``(out_features, in_features)`` weight: ``(q - 8) * d``, ``q * d +
     m`` (a product, then a sum: two roundings) or ``q * d`` -- the same float32 operations
-    as ``gguf.quants.dequantize``, so the values are equal bit for bit."""
+    as ``gguf.quants.dequantize``, so the values are equal bit for bit (:data:`FILE_FORMATS`:
+    the module docstring's formulas, in ``gguf.quants``' float32 order)."""
     import torch
 
+    if qw.fmt in FILE_FORMATS:
+        return _dequantize_file_format(qw)
     q, d, m = unpack(qw)  # (N, B, 32), (N, B), (N, B)
     if qw.fmt == "q4_0":
         values = d[..., None] * (q - 8).to(torch.float32)  # (N, B, 32)
@@ -363,6 +427,8 @@ def to_layout(qw: QuantizedWeight, layout: str) -> QuantizedWeight:
     if qw.out_features % ROWS_PER_GROUP:
         raise QuantizationError(f"{qw.fmt}: the x8 layout needs out_features % 8 == 0, got "
                                 f"{qw.out_features}")
+    if qw.fmt not in X8_FORMATS:
+        raise QuantizationError(f"{qw.fmt}: the x8 layout takes {X8_FORMATS} only")
     per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
     groups, num_blocks = qw.out_features // ROWS_PER_GROUP, qw.blocks_per_row
     halves = header // 2  # scale, and min for q4_1
@@ -387,3 +453,102 @@ def to_layout(qw: QuantizedWeight, layout: str) -> QuantizedWeight:
     shape = (groups, -1) if layout == "x8" else (qw.out_features, -1)
     return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
                            blocks.reshape(shape).contiguous(), layout)
+
+
+# ---- formats read from files --------------------------------------------------------------
+
+
+def _halves(raw: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(..., 2)`` little-endian half floats -> float32 ``(...)``."""
+    import torch
+
+    return raw.contiguous().view(torch.float16)[..., 0].float()
+
+
+def _nibbles(qs: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(..., n)`` -> ``(..., 2, n)``: the low nibbles, then the high ones."""
+    import torch
+
+    return torch.stack([qs & 0x0F, qs >> 4], dim=-2)
+
+
+def k_scales_mins(scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 8 six-bit scales and mins packed in ``q4_k`` / ``q5_k``'s ``scales[12]`` (uint8
+    ``(..., 12)``) -> two uint8 ``(..., 8)``: bytes 0..3 hold the low 6 bits of scales 0..3
+    (top 2 bits: scales 4..7's high bits), 4..7 those of the mins, 8..11 the low nibbles of
+    scales 4..7 and (high nibbles) of mins 4..7."""
+    import torch
+
+    low, mid, high = scales[..., 0:4], scales[..., 4:8], scales[..., 8:12]
+    sc = torch.cat([low & 0x3F, (high & 0x0F) | ((low >> 2) & 0x30)], dim=-1)
+    mn = torch.cat([mid & 0x3F, (high >> 4) | ((mid >> 2) & 0x30)], dim=-1)
+    return sc, mn
+
+
+def _five_bits(qh: torch.Tensor) -> torch.Tensor:
+    """``q5_0`` / ``q5_1``'s ``qh`` uint8 ``(..., 4)`` -> bit e of the little-endian uint32 as
+    uint8 ``(..., 32)``."""
+    import torch
+
+    shifts = torch.arange(8, dtype=torch.uint8)
+    return ((qh[..., :, None] >> shifts) & 1).reshape(*qh.shape[:-1], 32)  # byte e // 8, bit e % 8
+
+
+def _dequantize_file_format(qw: QuantizedWeight) -> torch.Tensor:
+    """:func:`dequantize` of a :data:`FILE_FORMATS` weight (module docstring's formulas; the
+    float32 products and sums in ``gguf.quants``' order) -> float32 ``(N, K)``."""
+    import torch
+
+    n, nb = qw.out_features, qw.blocks_per_row
+    raw = qw.blocks.reshape(n, nb, bytes_per_block(qw.fmt))  # (N, B, bytes)
+    if qw.fmt in ("q5_0", "q5_1"):
+        header = 2 if qw.fmt == "q5_0" else 4
+        d = _halves(raw[..., 0:2])[..., None]  # (N, B, 1)
+        high = _five_bits(raw[..., header:header + 4])  # (N, B, 32)
+        low = _nibbles(raw[..., header + 4:]).reshape(n, nb, 32)  # (N, B, 32)
+        q = (low | (high << 4)).to(torch.float32)  # (N, B, 32)
+        if qw.fmt == "q5_0":
+            values = d * (q - 16)
+        else:
+            values = d * q + _halves(raw[..., 2:4])[..., None]
+    elif qw.fmt in ("q4_k", "q5_k"):
+        d, dmin = _halves(raw[..., 0:2])[..., None], _halves(raw[..., 2:4])[..., None]
+        sc, mn = k_scales_mins(raw[..., 4:16])  # (N, B, 8) each
+        scale = (d * sc.to(torch.float32))[..., None]  # (N, B, 8, 1)
+        offset = (dmin * mn.to(torch.float32))[..., None]  # (N, B, 8, 1)
+        qs = raw[..., -128:].reshape(n, nb, 4, 32)  # (N, B, 4 chunks, 32)
+        q = _nibbles(qs).reshape(n, nb, 8, 32)  # sub-block 2c (low), 2c + 1 (high)
+        if qw.fmt == "q5_k":
+            shifts = torch.arange(8, dtype=torch.uint8)[:, None]  # (8, 1)
+            q = q | (((raw[..., 16:48][..., None, :] >> shifts) & 1) << 4)  # (N, B, 8, 32)
+        values = scale * q.to(torch.float32) - offset  # (N, B, 8, 32)
+    else:  # q6_k
+        ql = raw[..., 0:128].reshape(n, nb, 2, 64)  # (N, B, half, 64)
+        low = _nibbles(ql).reshape(n, nb, 2, 4, 32)  # group 4h + 2 (nibble) + (byte >= 32)
+        shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]  # (4, 1)
+        qh = raw[..., 128:192].reshape(n, nb, 2, 1, 32)  # (N, B, half, 1, 32)
+        q = (low | (((qh >> shifts) & 3) << 4)).to(torch.float32) - 32  # (N, B, 2, 4, 32)
+        scales = raw[..., 192:208].contiguous().view(torch.int8).to(torch.float32)  # (N, B, 16)
+        scale = _halves(raw[..., 208:210])[..., None] * scales  # (N, B, 16)
+        values = scale[..., None] * q.reshape(n, nb, 16, 16)  # (N, B, 16, 16)
+    return values.reshape(n, qw.in_features)  # (N, K)
+
+
+def random_blocks(fmt: str, out_features: int, in_features: int, *,
+                  seed: int = 0, scale: float = 0.01) -> QuantizedWeight:
+    """A ``(out_features, in_features)`` weight of random blocks of ``fmt`` (any bytes are a
+    valid block once its half-float scales are finite: these are drawn in ``+-[0, scale]``),
+    for tests and measurements (pure function of the arguments)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    per_block, nb = bytes_per_block(fmt), in_features // block_size(fmt)
+    _check_width(fmt, in_features)
+    raw = torch.randint(0, 256, (out_features, nb, per_block), dtype=torch.uint8,
+                        generator=generator)  # (N, B, bytes)
+    halves = {"q4_0": [0], "q8_0": [0], "q5_0": [0], "q4_1": [0, 2], "q5_1": [0, 2],
+              "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208]}[check_format(fmt)]
+    for at in halves:
+        values = (torch.rand(out_features, nb, generator=generator) * 2 - 1) * scale
+        raw[..., at:at + 2] = values.to(torch.float16)[..., None].view(torch.uint8)
+    return QuantizedWeight(fmt, out_features, in_features, raw.reshape(out_features, -1))
