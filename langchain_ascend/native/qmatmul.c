@@ -72,16 +72,20 @@ typedef struct {
     int64_t K, nb, rows;
 } QActs;
 
-/* Quantized activations for the K-quant products (qmatmul_ktiles.h), row-major: block b of row
-   m at index m * nb + b; bs32 (q6_k): per row and superblock s, at (m * nb / 8 + s) * 16, 32 *
-   the sums of q_a over the 16 half-groups in the order 0 2 4 6 1 3 5 7 8 10 12 14 9 11 13 15. */
+/* Quantized activations for the K-quant products (qmatmul_ktiles.h), superblock-major (the
+   rows of one superblock s together, so a weight superblock meets every row in one stream):
+   row m's 8 blocks of superblock s at index ks_at = s * rows + m; q: 256 bytes at ks_at * 256
+   transposed by 4-byte words (input 4p + i of group g at byte 32 p + 4 g + i); d and sums: 8
+   at ks_at * 8; bs32 (q6_k): 16 at ks_at * 16, 32 * the sums of q_a over inputs 0..15 of
+   groups 0..7, then over inputs 16..31. */
 typedef struct {
-    const int8_t *q;       /* (rows, nb, 32) */
-    const float *d;        /* (rows, nb) d_a */
-    const int32_t *sums;   /* (rows, nb) sum of q_a */
-    const int32_t *bs32;   /* (rows, nb / 8, 16) */
-    int64_t nb;
+    const int8_t *q;       /* (ns, rows, 8 words p, 8 groups, 4) */
+    const float *d;        /* (ns, rows, 8) d_a */
+    const int32_t *sums;   /* (ns, rows, 8) sum of q_a */
+    const int32_t *bs32;   /* (ns, rows, 16) */
+    int64_t nb, rows;
 } KActs;
+static inline int64_t ks_at(const KActs *acts, int64_t m, int64_t s) { return s * acts->rows + m; }
 
 static inline int64_t qa_at(const QActs *acts, int64_t m, int64_t b) { return b * acts->rows + m; }
 static inline const int8_t *qa_q(const QActs *acts, int64_t m, int64_t b) {
@@ -420,8 +424,10 @@ static void kgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const KA
                 const float fd = half_to_float(fmt == QFMT_Q6_K ? sb + 208 : sb);
                 const float fmn = fmt == QFMT_Q6_K ? 0.0f : -half_to_float(sb + 2);
                 for (int g = 0; g < 8; g++) {
-                    const int64_t at = m * nb + 8 * s + g;
-                    const int8_t *a = acts->q + at * QBLOCK;
+                    const int64_t at = ks_at(acts, m, s) * 8 + g;
+                    const int8_t *super = acts->q + ks_at(acts, m, s) * QK_SUPER;
+                    int8_t a[QBLOCK];
+                    for (int e = 0; e < QBLOCK; e++) a[e] = super[32 * (e / 4) + 4 * g + e % 4];
                     int32_t I, sc = 0, mn = 0;
                     if (fmt == QFMT_Q6_K) {
                         int32_t half[2] = {0, 0}, asum[2] = {0, 0};
@@ -456,23 +462,31 @@ static void kgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const KA
 typedef void (*kgroup_fn)(int, const uint8_t *, int64_t, const KActs *, const float *, float *,
                           int64_t, int64_t, int64_t, int64_t, int64_t);
 
-/* The K-quant activations of one row x: qmatmul's blocks of 32 (q, d, sums at block index
-   b of row-major arrays) and, for q6_k, bs32 (KActs). */
-static void quantize_row_k(const void *x, int dtype, int64_t K, int fmt, int variant, int8_t *q,
-                           float *d, int32_t *sums, int32_t *bs32) {
+/* The K-quant activations of row m of x (KActs): qmatmul's blocks of 32, quantized into the
+   row's staging (q K bytes, d and sums nb values, row-major), then laid superblock-major. */
+static void quantize_row_k(const void *x, int dtype, int64_t K, int fmt, int variant,
+                           const KActs *acts, int64_t m, int8_t *stage_q, float *stage_d,
+                           int32_t *stage_sums) {
     if (variant == QVAR_SCALAR)
-        quantize_row_scalar(x, dtype, K, fmt, q, d, NULL, NULL, sums, NULL, 1);
+        quantize_row_scalar(x, dtype, K, fmt, stage_q, stage_d, NULL, NULL, stage_sums, NULL, 1);
     else
-        quantize_row(x, dtype, K, fmt, q, d, NULL, NULL, sums, NULL, 1);
-    if (fmt != QFMT_Q6_K) return;
-    static const int order[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
-    for (int64_t s = 0; s < K / QK_SUPER; s++)
-        for (int i = 0; i < 16; i++) {
-            const int8_t *a = q + s * QK_SUPER + 16 * order[i];
-            int32_t total = 0;
-            for (int e = 0; e < 16; e++) total += a[e];
-            bs32[s * 16 + i] = 32 * total;
-        }
+        quantize_row(x, dtype, K, fmt, stage_q, stage_d, NULL, NULL, stage_sums, NULL, 1);
+    for (int64_t s = 0; s < K / QK_SUPER; s++) {
+        const int64_t at = ks_at(acts, m, s);
+        const int8_t *super = stage_q + s * QK_SUPER;
+        if (fmt == QFMT_Q6_K)
+            for (int i = 0; i < 16; i++) {  /* half i / 8 of group i % 8 */
+                const int8_t *a = super + 32 * (i % 8) + 16 * (i / 8);
+                int32_t total = 0;
+                for (int e = 0; e < 16; e++) total += a[e];
+                ((int32_t *)acts->bs32)[at * 16 + i] = 32 * total;
+            }
+        int8_t *words = (int8_t *)acts->q + at * QK_SUPER;
+        for (int g = 0; g < 8; g++)
+            for (int p = 0; p < 8; p++) memcpy(words + 32 * p + 4 * g, super + 32 * g + 4 * p, 4);
+        memcpy((float *)acts->d + at * 8, stage_d + 8 * s, 8 * sizeof(float));
+        memcpy((int32_t *)acts->sums + at * 8, stage_sums + 8 * s, 8 * sizeof(int32_t));
+    }
 }
 
 /* The K-quant product (qmatmul's contract, output row stride y_stride). */
@@ -484,26 +498,31 @@ static int qmatmul_k(int fmt, int variant, const uint8_t *W, int64_t N, int64_t 
     const kgroup_fn group = groups[variant];
     const int64_t nb = K / QBLOCK, ns = K / QK_SUPER, row_bytes = ns * qblock_bytes(fmt);
     const int64_t block_rows = M < QROW_BLOCK ? M : QROW_BLOCK;
-    /* scratch: q (block_rows, K) int8, d and sums (block_rows, nb), bs32 (block_rows, ns, 16) */
+    /* scratch: q (block_rows, K) int8, d and sums (block_rows, nb), bs32 (block_rows, ns, 16)
+       (KActs), then the rows' staging: q, d, sums again, row-major */
     const size_t q_bytes = (size_t)(block_rows * K), v_bytes = (size_t)(block_rows * nb) * 4;
     const size_t bs_at = (q_bytes + 2 * v_bytes + 63) / 64 * 64;
     const size_t bs_bytes = fmt == QFMT_Q6_K ? (size_t)(block_rows * ns * 16) * 4 : 0;
-    char *scratch = aligned_alloc(64, (bs_at + bs_bytes + 63) / 64 * 64);
+    const size_t stage_at = (bs_at + bs_bytes + 63) / 64 * 64;
+    char *scratch = aligned_alloc(64, (stage_at + q_bytes + 2 * v_bytes + 63) / 64 * 64);
     if (!scratch) return 3;
-    KActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
-                  (const int32_t *)(scratch + q_bytes + v_bytes),
-                  (const int32_t *)(scratch + bs_at), nb};
+    int8_t *stage_q = (int8_t *)(scratch + stage_at);
+    float *stage_d = (float *)(scratch + stage_at + q_bytes);
+    int32_t *stage_sums = (int32_t *)(scratch + stage_at + q_bytes + v_bytes);
     const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
     const size_t el = dtype == 0 ? 4 : 2;
     #pragma omp parallel num_threads(threads)
     {
         for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
             const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
+            const KActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
+                                (const int32_t *)(scratch + q_bytes + v_bytes),
+                                (const int32_t *)(scratch + bs_at), nb, rows};
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < rows; r++)
                 quantize_row_k((const char *)X + el * (size_t)((r0 + r) * x_stride), dtype, K, fmt,
-                               variant, (int8_t *)acts.q + r * K, (float *)acts.d + r * nb,
-                               (int32_t *)acts.sums + r * nb, (int32_t *)acts.bs32 + r * ns * 16);
+                               variant, &acts, r, stage_q + r * K, stage_d + r * nb,
+                               stage_sums + r * nb);
             #pragma omp for schedule(static)
             for (int64_t g = 0; g < groups_n; g++) {
                 int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;

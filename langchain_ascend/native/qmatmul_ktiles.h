@@ -16,33 +16,45 @@
  *
  * with the 8 lanes acc_g of one float32 vector, and the output hsum(acc) [+ bias] (lanes j and
  * j + 4, then 0 + 2 and 1 + 3, then those two), so every variant and the scalar path give the
- * same bits. The integers are summed in any order (exact): per group QK_DOT's 8 lanes of 4
- * products, then one transposing reduction of the 8 groups (hadd) whose middle step holds the
- * 16 half-group sums that q6_k scales.
+ * same bits. The integers are summed in any order (exact).
  *
- * Per weight row and superblock the weights are unpacked once into 8 vectors of 32 bytes (one
- * per group) and applied to every row of the call, whose accumulators live in a small array.
+ * The activations of a superblock are stored transposed by 4-byte words (KActs: vector p holds
+ * inputs 4p..4p+3 of each group g in lane g), and per weight row and superblock the weights
+ * are unpacked once into 8 vectors of 32 bytes, transposed the same way, and applied to every
+ * row of the call (accumulators in a small array): 8 QK_DOTs accumulate group g's dot product
+ * in lane g, with no per-row reduction.
  */
 
 #define QK_CAT2(a, b) a##_##b
 #define QK_CAT(a, b) QK_CAT2(a, b)
 #define QK_FN(name) QK_CAT(name, QK_SUFFIX)
 
-/* The 8 groups' dot totals, transposed: lane g = sum of D_g's lanes. mid0/mid1 get the
-   half-group sums [lo 0, lo 1, lo 2, lo 3 | hi 0, hi 1, hi 2, hi 3] of groups 0..3 / 4..7. */
-#define KT_HALVES(D, mid0, mid1)                                                               \
+/* The 8x8 transpose of 4-byte words: r_g word p -> V_p word g. */
+#define KT_TRANSPOSE(r, V)                                                                     \
     {                                                                                          \
-        const __m256i t0 = _mm256_hadd_epi32(D##0, D##1), t1 = _mm256_hadd_epi32(D##2, D##3); \
-        const __m256i t2 = _mm256_hadd_epi32(D##4, D##5), t3 = _mm256_hadd_epi32(D##6, D##7); \
-        mid0 = _mm256_hadd_epi32(t0, t1);                                                      \
-        mid1 = _mm256_hadd_epi32(t2, t3);                                                      \
+        const __m256i t0 = _mm256_unpacklo_epi32(r##0, r##1), t1 = _mm256_unpackhi_epi32(r##0, r##1); \
+        const __m256i t2 = _mm256_unpacklo_epi32(r##2, r##3), t3 = _mm256_unpackhi_epi32(r##2, r##3); \
+        const __m256i t4 = _mm256_unpacklo_epi32(r##4, r##5), t5 = _mm256_unpackhi_epi32(r##4, r##5); \
+        const __m256i t6 = _mm256_unpacklo_epi32(r##6, r##7), t7 = _mm256_unpackhi_epi32(r##6, r##7); \
+        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2); \
+        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3); \
+        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6); \
+        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7); \
+        V##0 = _mm256_permute2x128_si256(u0, u4, 0x20);                                        \
+        V##1 = _mm256_permute2x128_si256(u1, u5, 0x20);                                        \
+        V##2 = _mm256_permute2x128_si256(u2, u6, 0x20);                                        \
+        V##3 = _mm256_permute2x128_si256(u3, u7, 0x20);                                        \
+        V##4 = _mm256_permute2x128_si256(u0, u4, 0x31);                                        \
+        V##5 = _mm256_permute2x128_si256(u1, u5, 0x31);                                        \
+        V##6 = _mm256_permute2x128_si256(u2, u6, 0x31);                                        \
+        V##7 = _mm256_permute2x128_si256(u3, u7, 0x31);                                        \
     }
-#define KT_JOIN(mid0, mid1)                                                                    \
-    _mm256_add_epi32(_mm256_permute2x128_si256(mid0, mid1, 0x20),                              \
-                     _mm256_permute2x128_si256(mid0, mid1, 0x31))
 
 /* Weight row w_row (ns superblocks of format FMT) times activation rows m_begin..m_begin+M-1:
-   acc (M, 8) lanes, then Y[m * y_stride + n] = hsum [+ bias]. */
+   acc (M, 8) lanes, then Y[m * y_stride + n] = hsum [+ bias]. Per superblock the 8 groups'
+   weights r_g (32 bytes each) are transposed by 4-byte words into V_p (lane g = inputs
+   4p..4p+3 of group g), as the activations were (KActs), so QK_DOT(V_p, P_p) accumulated over
+   p holds group g's dot product in lane g. */
 static inline __attribute__((always_inline)) void QK_FN(krow)(
         const int FMT, const uint8_t *w_row, const KActs *acts, const float *bias, float *Y,
         int64_t y_stride, int64_t m_begin, int64_t M, int64_t n) {
@@ -53,35 +65,33 @@ static inline __attribute__((always_inline)) void QK_FN(krow)(
     const __m256i low = _mm256_set1_epi8(0x0F);
     for (int64_t s = 0; s < ns; s++) {
         const uint8_t *sb = w_row + s * BYTES;
-        __m256i w0, w1, w2, w3, w4, w5, w6, w7;
-        __m256i sc = _mm256_setzero_si256(), mn = sc, sc0 = sc, sc1 = sc;
+        __m256i r0, r1, r2, r3, r4, r5, r6, r7, V0, V1, V2, V3, V4, V5, V6, V7;
+        __m256i sc = _mm256_setzero_si256(), mn = sc, sc_lo = sc, sc_hi = sc;
         float fd, fmn = 0.0f;
         if (FMT == QFMT_Q6_K) {
             fd = half_to_float(sb + 208);
             const __m256i bits = _mm256_set1_epi8(0x30);
-#define KT_SIX(h)                                                                              \
+#define KT_SIX(h, g0, g1, g2, g3)                                                              \
             {                                                                                  \
                 const __m256i a0 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h));         \
                 const __m256i a1 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32));    \
                 const __m256i hq = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));   \
-                w##h##0 = _mm256_or_si256(_mm256_and_si256(a0, low),                           \
-                                          _mm256_and_si256(_mm256_slli_epi16(hq, 4), bits));   \
-                w##h##1 = _mm256_or_si256(_mm256_and_si256(a1, low),                           \
-                                          _mm256_and_si256(_mm256_slli_epi16(hq, 2), bits));   \
-                w##h##2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 4), low),     \
-                                          _mm256_and_si256(hq, bits));                         \
-                w##h##3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 4), low),     \
-                                          _mm256_and_si256(_mm256_srli_epi16(hq, 2), bits));   \
+                g0 = _mm256_or_si256(_mm256_and_si256(a0, low),                                \
+                                     _mm256_and_si256(_mm256_slli_epi16(hq, 4), bits));        \
+                g1 = _mm256_or_si256(_mm256_and_si256(a1, low),                                \
+                                     _mm256_and_si256(_mm256_slli_epi16(hq, 2), bits));        \
+                g2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 4), low),          \
+                                     _mm256_and_si256(hq, bits));                              \
+                g3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 4), low),          \
+                                     _mm256_and_si256(_mm256_srli_epi16(hq, 2), bits));        \
             }
-            __m256i w00, w01, w02, w03, w10, w11, w12, w13;
-            KT_SIX(0) KT_SIX(1)
+            KT_SIX(0, r0, r1, r2, r3) KT_SIX(1, r4, r5, r6, r7)
 #undef KT_SIX
-            w0 = w00; w1 = w01; w2 = w02; w3 = w03; w4 = w10; w5 = w11; w6 = w12; w7 = w13;
-            /* the 16 scales in the order of the half-group sums: 0 2 4 6 1 3 5 7, 8 10 ... */
-            const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+            /* scales 2g (inputs 0..15 of group g) and 2g + 1 (16..31), lane g */
+            const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
             const __m128i s16 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(sb + 192)), order);
-            sc0 = _mm256_cvtepi8_epi32(s16);
-            sc1 = _mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8));
+            sc_lo = _mm256_cvtepi8_epi32(s16);
+            sc_hi = _mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8));
         } else {
             fd = half_to_float(sb);
             fmn = -half_to_float(sb + 2);
@@ -89,56 +99,65 @@ static inline __attribute__((always_inline)) void QK_FN(krow)(
             memcpy(&u0, sb + 4, 4);
             memcpy(&u1, sb + 8, 4);
             memcpy(&u2, sb + 12, 4);
-            const uint32_t sc_lo = u0 & 0x3F3F3F3Fu, mn_lo = u1 & 0x3F3F3F3Fu;
-            const uint32_t sc_hi = (u2 & 0x0F0F0F0Fu) | ((u0 >> 2) & 0x30303030u);
-            const uint32_t mn_hi = ((u2 >> 4) & 0x0F0F0F0Fu) | ((u1 >> 2) & 0x30303030u);
-            sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(sc_lo | (uint64_t)sc_hi << 32)));
-            mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(mn_lo | (uint64_t)mn_hi << 32)));
+            const uint32_t sc_lo4 = u0 & 0x3F3F3F3Fu, mn_lo4 = u1 & 0x3F3F3F3Fu;
+            const uint32_t sc_hi4 = (u2 & 0x0F0F0F0Fu) | ((u0 >> 2) & 0x30303030u);
+            const uint32_t mn_hi4 = ((u2 >> 4) & 0x0F0F0F0Fu) | ((u1 >> 2) & 0x30303030u);
+            sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(sc_lo4 | (uint64_t)sc_hi4 << 32)));
+            mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(mn_lo4 | (uint64_t)mn_hi4 << 32)));
             const uint8_t *qs = sb + (FMT == QFMT_Q4_K ? 16 : 48);
 #define KT_FOUR(c, j, k)                                                                       \
             {                                                                                  \
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));          \
-                w##j = _mm256_and_si256(v, low);                                               \
-                w##k = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                         \
+                j = _mm256_and_si256(v, low);                                                  \
+                k = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                            \
             }
-            KT_FOUR(0, 0, 1) KT_FOUR(1, 2, 3) KT_FOUR(2, 4, 5) KT_FOUR(3, 6, 7)
+            KT_FOUR(0, r0, r1) KT_FOUR(1, r2, r3) KT_FOUR(2, r4, r5) KT_FOUR(3, r6, r7)
 #undef KT_FOUR
             if (FMT == QFMT_Q5_K) {
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(sb + 16));
                 const __m256i bit = _mm256_set1_epi8(0x10);
-                w0 = _mm256_or_si256(w0, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit));
-                w1 = _mm256_or_si256(w1, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit));
-                w2 = _mm256_or_si256(w2, _mm256_and_si256(_mm256_slli_epi16(qh, 2), bit));
-                w3 = _mm256_or_si256(w3, _mm256_and_si256(_mm256_slli_epi16(qh, 1), bit));
-                w4 = _mm256_or_si256(w4, _mm256_and_si256(qh, bit));
-                w5 = _mm256_or_si256(w5, _mm256_and_si256(_mm256_srli_epi16(qh, 1), bit));
-                w6 = _mm256_or_si256(w6, _mm256_and_si256(_mm256_srli_epi16(qh, 2), bit));
-                w7 = _mm256_or_si256(w7, _mm256_and_si256(_mm256_srli_epi16(qh, 3), bit));
+                r0 = _mm256_or_si256(r0, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit));
+                r1 = _mm256_or_si256(r1, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit));
+                r2 = _mm256_or_si256(r2, _mm256_and_si256(_mm256_slli_epi16(qh, 2), bit));
+                r3 = _mm256_or_si256(r3, _mm256_and_si256(_mm256_slli_epi16(qh, 1), bit));
+                r4 = _mm256_or_si256(r4, _mm256_and_si256(qh, bit));
+                r5 = _mm256_or_si256(r5, _mm256_and_si256(_mm256_srli_epi16(qh, 1), bit));
+                r6 = _mm256_or_si256(r6, _mm256_and_si256(_mm256_srli_epi16(qh, 2), bit));
+                r7 = _mm256_or_si256(r7, _mm256_and_si256(_mm256_srli_epi16(qh, 3), bit));
             }
         }
+        KT_TRANSPOSE(r, V)
         const __m256 vd = _mm256_set1_ps(fd), vmn = _mm256_set1_ps(fmn);
         for (int64_t m = 0; m < M; m++) {
-            const int64_t at = (m_begin + m) * nb + 8 * s;
-            const int8_t *a = acts->q + at * QBLOCK;
-#define KT_D(g) const __m256i D##g = QK_DOT(w##g, _mm256_load_si256((const __m256i *)(a + 32 * g)));
-            KT_D(0) KT_D(1) KT_D(2) KT_D(3) KT_D(4) KT_D(5) KT_D(6) KT_D(7)
-#undef KT_D
-            __m256i mid0, mid1, I;
-            KT_HALVES(D, mid0, mid1)
+            const int64_t at = ks_at(acts, m_begin + m, s);
+            const int8_t *a = acts->q + at * QK_SUPER;
+#define KT_P(p) _mm256_load_si256((const __m256i *)(a + 32 * p))
+#if QK_VNNI
+#define KT_ACC(acc, p) QK_DPBUSD(acc, V##p, KT_P(p))
+#else
+#define KT_ACC(acc, p) _mm256_add_epi32(acc, QK_DOT(V##p, KT_P(p)))
+#endif
+            /* two chains: inputs 0..15 of every group, and 16..31 */
+            const __m256i zero = _mm256_setzero_si256();
+            __m256i lo = KT_ACC(KT_ACC(KT_ACC(KT_ACC(zero, 0), 1), 2), 3);
+            __m256i hi = KT_ACC(KT_ACC(KT_ACC(KT_ACC(zero, 4), 5), 6), 7);
+#undef KT_ACC
+#undef KT_P
+            __m256i I;
             if (FMT == QFMT_Q6_K) {
-                const int32_t *bs = acts->bs32 + ((m_begin + m) * ns + s) * 16;
-                mid0 = _mm256_mullo_epi32(_mm256_sub_epi32(mid0, _mm256_load_si256((const __m256i *)bs)), sc0);
-                mid1 = _mm256_mullo_epi32(_mm256_sub_epi32(mid1, _mm256_load_si256((const __m256i *)(bs + 8))), sc1);
-                I = KT_JOIN(mid0, mid1);
+                const int32_t *bs = acts->bs32 + at * 16;
+                lo = _mm256_mullo_epi32(_mm256_sub_epi32(lo, _mm256_load_si256((const __m256i *)bs)), sc_lo);
+                hi = _mm256_mullo_epi32(_mm256_sub_epi32(hi, _mm256_load_si256((const __m256i *)(bs + 8))), sc_hi);
+                I = _mm256_add_epi32(lo, hi);
             } else {
-                I = _mm256_mullo_epi32(KT_JOIN(mid0, mid1), sc);
+                I = _mm256_mullo_epi32(_mm256_add_epi32(lo, hi), sc);
             }
-            const __m256 da = _mm256_loadu_ps(acts->d + at);
+            const __m256 da = _mm256_loadu_ps(acts->d + at * 8);
             __m256 f = _mm256_load_ps(acc + 8 * m);
             f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(vd, da), f);
             if (FMT != QFMT_Q6_K) {
                 const __m256i N = _mm256_mullo_epi32(
-                    mn, _mm256_loadu_si256((const __m256i *)(acts->sums + at)));
+                    mn, _mm256_loadu_si256((const __m256i *)(acts->sums + at * 8)));
                 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(N), _mm256_mul_ps(vmn, da), f);
             }
             _mm256_store_ps(acc + 8 * m, f);
@@ -166,8 +185,7 @@ static void QK_FN(kgroup)(int fmt, const uint8_t *W, int64_t row_bytes, const KA
     }
 }
 
-#undef KT_HALVES
-#undef KT_JOIN
+#undef KT_TRANSPOSE
 #undef QK_FN
 #undef QK_CAT
 #undef QK_CAT2
