@@ -17,7 +17,9 @@ by ``weight_layout.tune_bf16_native_rows``, which finds it through the members' 
 Members that are ``quant.linear.QuantizedLinear`` layers of one block format fuse the same way
 into one ``QuantizedLinear`` over the concatenated blocks (exact: every output row is its own
 blocks), the members' blocks and biases becoming views of the fused ones; it takes no float
-layout (``engine.cpu.quantized_layout`` re-lays the blocks for the native product).
+layout (``engine.cpu.quantized_layout`` re-lays the blocks for the native product). Members in
+different formats (a Q4_K_M file's v in ``Q6_K`` beside q/k in ``Q4_K``) become one
+``quantized_layout.QuantizedParts`` product over their own blocks.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
+from langchain_ascend.engine.cpu.quantized_layout import QuantizedParts, is_quantized_linear
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.engine.cpu.weight_layout import make_dual
 from langchain_ascend.quant.formats import concatenate
@@ -80,14 +82,17 @@ class FusedProjections:
 
 def fusable(members: Sequence[Any]) -> bool:
     """Whether these modules can share one product: plain linears on the same input size,
-    device and dtype, or quantized linears on the same input size and block format; all with
-    or all without bias, not already fused or re-wired."""
+    device and dtype, or quantized linears on the same input size and device (one block
+    format, or any formats on the CPU: :class:`QuantizedParts`); all with or all without bias,
+    not already fused or re-wired."""
     import torch
 
     if members and all(is_quantized_linear(m) for m in members):
         first = members[0]
-        return (all(m.in_features == first.in_features and m.fmt == first.fmt
+        one_format = all(m.fmt == first.fmt for m in members)
+        return (all(m.in_features == first.in_features
                     and m.blocks.device == first.blocks.device for m in members)
+                and (one_format or first.blocks.device.type == "cpu")
                 and all((m.bias is None) == (first.bias is None) for m in members)
                 and (first.bias is None
                      or all(m.bias.dtype == first.bias.dtype for m in members))
@@ -113,12 +118,14 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
 
 
 def _fuse_quantized(members: Sequence[Any]) -> Any:
-    """One ``QuantizedLinear`` over the members' concatenated blocks (and biases); the members
-    keep views of them."""
+    """One ``QuantizedLinear`` over the members' concatenated blocks (and biases), the members
+    keeping views of them; members in different formats: their :class:`QuantizedParts`."""
     import torch
 
     from langchain_ascend.quant.linear import QuantizedLinear
 
+    if any(m.fmt != members[0].fmt for m in members):
+        return QuantizedParts(list(members))
     qweight = concatenate([m.qweight for m in members])  # blocks (sum(out), bytes per row)
     with torch.no_grad():
         bias = (None if members[0].bias is None
