@@ -195,7 +195,7 @@ def main() -> None:
         print(json.dumps({"bench": "qmatmul_step", "threads": torch.get_num_threads(),
                           "clock": args.clock, "context": args.context, "ms": steps}))
         return
-    from langchain_ascend.quant.formats import bytes_per_block, block_size
+    from langchain_ascend.quant.formats import block_size, bytes_per_block
 
     results: list[dict[str, Any]] = []
     shapes = [f"{n}x{k}" for n, k in LLAMA_8B_SHAPES] if args.shapes == ["llama"] else args.shapes
