@@ -153,3 +153,28 @@ def test_engine_greedy_decode_equals_the_dequantized_model(files: dict[str, Path
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
     assert list(out.token_ids) == ids[len(prompt):]
     assert list(batched[0].token_ids) == list(out.token_ids)
+
+
+Q4_K_M_FILE_ENV = "LANGCHAIN_ASCEND_Q4_K_M_GGUF"
+"""A real Q4_K_M GGUF file to check (e.g. SmolLM2 re-quantized by llama-quantize: its 576-wide
+rows fall back to Q5_0 / Q8_0, its 1536-wide ffn_down take Q4_K / Q6_K); skipped when unset."""
+
+
+@needs_native_kernels()
+def test_a_real_q4_k_m_file_if_one_is_named() -> None:
+    import os
+
+    path = os.environ.get(Q4_K_M_FILE_ENV)
+    if not path or not Path(path).is_file():
+        pytest.skip(f"set {Q4_K_M_FILE_ENV} to a Q4_K_M GGUF file")
+    model, report = load_gguf_model(path)
+    assert report.requantized == []
+    assert {"q4_k", "q6_k"} <= set(report.formats)
+    ids = torch.tensor([[1, 504, 2365, 5709, 282, 253, 3158, 28, 5376, 314, 6335, 30]])
+    with torch.inference_mode():
+        native = model(ids).logits[0]
+        use_reference(model)
+        reference = model(ids).logits[0]
+    # the int8 activations of every product, over all layers: as for the Q4_1 file (~5%)
+    assert (native - reference).norm() / reference.norm() < 0.1
+    assert torch.equal(native.argmax(-1), reference.argmax(-1))
