@@ -15,13 +15,13 @@ from langchain_ascend.quant import (
     nbytes,
     quantize,
 )
+from langchain_ascend.quant.file_blocks import k_scales_mins
 from langchain_ascend.quant.formats import (
     FILE_FORMATS,
     FORMATS,
     GGML_TYPES,
     X8_FORMATS,
     block_size,
-    k_scales_mins,
     random_blocks,
     rows,
     to_layout,
