@@ -178,3 +178,30 @@ def test_a_real_q4_k_m_file_if_one_is_named() -> None:
     # the int8 activations of every product, over all layers: as for the Q4_1 file (~5%)
     assert (native - reference).norm() / reference.norm() < 0.1
     assert torch.equal(native.argmax(-1), reference.argmax(-1))
+
+
+@needs_native_kernels()
+def test_bf16_engine_runs_the_parts_and_batches_invariantly(files: dict[str, Path]) -> None:
+    from langchain_ascend.engine.core.sampling_params import SamplingParams
+    from langchain_ascend.engine.llm_engine import LLMEngine
+    from langchain_ascend.engine.model_source import resolve_model_source
+
+    path = files["q4_k_m"]
+    folder = resolve_model_source(path, quantization="gguf", cache_dir=path.parent / "cache",
+                                  progress=False).path
+    engine = LLMEngine(folder, device="cpu", dtype="bfloat16", num_blocks=32, block_size=16,
+                       max_num_batched_tokens=128)
+    try:
+        assert engine.driver.runner.hooks.changes["decode_stack"] == 2
+        params = SamplingParams(max_tokens=8, ignore_eos=True)
+        prompt = [5, 17, 300, 4000, 2, 99]
+        solo = engine.generate(prompt, params)
+
+        async def together() -> list:
+            return await asyncio.gather(engine.agenerate([7, 8, 9, 10], params),
+                                        engine.agenerate(prompt, params))
+
+        batched = asyncio.run(together())
+    finally:
+        engine.shutdown()
+    assert list(batched[1].token_ids) == list(solo.token_ids)
