@@ -28,6 +28,12 @@
 #define QK_CAT2(a, b) a##_##b
 #define QK_CAT(a, b) QK_CAT2(a, b)
 #define QK_FN(name) QK_CAT(name, QK_SUFFIX)
+/* Bytes ahead of the current superblock fetched into L1 by the one-weight-row loop: the
+   hardware prefetchers alone left a 4096 x 14336 q4_k product at ~8 GB/s on one Zen 5 core
+   (12-13 with 2048 ahead; 1024 and 4096 less). */
+#ifndef KT_PREFETCH
+#define KT_PREFETCH 2048
+#endif
 
 /* The 8x8 transpose of 4-byte words: r_g word p -> V_p word g. */
 #define KT_TRANSPOSE(r, V)                                                                     \
@@ -144,6 +150,7 @@ static inline __attribute__((always_inline)) void QK_FN(krow)(
     float acc[QROW_BLOCK * 8] __attribute__((aligned(32)));
     for (int64_t s = 0; s < ns; s++) {
         const uint8_t *sb = w_row + s * BYTES;
+        for (int o = 0; o < BYTES; o += 64) _mm_prefetch((const char *)sb + KT_PREFETCH + o, _MM_HINT_T0);
         KT_PREP_VARS()
         QK_FN(kprep)(FMT, sb, KT_PREP_ARGS());
         __m256i V0, V1, V2, V3, V4, V5, V6, V7;
