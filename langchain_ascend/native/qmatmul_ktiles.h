@@ -42,10 +42,10 @@
         const __m256i t2 = _mm256_unpacklo_epi32(r##2, r##3), t3 = _mm256_unpackhi_epi32(r##2, r##3); \
         const __m256i t4 = _mm256_unpacklo_epi32(r##4, r##5), t5 = _mm256_unpackhi_epi32(r##4, r##5); \
         const __m256i t6 = _mm256_unpacklo_epi32(r##6, r##7), t7 = _mm256_unpackhi_epi32(r##6, r##7); \
-        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2); \
-        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3); \
-        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6); \
-        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7); \
+        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);  \
+        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);  \
+        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);  \
+        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);  \
         V##0 = _mm256_permute2x128_si256(u0, u4, 0x20);                                        \
         V##1 = _mm256_permute2x128_si256(u1, u5, 0x20);                                        \
         V##2 = _mm256_permute2x128_si256(u2, u6, 0x20);                                        \
@@ -62,7 +62,7 @@
 #define KT_PREP_ARGS(k) &k##r0, &k##r1, &k##r2, &k##r3, &k##r4, &k##r5, &k##r6, &k##r7, &k##sc, \
                         &k##mn, &k##sc_lo, &k##sc_hi, &k##fd, &k##fmn
 #define KT_PREP_VARS(k) __m256i k##r0, k##r1, k##r2, k##r3, k##r4, k##r5, k##r6, k##r7, k##sc, \
-                        k##mn, k##sc_lo, k##sc_hi;                                              \
+                        k##mn, k##sc_lo, k##sc_hi;                                             \
                         float k##fd, k##fmn;
 /* (outputs through pointers to the caller's variables: after inlining they are registers,
    where gcc 12 keeps an array of vectors in memory) */
@@ -71,25 +71,25 @@ static inline __attribute__((always_inline)) void QK_FN(kprep)(
         __m256i *o4, __m256i *o5, __m256i *o6, __m256i *o7, __m256i *osc, __m256i *omn,
         __m256i *osc_lo, __m256i *osc_hi, float *ofd, float *ofmn) {
     const __m256i low = _mm256_set1_epi8(0x0F);
-        __m256i r0, r1, r2, r3, r4, r5, r6, r7;
+    __m256i r0, r1, r2, r3, r4, r5, r6, r7;
     __m256i sc = _mm256_setzero_si256(), mn = sc, sc_lo = sc, sc_hi = sc;
     float fd, fmn = 0.0f;
     if (FMT == QFMT_Q6_K) {
         fd = half_to_float(sb + 208);
         const __m256i bits = _mm256_set1_epi8(0x30);
 #define KT_SIX(h, g0, g1, g2, g3)                                                              \
-        {                                                                                  \
-            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h));         \
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32));    \
-            const __m256i hq = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));   \
-            g0 = _mm256_or_si256(_mm256_and_si256(a0, low),                                \
-                                 _mm256_and_si256(_mm256_slli_epi16(hq, 4), bits));        \
-            g1 = _mm256_or_si256(_mm256_and_si256(a1, low),                                \
-                                 _mm256_and_si256(_mm256_slli_epi16(hq, 2), bits));        \
-            g2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 4), low),          \
-                                 _mm256_and_si256(hq, bits));                              \
-            g3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 4), low),          \
-                                 _mm256_and_si256(_mm256_srli_epi16(hq, 2), bits));        \
+        {                                                                                      \
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h));             \
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(sb + 64 * h + 32));        \
+            const __m256i hq = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));       \
+            g0 = _mm256_or_si256(_mm256_and_si256(a0, low),                                    \
+                                 _mm256_and_si256(_mm256_slli_epi16(hq, 4), bits));            \
+            g1 = _mm256_or_si256(_mm256_and_si256(a1, low),                                    \
+                                 _mm256_and_si256(_mm256_slli_epi16(hq, 2), bits));            \
+            g2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 4), low),              \
+                                 _mm256_and_si256(hq, bits));                                  \
+            g3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 4), low),              \
+                                 _mm256_and_si256(_mm256_srli_epi16(hq, 2), bits));            \
         }
         KT_SIX(0, r0, r1, r2, r3) KT_SIX(1, r4, r5, r6, r7)
 #undef KT_SIX
@@ -112,10 +112,10 @@ static inline __attribute__((always_inline)) void QK_FN(kprep)(
         mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)(mn_lo4 | (uint64_t)mn_hi4 << 32)));
         const uint8_t *qs = sb + (FMT == QFMT_Q4_K ? 16 : 48);
 #define KT_FOUR(c, j, k)                                                                       \
-        {                                                                                  \
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));          \
-            j = _mm256_and_si256(v, low);                                                  \
-            k = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                            \
+        {                                                                                      \
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));              \
+            j = _mm256_and_si256(v, low);                                                      \
+            k = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);                                \
         }
         KT_FOUR(0, r0, r1) KT_FOUR(1, r2, r3) KT_FOUR(2, r4, r5) KT_FOUR(3, r6, r7)
 #undef KT_FOUR
@@ -292,7 +292,7 @@ static inline __attribute__((always_inline)) void QK_FN(krow2)(
 typedef void (*QK_FN(krow2_fn))(const uint8_t *, int64_t, const KActs *, const float *, float *,
                                 int64_t, int64_t, int64_t, int64_t);
 #define KZ_DEFINE(F)                                                                           \
-    static void QK_FN(krow2_##F)(const uint8_t *w_row, int64_t row_bytes, const KActs *acts,  \
+    static void QK_FN(krow2_##F)(const uint8_t *w_row, int64_t row_bytes, const KActs *acts,   \
                                   const float *bias, float *Y, int64_t y_stride,               \
                                   int64_t m_begin, int64_t M, int64_t n) {                     \
         QK_FN(krow2)(F, w_row, row_bytes, acts, bias, Y, y_stride, m_begin, M, n);             \
