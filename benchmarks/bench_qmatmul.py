@@ -7,6 +7,9 @@ For each weight shape ``(N, K)`` and row count ``M`` it times one product ``(M, 
   stores them (activations quantized to int8 per 32-block inside the call);
 * ``ours q4_0 x8`` ...: the same on the same bytes re-laid by 8 output rows
   (``qmatmul.pack``, what the CPU decode path runs);
+* ``ours q5_0`` / ``ours q5_1`` / ``ours q4_k`` / ``ours q5_k`` / ``ours q6_k``: the formats
+  read from files, run from their blocks (random blocks with small scales,
+  ``quant.formats.random_blocks``: the bytes a file of that type streams);
 * ``int4pack``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with group size 32 (float32
   activations, float32 scales and zeros: the q4_0 / q4_1 weights re-packed for torch);
 * ``int8pack``: ``torch.ops.aten._weight_int8pack_mm`` (per-output-channel int8 scales; torch
@@ -33,8 +36,9 @@ Usage:
     python benchmarks/bench_qmatmul.py --step [--quantizations gguf none] [--rows 1 4 16]
         [--context 256] [--steps 8] [--threads N] [--clock wall|thread]
 
-Prints one table (ms per call, or per step) per shape or mode, and one JSON line with every
-figure.
+Prints one table (ms per call, or per step) per shape or mode, then for the block formats the
+rate their weight bytes stream at (GB/s) per row count, and one JSON line with every figure.
+``--shapes llama`` is Llama-3-8B's products (4096x4096, 1024x4096, 14336x4096, 4096x14336).
 """
 
 from __future__ import annotations
@@ -47,8 +51,11 @@ from typing import Any
 
 SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))
 """SmolLM2-135M's products (N, K): q/o, k/v, gate/up, down, and the tied LM head."""
+LLAMA_8B_SHAPES = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
+"""Llama-3-8B's products (N, K): q/o, k/v, gate/up, down."""
+FILE_METHODS = ("ours q5_0", "ours q5_1", "ours q4_k", "ours q5_k", "ours q6_k")
 METHODS = ("ours q4_0", "ours q4_1", "ours q8_0", "ours q4_0 x8", "ours q4_1 x8", "ours q8_0 x8",
-           "int4pack", "int8pack", "dyn4bit", "f32", "bf16")
+           *FILE_METHODS, "int4pack", "int8pack", "dyn4bit", "f32", "bf16")
 
 
 def best_ms(fn: Callable[[], Any], repeats: int, min_ms: float,
@@ -75,15 +82,21 @@ def products(weight: Any, methods: list[str]) -> dict[str, Callable[[Any], Any]]
 
     from langchain_ascend.native import qmatmul
     from langchain_ascend.quant import dequantize, quantize
-    from langchain_ascend.quant.formats import unpack
+    from langchain_ascend.quant.formats import random_blocks, unpack
 
     n, k = weight.shape
     found: dict[str, Callable[[Any], Any]] = {}
     for fmt in ("q4_0", "q4_1", "q8_0"):
+        if not {f"ours {fmt}", f"ours {fmt} x8"} & set(methods):
+            continue
         qw = quantize(weight, fmt)
         for name, packed in ((f"ours {fmt}", qw), (f"ours {fmt} x8", qmatmul.pack(qw))):
             if name in methods and qmatmul.available():
                 found[name] = lambda x, qw=packed: qmatmul.qmatmul(x, qw)
+    for name in FILE_METHODS:
+        if name in methods and qmatmul.available():
+            qw = random_blocks(name.split()[1], n, k, seed=n + k)
+            found[name] = lambda x, qw=qw: qmatmul.qmatmul(x, qw)
     if "int4pack" in methods:
         qw = quantize(weight, "q4_1")
         q, d, m = unpack(qw)  # (N, B, 32), (N, B), (N, B)
@@ -182,8 +195,11 @@ def main() -> None:
         print(json.dumps({"bench": "qmatmul_step", "threads": torch.get_num_threads(),
                           "clock": args.clock, "context": args.context, "ms": steps}))
         return
+    from langchain_ascend.quant.formats import block_size, bytes_per_block
+
     results: list[dict[str, Any]] = []
-    for shape in args.shapes:
+    shapes = [f"{n}x{k}" for n, k in LLAMA_8B_SHAPES] if args.shapes == ["llama"] else args.shapes
+    for shape in shapes:
         n, k = (int(v) for v in shape.split("x"))
         weight = torch.randn(n, k) * 0.05  # (N, K)
         fns = products(weight, args.methods)
@@ -197,6 +213,15 @@ def main() -> None:
                 results.append({"n": n, "k": k, "rows": rows, "method": method, "ms": ms})
                 cells.append(f"{ms:10.4f}")
             print(f"{method:<14}" + "".join(cells))
+        print(f"{'GB/s':<14}" + "".join(f"{'M=' + str(m):>10}" for m in args.rows))
+        for method in fns:
+            fmt = method.split()[1] if method.startswith("ours ") else None
+            if fmt is None:
+                continue
+            size = n * k // block_size(fmt) * bytes_per_block(fmt)
+            rates = [size / 1e6 / r["ms"] for r in results
+                     if (r["n"], r["k"], r["method"]) == (n, k, method)]
+            print(f"{method:<14}" + "".join(f"{rate:10.1f}" for rate in rates))
     record = {"bench": "qmatmul", "threads": torch.get_num_threads(), "clock": args.clock,
               "kernel": qmatmul.kernel_name() if qmatmul.available() else None,
               "results": results}

@@ -24,8 +24,9 @@
  *
  * Every tensor is float32 (dtype 0) or bfloat16 (dtype 1, each op rounding to bf16 once, as
  * torch does). Each product's weight is either (N/8, K, 8) tiles of the dtype (code 0) or
- * quantized blocks (code 1 + format + 3 * layout: 1..3 q4_0/q4_1/q8_0 in the GGUF layout,
- * 4..6 in the x8 layout, quant/formats.py) multiplied by qmatmul.c as they are, with a
+ * quantized blocks (code 1 + format + 16 * layout: 1..8 q4_0/q4_1/q8_0/q5_0/q5_1/q4_k/q5_k/
+ * q6_k in the GGUF layout, 17..19 q4_0/q4_1/q8_0 in the x8 layout, quant/formats.py)
+ * multiplied by qmatmul.c as they are, with a
  * float32 bias; a bf16 model rounds that product's float32 output to bf16 once -- what the
  * per-op path's QuantizedLinear computes. h is updated in place.
  */
@@ -46,9 +47,11 @@ typedef struct {
     void *kv_cache;                       /* (2, KVH, NB, BS, Dh) */
     double eps1, eps2, head_eps, scale;
     int64_t window;                       /* 0: none */
-    /* Per product: 0 tiles (above) of the dtype; 1 + qmatmul format (0 q4_0, 1 q4_1, 2 q8_0)
-       + 3 * layout (0 GGUF, 1 x8), the pointer then holding the (N, K/32 * block bytes)
-       blocks and the bias pointer a float32 bias. */
+    /* Per product: 0 tiles (above) of the dtype; 1 + qmatmul format (0 q4_0, 1 q4_1, 2 q8_0,
+       3 q5_0, 4 q5_1, 5 q4_k, 6 q5_k, 7 q6_k) + 16 * layout (0 GGUF, 1 x8), the pointer then
+       holding the (N, K/block values * block bytes) blocks and the bias pointer a float32
+       bias; 255: output rows in parts of different formats (a fused q/k/v whose v is
+       Q6_K...), the pointer holding their table (product()). */
     int32_t qkv_fmt, o_fmt, gu_fmt, down_fmt;
     int32_t q_variant;                    /* qmatmul's instruction-set variant */
 } DecodeLayer;
@@ -124,7 +127,10 @@ static int norm(int dtype, const void *x, const void *w, void *out, int64_t N, i
                       : rms_norm_bf16(x, w, out, N, H, H, (float)eps);
 }
 
-/* y (M, N) = x (M, K) @ W^T [+ bias] from tiles (code 0) or blocks (code 1 + format + 3 layout).
+#define PRODUCT_PARTS 255  /* a product of quantized parts in different formats (product()) */
+
+/* y (M, N) = x (M, K) @ W^T [+ bias] from tiles (code 0), blocks (code 1 + format + 16 layout)
+   or parts (PRODUCT_PARTS: the weight pointer holds their table).
    Returns 0, 1 (out of memory) or 2 (bad shapes or arguments). */
 static int product(int dtype, int code, int variant, const void *weight, const void *x,
                    const void *bias, void *y, int64_t N, int64_t K, int64_t M, int threads) {
@@ -133,8 +139,29 @@ static int product(int dtype, int code, int variant, const void *weight, const v
                           : matvec_tiles_rows_bf16(weight, x, bias, y, N, K, M, threads);
     float *out = dtype == 0 ? y : malloc((size_t)(M * N) * sizeof(float));
     if (!out) return 1;
-    int st = qmatmul((code - 1) % 3, (code - 1) / 3, variant, weight, N, K, x, dtype, K, M, bias,
-                     out, threads);
+    int st = 0;
+    if (code == PRODUCT_PARTS) {
+        /* weight: int64 {n, then per part: code, rows, blocks, float32 bias or 0}; the parts'
+           outputs side by side in y's rows */
+        const int64_t *table = weight;
+        int64_t col = 0;
+        for (int64_t i = 0; i < table[0] && !st; i++) {
+            const int64_t *part = table + 1 + 4 * i;
+            const int c = (int)part[0];
+            if (c <= 0 || c == PRODUCT_PARTS || col + part[1] > N) {
+                st = 2;
+                break;
+            }
+            st = qmatmul_into((c - 1) % 16, (c - 1) / 16, variant, (const uint8_t *)part[2],
+                              part[1], K, x, dtype, K, M, (const float *)part[3], out + col, N,
+                              threads);
+            col += part[1];
+        }
+        if (!st && col != N) st = 2;
+    } else {
+        st = qmatmul((code - 1) % 16, (code - 1) / 16, variant, weight, N, K, x, dtype, K, M,
+                     bias, out, threads);
+    }
     if (dtype == 1) {
         if (!st) {
             uint16_t *yb = y;

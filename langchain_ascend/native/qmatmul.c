@@ -46,10 +46,19 @@
 #define QGROUP 16       /* output rows per parallel work item */
 #define QROW_BLOCK 64   /* activation rows quantized and multiplied at a time */
 
-enum { QFMT_Q4_0 = 0, QFMT_Q4_1 = 1, QFMT_Q8_0 = 2 };
+enum { QFMT_Q4_0 = 0, QFMT_Q4_1 = 1, QFMT_Q8_0 = 2, QFMT_Q5_0 = 3, QFMT_Q5_1 = 4, QFMT_Q4_K = 5,
+       QFMT_Q5_K = 6, QFMT_Q6_K = 7 };
+#define QFMT_COUNT 8
+#define QK_SUPER 256    /* weights per K-quant superblock */
 enum { QVAR_SCALAR = 0, QVAR_AVX2 = 1, QVAR_AVXVNNI = 2, QVAR_AVX512VNNI = 3 };
 
-static int qblock_bytes(int fmt) { return fmt == QFMT_Q4_0 ? 18 : fmt == QFMT_Q4_1 ? 20 : 34; }
+static int qblock_bytes(int fmt) {
+    static const int bytes[QFMT_COUNT] = {18, 20, 34, 22, 24, 144, 176, 210};
+    return bytes[fmt];
+}
+static int qblock_values(int fmt) { return fmt >= QFMT_Q4_K ? QK_SUPER : QBLOCK; }
+static int is_kquant(int fmt) { return fmt >= QFMT_Q4_K; }
+static int has_min(int fmt) { return fmt == QFMT_Q4_1 || fmt == QFMT_Q5_1; }
 
 /* Quantized activations of a block of `rows` rows, block-major: block b of row m (m < rows) at
    index at = b * rows + m (q: 32 bytes at q + 32 * at), so one block of every row is contiguous. */
@@ -62,6 +71,21 @@ typedef struct {
     const int32_t *noff;  /* (nb, rows) -8 * sum(q_a) (q4_0) or -128 * sum(q_a) (q8_0) */
     int64_t K, nb, rows;
 } QActs;
+
+/* Quantized activations for the K-quant products (qmatmul_ktiles.h), superblock-major (the
+   rows of one superblock s together, so a weight superblock meets every row in one stream):
+   row m's 8 blocks of superblock s at index ks_at = s * rows + m; q: 256 bytes at ks_at * 256
+   transposed by 4-byte words (input 4p + i of group g at byte 32 p + 4 g + i); d and sums: 8
+   at ks_at * 8; bs32 (q6_k): 16 at ks_at * 16, 32 * the sums of q_a over inputs 0..15 of
+   groups 0..7, then over inputs 16..31. */
+typedef struct {
+    const int8_t *q;       /* (ns, rows, 8 words p, 8 groups, 4) */
+    const float *d;        /* (ns, rows, 8) d_a */
+    const int32_t *sums;   /* (ns, rows, 8) sum of q_a */
+    const int32_t *bs32;   /* (ns, rows, 16) */
+    int64_t nb, rows;
+} KActs;
+static inline int64_t ks_at(const KActs *acts, int64_t m, int64_t s) { return s * acts->rows + m; }
 
 static inline int64_t qa_at(const QActs *acts, int64_t m, int64_t b) { return b * acts->rows + m; }
 static inline const int8_t *qa_q(const QActs *acts, int64_t m, int64_t b) {
@@ -85,6 +109,27 @@ static inline __m256i unpack_nibbles(const uint8_t *p) {
     __m128i v = _mm_loadu_si128((const __m128i *)p);
     const __m128i low = _mm_set1_epi8(0x0F);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
+}
+
+/* q5_0 / q5_1 weights: qh (uint32 little-endian) then 16 bytes of nibbles -> 32 bytes, element
+   e = its nibble | bit e of qh << 4. */
+static inline __m256i unpack_five(const uint8_t *p) {
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread);
+    x = _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
+    return _mm256_or_si256(unpack_nibbles(p + 4), _mm256_and_si256(x, _mm256_set1_epi8(0x10)));
+}
+
+/* The weight e (0..31) of a q5 block's values p (qh, then nibbles). */
+static inline int32_t five_weight(const uint8_t *p, int e) {
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    int32_t nib = e < 16 ? (p[4 + e] & 0x0F) : (p[4 + e - 16] >> 4);
+    return nib | (int32_t)((qh >> e) & 1) << 4;
 }
 
 /* ---- activations ------------------------------------------------------------------------ */
@@ -128,10 +173,12 @@ static void quantize_row(const void *x, int dtype, int64_t K, int fmt, int8_t *q
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
         const int32_t total = _mm_cvtsi128_si32(t);
         sums[o] = total;
-        if (fmt == QFMT_Q4_1) s[o] = db * (float)total;
-        if (noff && fmt != QFMT_Q4_1) noff[o] = (fmt == QFMT_Q4_0 ? -8 : -128) * total;
-        if (fmt == QFMT_Q4_0 && corr)
-            _mm256_storeu_si256((__m256i *)(corr + o * 8), _mm256_slli_epi32(lanes, 3));
+        if (has_min(fmt)) s[o] = db * (float)total;
+        if (noff && (fmt == QFMT_Q4_0 || fmt == QFMT_Q8_0))
+            noff[o] = (fmt == QFMT_Q4_0 ? -8 : -128) * total;
+        if ((fmt == QFMT_Q4_0 || fmt == QFMT_Q5_0) && corr)
+            _mm256_storeu_si256((__m256i *)(corr + o * 8),
+                                _mm256_slli_epi32(lanes, fmt == QFMT_Q4_0 ? 3 : 4));
     }
 }
 
@@ -162,10 +209,11 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
         }
         d[o] = db;
         sums[o] = total;
-        if (fmt == QFMT_Q4_1) s[o] = db * (float)total;
-        if (noff && fmt != QFMT_Q4_1) noff[o] = (fmt == QFMT_Q4_0 ? -8 : -128) * total;
-        if (fmt == QFMT_Q4_0 && corr)
-            for (int j = 0; j < 8; j++) corr[o * 8 + j] = 8 * lanes[j];
+        if (has_min(fmt)) s[o] = db * (float)total;
+        if (noff && (fmt == QFMT_Q4_0 || fmt == QFMT_Q8_0))
+            noff[o] = (fmt == QFMT_Q4_0 ? -8 : -128) * total;
+        if ((fmt == QFMT_Q4_0 || fmt == QFMT_Q5_0) && corr)
+            for (int j = 0; j < 8; j++) corr[o * 8 + j] = (fmt == QFMT_Q4_0 ? 8 : 16) * lanes[j];
     }
 }
 
@@ -186,6 +234,7 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 #define QK_Q4_FINISH(acc) _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
 #define QK_Q8_ACC(acc, uw, w, a) _mm256_add_epi32(acc, QK_DOT(uw, _mm256_sign_epi8(a, w)))
 #include "qmatmul_tiles.h"
+#include "qmatmul_ktiles.h"
 #undef QK_SUFFIX
 #undef QK_VNNI
 #undef QK_DPBUSD
@@ -208,6 +257,7 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 #define QK_Q4_FINISH(acc) (acc)
 #define QK_Q8_ACC(acc, uw, w, a) _mm256_dpbusd_avx_epi32(acc, uw, _mm256_sign_epi8(a, w))
 #include "qmatmul_tiles.h"
+#include "qmatmul_ktiles.h"
 #undef QK_SUFFIX
 #undef QK_VNNI
 #undef QK_DPBUSD
@@ -236,6 +286,7 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 #define QK_Q4_FINISH(acc) (acc)
 #define QK_Q8_ACC(acc, uw, w, a) _mm256_dpbusd_epi32(acc, uw, _mm256_sign_epi8(a, w))
 #include "qmatmul_tiles.h"
+#include "qmatmul_ktiles.h"
 #undef QK_SUFFIX
 #undef QK_VNNI
 #undef QK_ZMM
@@ -256,7 +307,7 @@ static void quantize_row_scalar(const void *x, int dtype, int64_t K, int fmt, in
 static void qgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const QActs *acts,
                           const float *bias, float *Y, int64_t N, int64_t m_begin,
                           int64_t m_end, int64_t n0, int64_t count) {
-    const int bytes = qblock_bytes(fmt), header = fmt == QFMT_Q4_1 ? 4 : 2;
+    const int bytes = qblock_bytes(fmt), header = has_min(fmt) ? 4 : 2;
     const int64_t nb = acts->nb;
     for (int64_t n = n0; n < n0 + count; n++) {
         for (int64_t m = m_begin; m < m_end; m++) {
@@ -272,13 +323,15 @@ static void qgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const QA
                         int32_t w;
                         if (fmt == QFMT_Q8_0)
                             w = (int8_t)blk[2 + e];
+                        else if (fmt == QFMT_Q5_0 || fmt == QFMT_Q5_1)
+                            w = five_weight(blk + header, e);
                         else
                             w = e < 16 ? (blk[header + e] & 0x0F) : (blk[header + e - 16] >> 4);
                         lane += w * a[e];
                     }
-                    if (fmt == QFMT_Q4_0) lane -= acts->corr[at * 8 + j];
+                    if (fmt == QFMT_Q4_0 || fmt == QFMT_Q5_0) lane -= acts->corr[at * 8 + j];
                     acc[j] = fmaf((float)lane, scale, acc[j]);
-                    if (fmt == QFMT_Q4_1)
+                    if (has_min(fmt))
                         acc[j] = fmaf(j == 0 ? half_to_float(blk + 2) : 0.0f, acts->s[at], acc[j]);
                 }
             }
@@ -331,6 +384,157 @@ static void qgroup8_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const Q
 typedef void (*qgroup_fn)(int, const uint8_t *, int64_t, const QActs *, const float *, float *,
                           int64_t, int64_t, int64_t, int64_t, int64_t);
 
+/* The weight e (0..31) of 32-group g of a K-quant superblock sb, and (q4_k / q5_k) the
+   group's 6-bit scale and min. */
+static int32_t k_weight(int fmt, const uint8_t *sb, int g, int e) {
+    if (fmt == QFMT_Q6_K) {
+        const int h = g / 4, k = g % 4;
+        const uint8_t l = sb[64 * h + 32 * (k % 2) + e], hb = sb[128 + 32 * h + e];
+        return ((k < 2 ? l & 0x0F : l >> 4) | ((hb >> (2 * k)) & 3) << 4);
+    }
+    const uint8_t *qs = sb + (fmt == QFMT_Q4_K ? 16 : 48);
+    const uint8_t byte = qs[32 * (g / 2) + e];
+    int32_t q = g % 2 ? byte >> 4 : byte & 0x0F;
+    if (fmt == QFMT_Q5_K) q |= ((sb[16 + e] >> g) & 1) << 4;
+    return q;
+}
+static void k_scale_min(const uint8_t *sb, int g, int32_t *sc, int32_t *mn) {
+    const uint8_t *p = sb + 4;
+    if (g < 4) {
+        *sc = p[g] & 63;
+        *mn = p[g + 4] & 63;
+    } else {
+        *sc = (p[g + 4] & 0x0F) | ((p[g - 4] >> 6) << 4);
+        *mn = (p[g + 4] >> 4) | ((p[g] >> 6) << 4);
+    }
+}
+
+/* The scalar path of the K-quants: the integers of qmatmul_ktiles.h, and its float operations
+   lane by lane in the same order. */
+static void kgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const KActs *acts,
+                          const float *bias, float *Y, int64_t y_stride, int64_t m_begin,
+                          int64_t m_end, int64_t n0, int64_t count) {
+    const int bytes = qblock_bytes(fmt);
+    const int64_t nb = acts->nb, ns = nb / 8;
+    for (int64_t n = n0; n < n0 + count; n++) {
+        for (int64_t m = m_begin; m < m_end; m++) {
+            float acc[8] = {0};
+            for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = W + n * row_bytes + s * bytes;
+                const float fd = half_to_float(fmt == QFMT_Q6_K ? sb + 208 : sb);
+                const float fmn = fmt == QFMT_Q6_K ? 0.0f : -half_to_float(sb + 2);
+                for (int g = 0; g < 8; g++) {
+                    const int64_t at = ks_at(acts, m, s) * 8 + g;
+                    const int8_t *super = acts->q + ks_at(acts, m, s) * QK_SUPER;
+                    int8_t a[QBLOCK];
+                    for (int e = 0; e < QBLOCK; e++) a[e] = super[32 * (e / 4) + 4 * g + e % 4];
+                    int32_t I, sc = 0, mn = 0;
+                    if (fmt == QFMT_Q6_K) {
+                        int32_t half[2] = {0, 0}, asum[2] = {0, 0};
+                        for (int e = 0; e < QBLOCK; e++) {
+                            half[e / 16] += k_weight(fmt, sb, g, e) * a[e];
+                            asum[e / 16] += a[e];
+                        }
+                        const int8_t *scales = (const int8_t *)(sb + 192);
+                        I = scales[2 * g] * (half[0] - 32 * asum[0])
+                            + scales[2 * g + 1] * (half[1] - 32 * asum[1]);
+                    } else {
+                        int32_t dot = 0;
+                        for (int e = 0; e < QBLOCK; e++) dot += k_weight(fmt, sb, g, e) * a[e];
+                        k_scale_min(sb, g, &sc, &mn);
+                        I = sc * dot;
+                    }
+                    const float da = acts->d[at];
+                    acc[g] = fmaf((float)I, fd * da, acc[g]);
+                    if (fmt != QFMT_Q6_K)
+                        acc[g] = fmaf((float)(mn * acts->sums[at]), fmn * da, acc[g]);
+                }
+            }
+            float h[4], v;
+            for (int j = 0; j < 4; j++) h[j] = acc[j] + acc[j + 4];
+            v = (h[0] + h[2]) + (h[1] + h[3]);
+            if (bias) v += bias[n];
+            Y[m * y_stride + n] = v;
+        }
+    }
+}
+
+typedef void (*kgroup_fn)(int, const uint8_t *, int64_t, const KActs *, const float *, float *,
+                          int64_t, int64_t, int64_t, int64_t, int64_t);
+
+/* The K-quant activations of row m of x (KActs): qmatmul's blocks of 32, quantized into the
+   row's staging (q K bytes, d and sums nb values, row-major), then laid superblock-major. */
+static void quantize_row_k(const void *x, int dtype, int64_t K, int fmt, int variant,
+                           const KActs *acts, int64_t m, int8_t *stage_q, float *stage_d,
+                           int32_t *stage_sums) {
+    if (variant == QVAR_SCALAR)
+        quantize_row_scalar(x, dtype, K, fmt, stage_q, stage_d, NULL, NULL, stage_sums, NULL, 1);
+    else
+        quantize_row(x, dtype, K, fmt, stage_q, stage_d, NULL, NULL, stage_sums, NULL, 1);
+    for (int64_t s = 0; s < K / QK_SUPER; s++) {
+        const int64_t at = ks_at(acts, m, s);
+        const int8_t *super = stage_q + s * QK_SUPER;
+        if (fmt == QFMT_Q6_K)
+            for (int i = 0; i < 16; i++) {  /* half i / 8 of group i % 8 */
+                const int8_t *a = super + 32 * (i % 8) + 16 * (i / 8);
+                int32_t total = 0;
+                for (int e = 0; e < 16; e++) total += a[e];
+                ((int32_t *)acts->bs32)[at * 16 + i] = 32 * total;
+            }
+        int8_t *words = (int8_t *)acts->q + at * QK_SUPER;
+        for (int g = 0; g < 8; g++)
+            for (int p = 0; p < 8; p++) memcpy(words + 32 * p + 4 * g, super + 32 * g + 4 * p, 4);
+        memcpy((float *)acts->d + at * 8, stage_d + 8 * s, 8 * sizeof(float));
+        memcpy((int32_t *)acts->sums + at * 8, stage_sums + 8 * s, 8 * sizeof(int32_t));
+    }
+}
+
+/* The K-quant product (qmatmul's contract, output row stride y_stride). */
+static int qmatmul_k(int fmt, int variant, const uint8_t *W, int64_t N, int64_t K, const void *X,
+                     int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y,
+                     int64_t y_stride, int threads) {
+    static const kgroup_fn groups[4] = {kgroup_scalar, kgroup_avx2, kgroup_avxvnni,
+                                        kgroup_avx512vnni};
+    const kgroup_fn group = groups[variant];
+    const int64_t nb = K / QBLOCK, ns = K / QK_SUPER, row_bytes = ns * qblock_bytes(fmt);
+    const int64_t block_rows = M < QROW_BLOCK ? M : QROW_BLOCK;
+    /* scratch: q (block_rows, K) int8, d and sums (block_rows, nb), bs32 (block_rows, ns, 16)
+       (KActs), then the rows' staging: q, d, sums again, row-major */
+    const size_t q_bytes = (size_t)(block_rows * K), v_bytes = (size_t)(block_rows * nb) * 4;
+    const size_t bs_at = (q_bytes + 2 * v_bytes + 63) / 64 * 64;
+    const size_t bs_bytes = fmt == QFMT_Q6_K ? (size_t)(block_rows * ns * 16) * 4 : 0;
+    const size_t stage_at = (bs_at + bs_bytes + 63) / 64 * 64;
+    char *scratch = aligned_alloc(64, (stage_at + q_bytes + 2 * v_bytes + 63) / 64 * 64);
+    if (!scratch) return 3;
+    int8_t *stage_q = (int8_t *)(scratch + stage_at);
+    float *stage_d = (float *)(scratch + stage_at + q_bytes);
+    int32_t *stage_sums = (int32_t *)(scratch + stage_at + q_bytes + v_bytes);
+    const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
+    const size_t el = dtype == 0 ? 4 : 2;
+    #pragma omp parallel num_threads(threads)
+    {
+        for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
+            const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
+            const KActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
+                                (const int32_t *)(scratch + q_bytes + v_bytes),
+                                (const int32_t *)(scratch + bs_at), nb, rows};
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; r++)
+                quantize_row_k((const char *)X + el * (size_t)((r0 + r) * x_stride), dtype, K, fmt,
+                               variant, &acts, r, stage_q + r * K, stage_d + r * nb,
+                               stage_sums + r * nb);
+            #pragma omp for schedule(static)
+            for (int64_t g = 0; g < groups_n; g++) {
+                int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
+                group(fmt, W, row_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
+                      count);
+            }
+        }
+    }
+    free(scratch);
+    return 0;
+}
+
 /* Whether this CPU runs `variant` (0..3); the caller picks it from /proc/cpuinfo, this is
    the guard against an illegal instruction. */
 int qmatmul_supported(int variant) {
@@ -347,17 +551,21 @@ int qmatmul_supported(int variant) {
 }
 
 /* Y (M, N) float32 = X (M, K) @ W^T [+ bias (N) float32] for W (N, K) in format fmt (0 q4_0,
-   1 q4_1, 2 q8_0) as blocks of layout 0 (GGUF) or 1 (x8, N % 8 == 0); X float32 (dtype 0)
-   or bfloat16 (1), row stride x_stride elements; Y row stride N. */
-int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
-            const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y,
-            int threads) {
-    if (fmt < 0 || fmt > 2 || variant < 0 || variant > 3 || (dtype != 0 && dtype != 1)
-        || (layout != 0 && layout != 1))
+   1 q4_1, 2 q8_0, 3 q5_0, 4 q5_1, 5 q4_k, 6 q5_k, 7 q6_k) as blocks of layout 0 (GGUF) or 1
+   (x8, formats 0..2, N % 8 == 0); X float32 (dtype 0) or bfloat16 (1), row stride x_stride
+   elements; Y row stride y_stride (>= N). */
+int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
+                 const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias,
+                 float *Y, int64_t y_stride, int threads) {
+    if (fmt < 0 || fmt >= QFMT_COUNT || variant < 0 || variant > 3 || (dtype != 0 && dtype != 1)
+        || (layout != 0 && layout != 1) || (layout == 1 && fmt > QFMT_Q8_0))
         return 4;
-    if (N < 1 || M < 1 || K < QBLOCK || K % QBLOCK || x_stride < K || (layout == 1 && N % 8))
+    if (N < 1 || M < 1 || K < qblock_values(fmt) || K % qblock_values(fmt) || x_stride < K
+        || y_stride < N || (layout == 1 && N % 8))
         return 2;
     if (!qmatmul_supported(variant)) return 5;
+    if (is_kquant(fmt))
+        return qmatmul_k(fmt, variant, W, N, K, X, dtype, x_stride, M, bias, Y, y_stride, threads);
     static const qgroup_fn groups[2][4] = {
         {qgroup_scalar, qgroup_avx2, qgroup_avxvnni, qgroup_avx512vnni},
         {qgroup8_scalar, qgroup8_avx2, qgroup8_avxvnni, qgroup8_avx512vnni}};
@@ -368,7 +576,7 @@ int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64
        (nb, block_rows) 4 bytes each, corr (nb, block_rows, 8) int32 for the q4_0 GGUF-layout
        kernel */
     size_t q_bytes = (size_t)(block_rows * K), ds_bytes = (size_t)(block_rows * nb) * sizeof(float);
-    size_t corr_bytes = fmt == QFMT_Q4_0 && layout == 0
+    size_t corr_bytes = (fmt == QFMT_Q4_0 || fmt == QFMT_Q5_0) && layout == 0
                             ? (size_t)(block_rows * nb * 8) * sizeof(int32_t) : 0;
     char *scratch = aligned_alloc(64, (q_bytes + 4 * ds_bytes + corr_bytes + 127) / 64 * 64);
     if (!scratch) return 3;
@@ -402,7 +610,8 @@ int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64
             for (int64_t g = 0; g < groups_n; g++) {
                 int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
                 /* (N % 8 == 0 in layout 1, so count stays a multiple of 8) */
-                group(fmt, W, row_bytes, &acts, bias, Y + r0 * N, N, 0, rows, n0, count);
+                group(fmt, W, row_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
+                      count);
             }
         }
     }
@@ -410,11 +619,18 @@ int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64
     return 0;
 }
 
+/* qmatmul_into with the output rows packed (y_stride N). */
+int qmatmul(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
+            const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y,
+            int threads) {
+    return qmatmul_into(fmt, layout, variant, W, N, K, X, dtype, x_stride, M, bias, Y, N, threads);
+}
+
 /* Just step 1, for tests: X (M, K) quantized as qmatmul does (q (M, K) int8, d and s (M, nb),
    corr (M, nb, 8), sums (M, nb)), by `variant`'s quantizer (0 scalar, else AVX2). */
 int qmatmul_quantize_rows(int fmt, int variant, const void *X, int dtype, int64_t M, int64_t K,
                           int8_t *q, float *d, float *s, int32_t *corr, int32_t *sums) {
-    if (fmt < 0 || fmt > 2 || (dtype != 0 && dtype != 1)) return 4;
+    if (fmt < 0 || fmt >= QFMT_COUNT || (dtype != 0 && dtype != 1)) return 4;
     if (M < 1 || K < QBLOCK || K % QBLOCK) return 2;
     const int64_t nb = K / QBLOCK;
     const size_t el = dtype == 0 ? 4 : 2;

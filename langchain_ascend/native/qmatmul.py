@@ -1,4 +1,4 @@
-"""Products with quantized weights (GGUF ``q4_0`` / ``q4_1`` / ``q8_0`` blocks) on the CPU.
+"""Products with quantized weights (GGUF blocks, every ``quant.formats`` format) on the CPU.
 
 :func:`qmatmul` computes ``x (M, K) @ W^T [+ bias]`` -> ``(M, N)`` float32 from a
 :class:`~langchain_ascend.quant.formats.QuantizedWeight` as it is (``qmatmul.c``): each row of
@@ -18,6 +18,14 @@ greedy output is the same batched or solo. The variant is chosen once from the C
 without it); where the library is not built, :func:`qmatmul` runs :func:`reference_qmatmul`,
 the same arithmetic in torch (equal up to the order of float sums), so every host computes
 the same thing.
+
+The formats read from files (``quant.formats.FILE_FORMATS``) run in the file's layout: ``q5_0``
+/ ``q5_1`` as ``q4_0`` / ``q4_1`` with a fifth bit, the K-quants ``q4_k`` / ``q5_k`` / ``q6_k``
+per superblock of 256 weights against the same int8 activation blocks of 32 (llama.cpp
+quantizes K-quant activations per 256 instead, ``Q8_K``; per 32 keeps each block's own scale,
+and costs nothing at batch 1, where the weights' bytes bound the product): per 32-weight group
+the exact integer dot product times the group's integer scale, the float32 scales applied per
+group in 8 lanes (``qmatmul_ktiles.h``).
 """
 
 from __future__ import annotations
@@ -31,8 +39,11 @@ from langchain_ascend.errors import QuantizationError
 from langchain_ascend.native import build
 from langchain_ascend.quant.formats import (
     BLOCK_SIZE,
+    FILE_FORMATS,
+    X8_FORMATS,
     QuantizedWeight,
     check_format,
+    dequantize,
     to_layout,
     unpack,
 )
@@ -41,7 +52,8 @@ if TYPE_CHECKING:
     import torch
 
 KERNEL = "qmatmul"
-FORMAT_CODES = {"q4_0": 0, "q4_1": 1, "q8_0": 2}
+FORMAT_CODES = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q5_1": 4, "q4_k": 5, "q5_k": 6,
+                "q6_k": 7}
 """The kernel's format argument."""
 LAYOUT_CODES = {"gguf": 0, "x8": 1}
 """The kernel's layout argument (``quant.formats.LAYOUTS``)."""
@@ -182,9 +194,10 @@ def qmatmul(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = No
 
 
 def pack(qw: QuantizedWeight) -> QuantizedWeight:
-    """``qw`` in the faster ``"x8"`` layout where it can be (``out_features % 8 == 0``), else
-    ``qw`` itself (pure function; the same bytes re-laid, ``quant.formats.to_layout``)."""
-    if qw.layout == "x8" or qw.out_features % 8:
+    """``qw`` in the faster ``"x8"`` layout where it can be (``quant.formats.X8_FORMATS``,
+    ``out_features % 8 == 0``), else ``qw`` itself (pure function; the same bytes re-laid,
+    ``quant.formats.to_layout``)."""
+    if qw.layout == "x8" or qw.out_features % 8 or qw.fmt not in X8_FORMATS:
         return qw
     return to_layout(qw, "x8")
 
@@ -216,6 +229,12 @@ def reference_qmatmul(x: torch.Tensor, qw: QuantizedWeight,
 
     _check(x, qw, bias, None)
     q_a, d_a = quantize_activations(x)  # (M, B, 32), (M, B)
+    if qw.fmt in FILE_FORMATS:
+        # The same int8 activations times the de-quantized weight (its values are the
+        # kernel's scale times integer up to one float32 rounding), the sums in float64.
+        x_hat = (q_a.to(torch.float64) * d_a.to(torch.float64)[..., None]).flatten(1)  # (M, K)
+        out = (x_hat @ dequantize(qw).to(torch.float64).t()).to(torch.float32)  # (M, N)
+        return out if bias is None else out + bias.to(torch.float32)
     q_w, d_w, m_w = unpack(qw)  # (N, B, 32), (N, B), (N, B)
     if qw.fmt == "q4_0":
         q_w = q_w - 8

@@ -7,17 +7,20 @@
  * under a target pragma for the VNNI variants. Every variant computes the same integers and
  * the same float operations in the same order, so their results are equal bit for bit.
  *
- * Layout "gguf" (the file's): a tile is R activation rows (1..4) times T weight rows (1, 2 or
- * 4); its R*T accumulators
+ * Layout "gguf" (the file's; q4_0, q4_1, q8_0, q5_0, q5_1 -- the K-quants are
+ * qmatmul_ktiles.h's): a tile is R activation rows (1..4) times T weight rows (1, 2 or 4);
+ * its R*T accumulators
  * are named variables (an array of vectors is kept in memory by gcc 12, see matvec.c).
  * Per block b of 32 inputs, for each weight row t: the 32 weights as bytes (q4: the nibbles
  * unpacked, low nibbles = elements 0..15 in the low half, high = 16..31 in the high half;
- * q8: as stored) and the block's scale (and min); for each row r and weight row t:
+ * q5: the same nibbles | the fifth bits << 4; q8: as stored) and the block's scale (and
+ * min); for each row r and weight row t:
  *
  *   i     = QK_DOT(w, a)          (q8_0: QK_DOT(|a|, sign(w, a)), the sign trick)
  *   q4_0: i -= 8 * (the activation's 4-element sums)  -- (q - 8) * a, exactly
+ *   q5_0: i -= 16 * (the same sums)                    -- (q - 16) * a
  *   acc   = fma(float(i), d_w * d_a, acc)
- *   q4_1: acc = fma([m_w, 0, ..., 0], s_a, acc)        -- the min term, in lane 0 only
+ *   q4_1, q5_1: acc = fma([m_w, 0, ..., 0], s_a, acc)  -- the min term, in lane 0 only
  *
  * and after the last block the output is hsum(acc) [+ bias].
  *
@@ -60,9 +63,9 @@
 #define QT_STEP(r, t)                                                                          \
     if (R > r && T > t) {                                                                      \
         __m256i i = FMT == QFMT_Q8_0 ? QK_DOT(ua, _mm256_sign_epi8(w##t, a)) : QK_DOT(w##t, a); \
-        if (FMT == QFMT_Q4_0) i = _mm256_sub_epi32(i, corr);                                   \
+        if (FMT == QFMT_Q4_0 || FMT == QFMT_Q5_0) i = _mm256_sub_epi32(i, corr);               \
         c##r##t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(dw##t, da), c##r##t);   \
-        if (FMT == QFMT_Q4_1) c##r##t = _mm256_fmadd_ps(mw##t, sa, c##r##t);                   \
+        if (FMT == QFMT_Q4_1 || FMT == QFMT_Q5_1) c##r##t = _mm256_fmadd_ps(mw##t, sa, c##r##t); \
     }
 #define QT_ROW(r)                                                                              \
     if (R > r) {                                                                               \
@@ -72,8 +75,9 @@
         __m256i ua = _mm256_setzero_si256(), corr = _mm256_setzero_si256();                    \
         __m256 sa = _mm256_setzero_ps();                                                       \
         if (FMT == QFMT_Q8_0) ua = _mm256_abs_epi8(a);                                         \
-        if (FMT == QFMT_Q4_0) corr = _mm256_loadu_si256((const __m256i *)(acts->corr + at * 8)); \
-        if (FMT == QFMT_Q4_1) sa = _mm256_broadcast_ss(acts->s + at);                          \
+        if (FMT == QFMT_Q4_0 || FMT == QFMT_Q5_0)                                              \
+            corr = _mm256_loadu_si256((const __m256i *)(acts->corr + at * 8));                 \
+        if (FMT == QFMT_Q4_1 || FMT == QFMT_Q5_1) sa = _mm256_broadcast_ss(acts->s + at);      \
         QT_ALL(r, QT_STEP)                                                                     \
     }
 /* Weight row t of block b: its bytes, its scale broadcast, its min in lane 0 (q4_1). */
@@ -83,9 +87,10 @@
     if (T > t) {                                                                               \
         const uint8_t *blk = W + (n0 + t) * row_bytes + b * BYTES;                             \
         w##t = FMT == QFMT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2))                \
-                                : unpack_nibbles(blk + HEADER);                                \
+               : FMT == QFMT_Q5_0 || FMT == QFMT_Q5_1 ? unpack_five(blk + HEADER)              \
+                                                      : unpack_nibbles(blk + HEADER);          \
         dw##t = _mm256_set1_ps(half_to_float(blk));                                            \
-        if (FMT == QFMT_Q4_1)                                                                  \
+        if (FMT == QFMT_Q4_1 || FMT == QFMT_Q5_1)                                              \
             mw##t = _mm256_zextps128_ps256(_mm_set_ss(half_to_float(blk + 2)));                \
     }
 #define QT_STORE(r, t)                                                                         \
@@ -101,8 +106,9 @@ static inline __attribute__((always_inline)) void QK_FN(qtile)(
         const uint8_t *W, int64_t row_bytes, const QActs *acts, const float *bias, float *Y,
         int64_t N, int64_t m0, int64_t n0, const int FMT, const int R, const int T) {
     const int64_t nb = acts->nb;
-    const int BYTES = FMT == QFMT_Q4_0 ? 18 : FMT == QFMT_Q4_1 ? 20 : 34;
-    const int HEADER = FMT == QFMT_Q4_1 ? 4 : 2;
+    const int BYTES = FMT == QFMT_Q4_0 ? 18 : FMT == QFMT_Q4_1 ? 20 : FMT == QFMT_Q8_0 ? 34
+                      : FMT == QFMT_Q5_0 ? 22 : 24;
+    const int HEADER = FMT == QFMT_Q4_1 || FMT == QFMT_Q5_1 ? 4 : 2;
     QT_FOR_ROWS(QT_ACC)
     QT_FOR_ROWS(QT_ROW_INIT)
     for (int64_t b = 0; b < nb; b++) {
@@ -125,7 +131,7 @@ typedef void (*QK_FN(qtile_fn))(const uint8_t *, int64_t, const QActs *, const f
     QT_DEFINE(F, 1, 1) QT_DEFINE(F, 2, 1) QT_DEFINE(F, 3, 1) QT_DEFINE(F, 4, 1)                \
     QT_DEFINE(F, 1, 2) QT_DEFINE(F, 2, 2) QT_DEFINE(F, 3, 2) QT_DEFINE(F, 4, 2)                \
     QT_DEFINE(F, 1, 4)
-QT_DEFINE_FMT(0) QT_DEFINE_FMT(1) QT_DEFINE_FMT(2)
+QT_DEFINE_FMT(0) QT_DEFINE_FMT(1) QT_DEFINE_FMT(2) QT_DEFINE_FMT(3) QT_DEFINE_FMT(4)
 
 /* The tile function of format fmt for `rows` (1..4) rows and `width` (1, 2, or 4 for one
    row) weight rows. */
@@ -135,10 +141,12 @@ static QK_FN(qtile_fn) QK_FN(qtile_for)(int fmt, int64_t rows, int width) {
       QK_FN(qtile_##F##_4x1)},                                                                 \
      {QK_FN(qtile_##F##_1x2), QK_FN(qtile_##F##_2x2), QK_FN(qtile_##F##_3x2),                  \
       QK_FN(qtile_##F##_4x2)}}
-    static const QK_FN(qtile_fn) table[3][2][4] = {QT_TABLE(0), QT_TABLE(1), QT_TABLE(2)};
+    static const QK_FN(qtile_fn) table[5][2][4] = {QT_TABLE(0), QT_TABLE(1), QT_TABLE(2),
+                                                   QT_TABLE(3), QT_TABLE(4)};
 #undef QT_TABLE
-    static const QK_FN(qtile_fn) wide[3] = {QK_FN(qtile_0_1x4), QK_FN(qtile_1_1x4),
-                                            QK_FN(qtile_2_1x4)};
+    static const QK_FN(qtile_fn) wide[5] = {QK_FN(qtile_0_1x4), QK_FN(qtile_1_1x4),
+                                            QK_FN(qtile_2_1x4), QK_FN(qtile_3_1x4),
+                                            QK_FN(qtile_4_1x4)};
     if (width == 4) return wide[fmt];
     return table[fmt][width == 2][rows - 1];
 }

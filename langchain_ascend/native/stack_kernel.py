@@ -22,13 +22,27 @@ DTYPE_CODES = {"float32": 0, "bfloat16": 1}
 """The kernel's dtype argument by ``str(torch dtype)`` without the ``torch.`` prefix."""
 
 
+PRODUCT_PARTS = 255
+"""The kind code of a product in parts of different formats: its weight pointer holds the
+table :func:`parts_table` writes (``decode_stack.c``)."""
+
+
+def parts_table(parts: list[tuple[int, int, int, int]]) -> Any:
+    """int64 ``(1 + 4 * len(parts),)``: the part count, then per part ``(kind code, output
+    rows, blocks pointer, float32 bias pointer or 0)`` -- what ``decode_stack.c`` reads for a
+    :data:`PRODUCT_PARTS` product (pure function of the numbers)."""
+    import torch
+
+    return torch.tensor([len(parts), *(v for part in parts for v in part)], dtype=torch.int64)
+
+
 def product_code(fmt: str | None = None, layout: str = "gguf") -> int:
     """A product's weight kind in :class:`DecodeLayer` (``*_fmt``, pure function): 0 for tiles
-    of the model's dtype (``fmt`` None), else ``1 + format + 3 * layout`` for blocks of a
+    of the model's dtype (``fmt`` None), else ``1 + format + 16 * layout`` for blocks of a
     ``quant.formats`` format and layout (``native.qmatmul``'s codes)."""
     if fmt is None:
         return 0
-    return 1 + qmatmul.FORMAT_CODES[fmt] + 3 * qmatmul.LAYOUT_CODES[layout]
+    return 1 + qmatmul.FORMAT_CODES[fmt] + 16 * qmatmul.LAYOUT_CODES[layout]
 
 
 class DecodeLayer(ctypes.Structure):

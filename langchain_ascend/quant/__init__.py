@@ -1,7 +1,8 @@
 """Quantized linear weights (issue 23).
 
 - ``formats``: GGUF's Q4_0 / Q4_1 / Q8_0 blocks (:class:`QuantizedWeight`), quantize and
-  de-quantize in pure torch;
+  de-quantize in pure torch, and the Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K blocks read from files
+  (de-quantized bit for bit as gguf-py);
 - ``linear`` / ``embedding``: ``QuantizedLinear`` and ``QuantizedEmbedding`` (weights kept as
   blocks), ``replace_linears``;
 - ``device_matmul``: the blocks as NPU (``npu_weight_quant_batchmatmul``) and CUDA

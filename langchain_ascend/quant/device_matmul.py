@@ -386,6 +386,13 @@ def build(qw: QuantizedWeight, bias: torch.Tensor | None, device: torch.device,
         DeviceUnavailableError: An NPU without a usable torch_npu.
     """
     kind = backend_for(device)
+    if kind not in ("npu", "cuda"):
+        raise ValueError(f"no quantized device product for {device}")
+    if qw.fmt not in formats.X8_FORMATS:
+        _log_once(f"{kind}-{qw.fmt}", f"{qw.fmt} linears run a weight de-quantized once to "
+                  f"{dtype} on {kind} (the weight-only device ops here take 32-value blocks "
+                  f"with one scale: {', '.join(formats.X8_FORMATS)})")
+        return DenseMatmul(qw, bias, device, dtype)
     if kind == "npu":
         if qw.in_features <= NPU_MAX_DIM:
             return NPUMatmul(qw, bias, device, dtype)
@@ -396,6 +403,4 @@ def build(qw: QuantizedWeight, bias: torch.Tensor | None, device: torch.device,
             return CUDAInt4Matmul(qw, bias, device, dtype)
         _log_once(f"cuda-{qw.fmt}", f"{qw.fmt} linears run a weight de-quantized once to "
                   f"{dtype} on CUDA (no per-group int8 op in torch; int4 needs sm80+)")
-    else:
-        raise ValueError(f"no quantized device product for {device}")
     return DenseMatmul(qw, bias, device, dtype)

@@ -1,4 +1,8 @@
-"""Block formats for quantized linear weights, byte for byte GGUF's ``Q4_0``, ``Q4_1``, ``Q8_0``.
+"""Block formats for quantized linear weights, byte for byte GGUF's blocks.
+
+The 32-weight formats ``q4_0``, ``q4_1``, ``q8_0`` below, and beside them GGUF's ``Q5_0`` /
+``Q5_1`` (32 weights) and the K-quants ``Q4_K`` / ``Q5_K`` / ``Q6_K`` (superblocks of 256
+weights), section "Formats read from files" further down.
 
 Every format cuts each weight row (one output feature) into blocks of :data:`BLOCK_SIZE` = 32
 consecutive input weights and stores each block as a little-endian IEEE half-float scale
@@ -42,6 +46,28 @@ as the file's rows ``8G..8G+7``; the other shape keeps code that slices rows as 
 the file's from silently misreading it), so slicing or concatenating whole groups stays
 exact (:func:`rows`, :func:`concatenate`). :func:`to_layout` converts both ways (a
 permutation of bytes).
+
+Formats read from files (:data:`FILE_FORMATS`: the file's ``"gguf"`` layout only, no
+:func:`quantize`; :func:`dequantize` as ``gguf.quants.dequantize``, bit for bit). All scales
+are little-endian half floats; ``e`` is the weight's index in its block / sub-block:
+
+========  ======  =====  ==================================================================
+format    values  bytes  block and weight
+========  ======  =====  ==================================================================
+``q5_0``  32      22     d, qh (uint32), qs[16]: ``(q - 16) * d``, q = nibble (as ``q4_0``)
+                         ``| bit e of qh << 4``
+``q5_1``  32      24     d, m, qh, qs[16]: ``q * d + m`` (q as ``q5_0``)
+``q4_k``  256     144    d, dmin, scales[12], qs[128]: 8 sub-blocks j of 32, 6-bit scale
+                         ``sc_j`` and min ``m_j`` packed in ``scales``; sub-block j's q =
+                         nibble ``j % 2`` (low, high) of ``qs[32 (j // 2) + e]``;
+                         ``(d * sc_j) * q - dmin * m_j``
+``q5_k``  256     176    d, dmin, scales[12], qh[32], qs[128]: as ``q4_k``, q ``|=`` bit j of
+                         ``qh[e]`` ``<< 4``
+``q6_k``  256     210    ql[128], qh[64], scales[16] (int8), d: 16 sub-blocks of 16; 32-group
+                         ``g = 4h + k`` (h 0..1, k 0..3): q = nibble ``k // 2`` of ``ql[64h +
+                         32 (k % 2) + e]`` ``| ((qh[32h + e] >> 2k) & 3) << 4``;
+                         ``(d * scales[2g + e // 16]) * (q - 32)``
+========  ======  =====  ==================================================================
 """
 
 from __future__ import annotations
@@ -50,18 +76,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from langchain_ascend.errors import QuantizationError
+from langchain_ascend.quant import file_blocks
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
 BLOCK_SIZE = 32
-"""Weights per block, in every format."""
-FORMATS = ("q4_0", "q4_1", "q8_0")
+"""Weights per block of the 32-weight formats, and per activation block of the products."""
+SUPERBLOCK_SIZE = 256
+"""Weights per superblock of the K-quants (``q4_k``, ``q5_k``, ``q6_k``)."""
+X8_FORMATS = ("q4_0", "q4_1", "q8_0")
+"""Formats :func:`quantize` writes and the ``"x8"`` layout takes."""
+FILE_FORMATS = ("q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
+"""Formats read from GGUF files as they are (``"gguf"`` layout only, no :func:`quantize`)."""
+FORMATS = X8_FORMATS + FILE_FORMATS
 """The supported formats."""
-_BYTES_PER_BLOCK = {"q4_0": 2 + BLOCK_SIZE // 2, "q4_1": 4 + BLOCK_SIZE // 2, "q8_0": 2 + BLOCK_SIZE}
+_BYTES_PER_BLOCK = {"q4_0": 2 + BLOCK_SIZE // 2, "q4_1": 4 + BLOCK_SIZE // 2, "q8_0": 2 + BLOCK_SIZE,
+                    "q5_0": 22, "q5_1": 24, "q4_k": 144, "q5_k": 176, "q6_k": 210}
+_VALUES_PER_BLOCK = {"q4_k": SUPERBLOCK_SIZE, "q5_k": SUPERBLOCK_SIZE, "q6_k": SUPERBLOCK_SIZE}
 _HEADER_BYTES = {"q4_0": 2, "q4_1": 4, "q8_0": 2}
-GGML_TYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}
+GGML_TYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 8, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13,
+              "q6_k": 14}
 """GGML's type id of each format (``gguf.GGMLQuantizationType``), for readers of GGUF files."""
 LAYOUTS = ("gguf", "x8")
 """Byte layouts of ``blocks`` (module docstring)."""
@@ -80,8 +116,18 @@ def check_format(fmt: object) -> str:
     return fmt
 
 
+def block_size(fmt: str) -> int:
+    """Weights per block of ``fmt``: 32, or 256 for the K-quants.
+
+    Raises:
+        QuantizationError: ``fmt`` is not one of :data:`FORMATS`.
+    """
+    return _VALUES_PER_BLOCK.get(check_format(fmt), BLOCK_SIZE)
+
+
 def bytes_per_block(fmt: str) -> int:
-    """Bytes of one block of :data:`BLOCK_SIZE` weights in ``fmt`` (18, 20 or 34).
+    """Bytes of one block of :func:`block_size` weights in ``fmt`` (18, 20, 34; 22, 24; 144,
+    176, 210).
 
     Raises:
         QuantizationError: ``fmt`` is not one of :data:`FORMATS`.
@@ -90,8 +136,11 @@ def bytes_per_block(fmt: str) -> int:
 
 
 def header_bytes(fmt: str) -> int:
-    """Bytes before the quantized values in a block of ``fmt``: the scale (and min)."""
-    return _HEADER_BYTES[check_format(fmt)]
+    """Bytes before the quantized values in a block of an :data:`X8_FORMATS` format: the scale
+    (and min)."""
+    if check_format(fmt) not in _HEADER_BYTES:
+        raise QuantizationError(f"{fmt}: no x8 header (formats {X8_FORMATS} only)")
+    return _HEADER_BYTES[fmt]
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,10 +148,10 @@ class QuantizedWeight:
     """A linear weight ``(out_features, in_features)`` in one block format, as GGUF lays it out.
 
     Attributes:
-        fmt: ``"q4_0"``, ``"q4_1"`` or ``"q8_0"``.
+        fmt: One of :data:`FORMATS`.
         out_features: Rows of the weight (N).
-        in_features: Columns of the weight (K), a multiple of :data:`BLOCK_SIZE`.
-        blocks: uint8 ``(N, K // 32 * bytes_per_block(fmt))``, contiguous, on the CPU for the
+        in_features: Columns of the weight (K), a multiple of :func:`block_size`.
+        blocks: uint8 ``(N, K // block_size(fmt) * bytes_per_block(fmt))``, contiguous, on the CPU for the
             native kernels: in the ``"gguf"`` layout row n holds the blocks of weights
             ``W[n, 0:32]``, ``W[n, 32:64]``...; in the ``"x8"`` layout ``(N / 8, 8 * K // 32
             * bytes_per_block(fmt))``, one row per group of 8 output rows.
@@ -132,13 +181,15 @@ class QuantizedWeight:
         if self.layout not in LAYOUTS:
             raise QuantizationError(f"unknown block layout {self.layout!r}: expected one of "
                                     f"{LAYOUTS}")
+        if self.layout == "x8" and self.fmt not in X8_FORMATS:
+            raise QuantizationError(f"{self.fmt}: the x8 layout takes {X8_FORMATS} only")
         if self.layout == "x8" and n % ROWS_PER_GROUP:
             raise QuantizationError(f"{self.fmt}: the x8 layout needs out_features % 8 == 0, "
                                     f"got {n}")
         if not isinstance(self.blocks, torch.Tensor) or self.blocks.dtype != torch.uint8:
             got = getattr(self.blocks, "dtype", type(self.blocks).__name__)
             raise QuantizationError(f"{self.fmt}: blocks must be a uint8 tensor, got {got}")
-        want = (n, k // BLOCK_SIZE * per_block)
+        want = (n, k // block_size(self.fmt) * per_block)
         if self.layout == "x8":
             want = (n // ROWS_PER_GROUP, ROWS_PER_GROUP * want[1])
         if tuple(self.blocks.shape) != want:
@@ -147,8 +198,8 @@ class QuantizedWeight:
 
     @property
     def blocks_per_row(self) -> int:
-        """Blocks in one row (``in_features // 32``)."""
-        return self.in_features // BLOCK_SIZE
+        """Blocks in one row (``in_features // block_size(fmt)``)."""
+        return self.in_features // block_size(self.fmt)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -162,8 +213,9 @@ def nbytes(qw: QuantizedWeight) -> int:
 
 
 def _check_width(fmt: str, in_features: int) -> None:
-    if in_features % BLOCK_SIZE:
-        raise QuantizationError(f"{fmt}: in_features must be a multiple of {BLOCK_SIZE}, got "
+    size = block_size(fmt)
+    if in_features % size:
+        raise QuantizationError(f"{fmt}: in_features must be a multiple of {size}, got "
                                 f"{in_features}")
 
 
@@ -226,15 +278,18 @@ def quantize(weight: torch.Tensor, fmt: str) -> QuantizedWeight:
     Args:
         weight: Floating-point ``(out_features, in_features)``, any device (quantized on the
             CPU), ``in_features`` a multiple of 32.
-        fmt: One of :data:`FORMATS`.
+        fmt: One of :data:`X8_FORMATS`.
 
     Raises:
-        QuantizationError: Unknown format, a weight that is not floating point or not 2-D, or
+        QuantizationError: Unknown format or one of :data:`FILE_FORMATS` (read from files,
+            not written here), a weight that is not floating point or not 2-D, or
             ``in_features`` not a multiple of 32.
     """
     import torch
 
-    check_format(fmt)
+    if check_format(fmt) not in X8_FORMATS:
+        raise QuantizationError(f"{fmt}: blocks of this format are read from GGUF files, not "
+                                f"quantized here (quantize writes {X8_FORMATS})")
     x = _float_blocks(weight, fmt)  # (N, B, 32)
     rows, num_blocks, _ = x.shape
     if fmt == "q4_0":
@@ -264,9 +319,16 @@ def unpack(qw: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
         ``(q, d, m)``: ``q`` int16 ``(N, B, 32)`` as stored (0..15 for the 4-bit formats,
         -128..127 for ``q8_0``), ``d`` float32 ``(N, B)``, ``m`` float32 ``(N, B)`` for
         ``q4_1`` else None.
+
+    Raises:
+        QuantizationError: A weight of :data:`FILE_FORMATS` (whose scales are not one per 32
+            values: use :func:`dequantize`).
     """
     import torch
 
+    if qw.fmt not in X8_FORMATS:
+        raise QuantizationError(f"unpack: {qw.fmt} blocks have no (q, d, m) per 32 values; "
+                                f"use dequantize")
     qw = to_layout(qw, "gguf")
     per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
     raw = qw.blocks.reshape(qw.out_features, qw.blocks_per_row, per_block)  # (N, B, bytes)
@@ -285,9 +347,13 @@ def unpack(qw: QuantizedWeight) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 def dequantize(qw: QuantizedWeight) -> torch.Tensor:
     """``qw`` as a float32 ``(out_features, in_features)`` weight: ``(q - 8) * d``, ``q * d +
     m`` (a product, then a sum: two roundings) or ``q * d`` -- the same float32 operations
-    as ``gguf.quants.dequantize``, so the values are equal bit for bit."""
+    as ``gguf.quants.dequantize``, so the values are equal bit for bit (:data:`FILE_FORMATS`:
+    the module docstring's formulas, in ``gguf.quants``' float32 order)."""
     import torch
 
+    if qw.fmt in FILE_FORMATS:
+        raw = qw.blocks.reshape(qw.out_features, qw.blocks_per_row, bytes_per_block(qw.fmt))
+        return file_blocks.dequantize_blocks(qw.fmt, raw).reshape(qw.shape)  # (N, K)
     q, d, m = unpack(qw)  # (N, B, 32), (N, B), (N, B)
     if qw.fmt == "q4_0":
         values = d[..., None] * (q - 8).to(torch.float32)  # (N, B, 32)
@@ -400,6 +466,8 @@ def to_layout(qw: QuantizedWeight, layout: str,
     if qw.out_features % ROWS_PER_GROUP:
         raise QuantizationError(f"{qw.fmt}: the x8 layout needs out_features % 8 == 0, got "
                                 f"{qw.out_features}")
+    if qw.fmt not in X8_FORMATS:
+        raise QuantizationError(f"{qw.fmt}: the x8 layout takes {X8_FORMATS} only")
     per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
     groups, num_blocks = qw.out_features // ROWS_PER_GROUP, qw.blocks_per_row
     halves = header // 2  # scale, and min for q4_1
@@ -426,3 +494,23 @@ def to_layout(qw: QuantizedWeight, layout: str,
     shape = (groups, -1) if layout == "x8" else (qw.out_features, -1)
     return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
                            blocks.reshape(shape).contiguous(), layout)
+
+
+def random_blocks(fmt: str, out_features: int, in_features: int, *,
+                  seed: int = 0, scale: float = 0.01) -> QuantizedWeight:
+    """A ``(out_features, in_features)`` weight of random blocks of ``fmt`` (any bytes are a
+    valid block once its half-float scales are finite: these are drawn in ``+-[0, scale]``),
+    for tests and measurements (pure function of the arguments)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    per_block, nb = bytes_per_block(fmt), in_features // block_size(fmt)
+    _check_width(fmt, in_features)
+    raw = torch.randint(0, 256, (out_features, nb, per_block), dtype=torch.uint8,
+                        generator=generator)  # (N, B, bytes)
+    halves = {"q4_0": [0], "q8_0": [0], "q5_0": [0], "q4_1": [0, 2], "q5_1": [0, 2],
+              "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208]}[check_format(fmt)]
+    for at in halves:
+        values = (torch.rand(out_features, nb, generator=generator) * 2 - 1) * scale
+        raw[..., at:at + 2] = values.to(torch.float16)[..., None].view(torch.uint8)
+    return QuantizedWeight(fmt, out_features, in_features, raw.reshape(out_features, -1))

@@ -63,7 +63,8 @@ logger = logging.getLogger(__name__)
 QUANTIZATIONS = ("gguf", "int8", "int4", "none")
 """``"gguf"``: run the file's blocks; ``"int8"`` / ``"int4"``: every linear (and a tied head)
 in ``q8_0`` / ``q4_1``; ``"none"``: de-quantize everything."""
-_FORMAT_OF_TYPE = {2: "q4_0", 3: "q4_1", 8: "q8_0"}
+_FORMAT_OF_TYPE = {2: "q4_0", 3: "q4_1", 8: "q8_0", 6: "q5_0", 7: "q5_1", 12: "q4_k", 13: "q5_k",
+                   14: "q6_k"}
 _FLOAT_TYPES = frozenset({GGML_F32, GGML_F16, GGML_BF16})
 _HIGH_PRECISION_BITS = 6.25
 """Block types above this many bits per weight re-quantize to ``q8_0``, others to ``q4_1``

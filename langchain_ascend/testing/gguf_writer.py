@@ -6,7 +6,9 @@ module's own table per family, written from llama.cpp's converter, not from the 
 mapping), the Llama q/k rows reordered for llama.cpp's rotary layout (per head, the halves
 interleaved), Gemma's norm weights stored plus one (llama.cpp's ``norm_shift``), Phi-3's fused
 ``qkv_proj`` / ``gate_up_proj`` as its ``attn_qkv`` / ``ffn_up``, linear weights in the asked
-ggml type (quantized with ``gguf.quants.quantize``), norms in F32, the family's metadata and
+ggml type (quantized with ``gguf.quants.quantize``; the types gguf-py cannot quantize --
+``Q2_K`` ... ``Q6_K`` -- as random blocks of about the model's weight size, see
+:data:`RANDOM_BLOCK_SCALES`), norms in F32, the family's metadata and
 the tokenizer (vocabulary, merges, special ids, chat template) so transformers can load the
 file too. Deterministic: the same folder gives the same bytes.
 """
@@ -38,6 +40,27 @@ LLAMA_CPP_NAMES: dict[str, dict[str, str]] = {
     "gemma2": _GEMMA_NAMES,
     "gemma3": _GEMMA_NAMES,
 }
+RANDOM_BLOCK_SCALES = {"Q4_K": 5e-5, "Q5_K": 2.5e-5, "Q6_K": 2e-5, "Q3_K": 2e-3, "Q2_K": 2e-3}
+"""Largest half-float super-scale of the random blocks written per type, so that the weights
+come out of about the size of the model's own (``|w| ~ 0.02``)."""
+_RANDOM_SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,),
+                    "Q2_K": (80, 82)}
+"""Byte offsets of the half-float scales in a block of each type."""
+
+
+def random_blocks(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
+    """uint8 ``(rows, cols / 256 * block bytes)``: random ``kind`` blocks whose half-float
+    scales lie in ``+-RANDOM_BLOCK_SCALES[kind]`` (any other bytes make a valid block)."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[kind]
+    values, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (rows, cols // values, nbytes), dtype=np.uint8)
+    for at in _RANDOM_SCALE_AT[kind]:
+        scale = (rng.random((rows, cols // values)) * 2 - 1) * RANDOM_BLOCK_SCALES[kind]
+        raw[..., at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
+    return raw.reshape(rows, -1)
 """Per GGUF architecture: the HF module path inside a layer -> llama.cpp's tensor name."""
 _GEMMA_ARCHITECTURES = ("gemma2", "gemma3")
 
@@ -149,8 +172,12 @@ def write_gguf(model_dir: Path, out: Path, *, linear_type: str = "Q4_1",
             kind = embed_type
         else:
             kind = linear_type
-        qtype = gguf.GGMLQuantizationType[(types or {}).get(name, kind)]
-        if qtype == gguf.GGMLQuantizationType.F32:
+        kind = (types or {}).get(name, kind)
+        qtype = gguf.GGMLQuantizationType[kind]
+        if kind in RANDOM_BLOCK_SCALES:
+            seed = sum(name.encode())
+            writer.add_tensor(name, random_blocks(kind, *values.shape, seed), raw_dtype=qtype)
+        elif qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, np.ascontiguousarray(values))
         elif qtype == gguf.GGMLQuantizationType.F16:
             writer.add_tensor(name, np.ascontiguousarray(values.astype(np.float16)))

@@ -408,3 +408,23 @@ def test_shapes_and_gpus_without_an_op_run_a_weight_dequantized_once(fake_npu, m
     layer = QuantizedLinear(qw, torch.randn(16))
     _close(layer(x), _reference(x, qw, layer.bias.detach()), torch.float16)
     assert isinstance(layer.device_product, device_matmul.DenseMatmul)
+
+
+@pytest.mark.parametrize("kind", ["npu", "cuda"])
+@pytest.mark.parametrize("fmt", formats.FILE_FORMATS)
+def test_file_formats_run_a_weight_dequantized_once_on_devices(fake_npu, monkeypatch, kind,
+                                                               fmt, caplog):
+    """Q5_0/Q5_1 and the K-quants (no device weight-only op takes their scales): the weight
+    de-quantized once at the move, logged, F.linear."""
+    monkeypatch.setattr(device_matmul, "backend_for", lambda device: kind)
+    monkeypatch.setattr(device_matmul, "_cuda_has_int4", lambda device: True)
+    monkeypatch.setattr(device_matmul, "_LOGGED", set(), raising=False)
+    qw = formats.random_blocks(fmt, 16, 256, seed=2)
+    layer = QuantizedLinear(qw, torch.randn(16))
+    x = torch.randn(3, 256).half()
+    with caplog.at_level("INFO"):
+        _close(layer(x), _reference(x, qw, layer.bias.detach()), torch.float16)
+    assert isinstance(layer.device_product, device_matmul.DenseMatmul) and not calls
+    assert torch.equal(layer.device_product.weight, formats.dequantize(qw).half())
+    assert any(fmt in r.getMessage() and "de-quantized once" in r.getMessage()
+               for r in caplog.records)

@@ -8,7 +8,6 @@ import torch
 
 from langchain_ascend.errors import LangChainAscendError, QuantizationError
 from langchain_ascend.quant import (
-    FORMATS,
     QuantizedWeight,
     bytes_per_block,
     concatenate,
@@ -16,7 +15,18 @@ from langchain_ascend.quant import (
     nbytes,
     quantize,
 )
-from langchain_ascend.quant.formats import rows, to_layout
+from langchain_ascend.quant.file_blocks import k_scales_mins
+from langchain_ascend.quant.formats import (
+    FILE_FORMATS,
+    FORMATS,
+    GGML_TYPES,
+    X8_FORMATS,
+    block_size,
+    random_blocks,
+    rows,
+    to_layout,
+    unpack,
+)
 
 gguf = pytest.importorskip("gguf")
 
@@ -30,7 +40,11 @@ def _weight(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_bytes_per_block_and_nbytes():
-    assert [bytes_per_block(f) for f in FORMATS] == [18, 20, 34]
+    assert [bytes_per_block(f) for f in FORMATS] == [18, 20, 34, 22, 24, 144, 176, 210]
+    assert [block_size(f) for f in FORMATS] == [32] * 5 + [256] * 3
+    for fmt in FORMATS:  # GGML's own geometry of each type
+        assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(GGML_TYPES[fmt])] == (
+            block_size(fmt), bytes_per_block(fmt))
     qw = quantize(_weight(3, 64), "q4_1")
     assert qw.blocks.shape == (3, 40) and qw.blocks.dtype == torch.uint8
     assert nbytes(qw) == 120 and qw.shape == (3, 64) and qw.blocks_per_row == 2
@@ -70,12 +84,12 @@ def test_q8_0_layout_of_a_hand_computed_block():
 
 
 def test_all_zero_blocks_quantize_to_zero():
-    for fmt in FORMATS:
+    for fmt in X8_FORMATS:
         qw = quantize(torch.zeros(2, 64), fmt)
         assert torch.equal(dequantize(qw), torch.zeros(2, 64))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", X8_FORMATS)
 def test_quantize_equals_the_gguf_reference_bit_for_bit(fmt):
     weight = _weight(48, 256, seed=3) * 0.05
     weight[0, :32] = 0.0  # an all-zero block
@@ -130,7 +144,7 @@ def test_typed_errors():
     with pytest.raises(QuantizationError, match="multiple of 32"):
         quantize(_weight(4, 48), "q4_0")
     with pytest.raises(QuantizationError, match="unknown quantized format"):
-        quantize(_weight(4, 64), "q5_k")
+        quantize(_weight(4, 64), "q3_k")
     with pytest.raises(QuantizationError, match="floating-point"):
         quantize(torch.ones(4, 64, dtype=torch.int32), "q8_0")
     with pytest.raises(QuantizationError, match="2-D"):
@@ -176,7 +190,7 @@ def test_real_gguf_tensors_dequantize_like_the_gguf_package():
         assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), tensor.name
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", X8_FORMATS)
 def test_x8_layout_is_the_same_bytes_interleaved_by_8_rows(fmt):
     qw = quantize(_weight(16, 96, seed=4), fmt)
     x8 = to_layout(qw, "x8")
@@ -243,3 +257,66 @@ def test_concatenating_into_x8_is_the_x8_of_the_concatenation(fmt):
         formats.to_layout(weights[0], "x8", out=torch.empty(3, 3, dtype=torch.uint8))
     with pytest.raises(QuantizationError, match="out_features % 8"):
         formats.concatenate([formats.quantize(torch.randn(12, 64), fmt)], "x8")
+
+
+@pytest.mark.parametrize("fmt", FILE_FORMATS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_file_formats_dequantize_like_the_gguf_package_bit_for_bit(fmt, seed):
+    # Any bytes with finite half-float scales are a valid block: random blocks cover every
+    # nibble, fifth / sixth bit and packed 6-bit scale pattern, large scales included.
+    cols = 3 * block_size(fmt)
+    for scale in (1e-3, 1.0, 6e4):
+        qw = random_blocks(fmt, 11, cols, seed=seed, scale=scale)
+        assert qw.blocks.shape == (11, 3 * bytes_per_block(fmt)) and nbytes(qw) == qw.blocks.numel()
+        ours = dequantize(qw).numpy()  # (11, cols)
+        theirs = gguf.quants.dequantize(qw.blocks.numpy(),
+                                        gguf.GGMLQuantizationType(GGML_TYPES[fmt]))
+        assert theirs.shape == ours.shape
+        assert np.array_equal(ours.view(np.uint32), theirs.astype(np.float32).view(np.uint32))
+
+
+def test_k_scales_and_mins_unpack_like_gguf():
+    raw = torch.randint(0, 256, (50, 12), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(3))
+    sc, mn = k_scales_mins(raw)
+    want_sc, want_mn = gguf.quants.Q4_K.get_scale_min(raw.numpy())
+    assert np.array_equal(sc.numpy(), want_sc) and np.array_equal(mn.numpy(), want_mn)
+    assert int(sc.max()) <= 63 and int(mn.max()) <= 63
+
+
+def test_a_q4_k_block_by_hand():
+    # One superblock: d = 0.5, dmin = 0.25; sub-block j: scale j + 1, min 2 j; q = e % 16
+    # (low nibbles: sub-block 2c, high: 2c + 1).
+    block = torch.zeros(144, dtype=torch.uint8)
+    block[0:2] = torch.tensor([0.5], dtype=torch.float16).view(torch.uint8)
+    block[2:4] = torch.tensor([0.25], dtype=torch.float16).view(torch.uint8)
+    sc, mn = list(range(1, 9)), [2 * j for j in range(8)]
+    for j in range(4):
+        block[4 + j] = sc[j] | ((sc[j + 4] >> 4) << 6)
+        block[8 + j] = mn[j] | ((mn[j + 4] >> 4) << 6)
+        block[12 + j] = (sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4)
+    q = torch.arange(32) % 16
+    for c in range(4):
+        block[16 + 32 * c:48 + 32 * c] = (q | (q << 4)).to(torch.uint8)
+    values = dequantize(QuantizedWeight("q4_k", 1, 256, block[None])).reshape(8, 32)
+    for j in range(8):
+        assert torch.equal(values[j], 0.5 * sc[j] * q.float() - 0.25 * mn[j])
+
+
+def test_file_formats_are_read_not_written():
+    weight = _weight(8, 256)
+    for fmt in FILE_FORMATS:
+        with pytest.raises(QuantizationError, match="read from GGUF files"):
+            quantize(weight, fmt)
+        qw = random_blocks(fmt, 8, 256)
+        with pytest.raises(QuantizationError, match="x8"):
+            to_layout(qw, "x8")
+        with pytest.raises(QuantizationError, match="dequantize"):
+            unpack(qw)
+        assert torch.equal(dequantize(rows(qw, 2, 5)), dequantize(qw)[2:5])
+        both = concatenate([qw, rows(qw, 0, 3)])
+        assert torch.equal(dequantize(both), torch.cat([dequantize(qw), dequantize(qw)[:3]]))
+    with pytest.raises(QuantizationError, match="multiple of 256"):
+        QuantizedWeight("q4_k", 2, 128, torch.zeros(2, 72, dtype=torch.uint8))
+    with pytest.raises(QuantizationError, match="concatenate"):
+        concatenate([random_blocks("q4_k", 2, 256), random_blocks("q6_k", 2, 256)])

@@ -67,7 +67,10 @@ def test_target_formats() -> None:
     assert [target_format(t, "gguf") for t in (q4_0, q4_1, q8_0, f32, f16)] == [
         "q4_0", "q4_1", "q8_0", None, None]
     assert [target_format(t, "gguf") for t in (q5_1, q4_k, q5_k, q6_k)] == [
-        "q4_1", "q4_1", "q4_1", "q8_0"]
+        "q5_1", "q4_k", "q5_k", "q6_k"]  # read as they are
+    q2_k, q3_k, q8_k, iq4_nl, iq2_xxs = 10, 11, 15, 20, 16  # re-quantized
+    assert [target_format(t, "gguf") for t in (q2_k, q3_k, q8_k, iq4_nl, iq2_xxs)] == [
+        "q4_1", "q4_1", "q8_0", "q4_1", "q4_1"]
     assert {target_format(t, "int8") for t in (q4_0, f32, q6_k)} == {"q8_0"}
     assert [target_format(t, "int4") for t in (q4_0, q4_1, q8_0, f16)] == [
         "q4_0", "q4_1", "q4_1", "q4_1"]
@@ -134,25 +137,28 @@ def test_a_tied_head_shares_the_embedding_blocks(files: dict[str, Path]) -> None
     assert head.blocks.data_ptr() == embedding.blocks.data_ptr()
 
 
-def test_other_types_are_requantized_or_kept_float(files: dict[str, Path]) -> None:
+def test_mixed_types_run_their_own_blocks_or_stay_float(files: dict[str, Path]) -> None:
+    # (Types that are re-quantized -- Q2_K, Q3_K, IQ* -- need 256-wide rows: test_kquant_model)
     model, report = load_gguf_model(files["llama_mixed"])
     layers = model.model.layers
-    assert layers[0].mlp.down_proj.fmt == "q4_1"  # Q5_1
-    assert layers[0].self_attn.k_proj.fmt == "q4_1"  # Q5_0
+    assert layers[0].mlp.down_proj.fmt == "q5_1"
+    assert layers[0].self_attn.k_proj.fmt == "q5_0"
     assert layers[1].self_attn.q_proj.fmt == "q8_0"
     assert layers[0].mlp.up_proj.fmt == "q4_0"
     assert type(layers[1].self_attn.v_proj) is nn.Linear  # F16 stays float
     assert type(model.get_input_embeddings()) is nn.Embedding  # untied F16 embedding
     assert type(model.lm_head) is nn.Linear
-    assert sorted(r[:2] for r in report.requantized) == [
-        ("blk.0.attn_k.weight", "Q5_0"), ("blk.0.ffn_down.weight", "Q5_1")]
+    assert report.requantized == []
     gguf = GGUFFile(files["llama_mixed"])
-    down = torch.from_numpy(gguf.floats("blk.0.ffn_down.weight"))  # (N, K) de-quantized Q5_1
-    assert torch.equal(layers[0].mlp.down_proj.blocks, formats.quantize(down, "q4_1").blocks)
-    k_proj = torch.from_numpy(gguf.floats("blk.0.attn_k.weight"))
-    order = torch.from_numpy(rotary_row_order(k_proj.shape[0], model.config.num_key_value_heads))
-    assert torch.equal(layers[0].self_attn.k_proj.blocks,
-                       formats.quantize(k_proj[order], "q4_1").blocks)
+    assert np.array_equal(layers[0].mlp.down_proj.blocks.numpy(),
+                          np.asarray(gguf.raw("blk.0.ffn_down.weight")))
+    k_proj = layers[0].self_attn.k_proj
+    order = rotary_row_order(k_proj.out_features, model.config.num_key_value_heads)
+    assert np.array_equal(k_proj.blocks.numpy(),
+                          np.asarray(gguf.raw("blk.0.attn_k.weight"))[order])
+    use_reference(model)
+    torch.testing.assert_close(_logits(model), _logits(_transformers_model(files["llama_mixed"])),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_int8_int4_and_none(files: dict[str, Path]) -> None:

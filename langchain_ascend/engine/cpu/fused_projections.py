@@ -19,7 +19,9 @@ into one ``QuantizedLinear`` over the concatenated blocks (exact: every output r
 blocks), the members' blocks and biases becoming views of the fused ones; it takes no float
 layout: the blocks are concatenated straight into the native product's layout where it takes
 them (``engine.cpu.quantized_layout.fused_layout``), and the pages of the GGUF file the
-members were read from are given back (``quant.gguf_file.release_pages``).
+members were read from are given back (``quant.gguf_file.release_pages``). Members in
+different formats (a Q4_K_M file's v in ``Q6_K`` beside q/k in ``Q4_K``) become one
+``quantized_layout.QuantizedParts`` product over their own blocks.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_ascend.engine.cpu.quantized_layout import fused_layout, is_quantized_linear
+from langchain_ascend.engine.cpu.quantized_layout import (
+    QuantizedParts,
+    fused_layout,
+    is_quantized_linear,
+)
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.engine.cpu.weight_layout import make_dual
 from langchain_ascend.quant.formats import concatenate, rows
@@ -83,14 +89,17 @@ class FusedProjections:
 
 def fusable(members: Sequence[Any]) -> bool:
     """Whether these modules can share one product: plain linears on the same input size,
-    device and dtype, or quantized linears on the same input size and block format; all with
-    or all without bias, not already fused or re-wired."""
+    device and dtype, or quantized linears on the same input size and device (one block
+    format, or any formats on the CPU: :class:`QuantizedParts`); all with or all without bias,
+    not already fused or re-wired."""
     import torch
 
     if members and all(is_quantized_linear(m) for m in members):
         first = members[0]
-        return (all(m.in_features == first.in_features and m.fmt == first.fmt
+        one_format = all(m.fmt == first.fmt for m in members)
+        return (all(m.in_features == first.in_features
                     and m.blocks.device == first.blocks.device for m in members)
+                and (one_format or first.blocks.device.type == "cpu")
                 and all((m.bias is None) == (first.bias is None) for m in members)
                 and (first.bias is None
                      or all(m.bias.dtype == first.bias.dtype for m in members))
@@ -116,12 +125,14 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
 
 
 def _fuse_quantized(members: Sequence[Any]) -> Any:
-    """One ``QuantizedLinear`` over the members' concatenated blocks (and biases); the members
-    keep views of them."""
+    """One ``QuantizedLinear`` over the members' concatenated blocks (and biases), the members
+    keeping views of them; members in different formats: their :class:`QuantizedParts`."""
     import torch
 
     from langchain_ascend.quant.linear import QuantizedLinear
 
+    if any(m.fmt != members[0].fmt for m in members):
+        return QuantizedParts(list(members))
     weights = [m.qweight for m in members]
     qweight = concatenate(weights, fused_layout(weights))  # blocks (sum(out) [/ 8], bytes)
     with torch.no_grad():

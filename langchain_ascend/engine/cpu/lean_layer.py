@@ -28,7 +28,7 @@ from langchain_ascend import families
 from langchain_ascend.attention import registry
 from langchain_ascend.engine.cpu.fused_projections import group_of
 from langchain_ascend.engine.cpu.lean_attention import lean_attend
-from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
+from langchain_ascend.engine.cpu.quantized_layout import is_quantized_product
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward
 from langchain_ascend.native import stack_kernel as native_stack
 
@@ -123,7 +123,7 @@ def lean_layers(model: Any, attention: list[Any], norms: list[Any]) -> list[Any]
         module.mlp.lean_gate_up = group
         # A quantized product gives a row the same bits in the stack and per op, so the
         # SiLU must too: the stack's own (decode_stack.c) instead of torch's.
-        module.mlp.lean_native_silu = (is_quantized_linear(group.linear)
+        module.mlp.lean_native_silu = (is_quantized_product(group.linear)
                                        and group.sizes[0] == group.sizes[1])
         swap_forward(module, _lean_layer_forward, "lean_layer")
     if lean:

@@ -15,7 +15,8 @@ Products whose layers are ``quant.linear.QuantizedLinear`` (fused q/k/v and gate
 included, ``engine.cpu.fused_projections``) run in the stack from their GGUF blocks with the
 kernel the per-op path calls (``native.qmatmul``, float32 bias, a bf16 model rounding the
 product once), so such a product's values are the per-op path's bit for bit; a layer may mix
-quantized and float products.
+quantized and float products, and a fused product may be parts in different block formats
+(``quantized_layout.QuantizedParts``: one kernel call per part into the same output rows).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_ascend.engine.cpu.lean_attention import sliding_window
-from langchain_ascend.engine.cpu.quantized_layout import is_quantized_linear
+from langchain_ascend.engine.cpu.quantized_layout import QuantizedParts, is_quantized_linear
 from langchain_ascend.native import paged_attention, qmatmul, stack_kernel
 
 QUANTIZED_MAX_ROWS = 256
@@ -39,13 +40,24 @@ def _tiles(linear: Any, dtype: Any) -> Any:
     return getattr(linear, "bf16_tiles" if dtype == torch.bfloat16 else "f32_tiles", None)
 
 
-def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int] | None:
-    """``(weight, bias, kind code, row limit)`` of one product as the stack reads it: a
-    quantized linear's blocks with a float32 copy of its bias (``stack_kernel.product_code``
-    of its format and layout), or a float linear's tiles copy with its own bias (code 0); None
-    where the stack cannot take it."""
+def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int, list[Any]] | None:
+    """``(weight, bias, kind code, row limit, tensors to keep)`` of one product as the stack
+    reads it: a quantized linear's blocks with a float32 copy of its bias
+    (``stack_kernel.product_code`` of its format and layout), quantized parts' table
+    (``stack_kernel.parts_table``, code ``PRODUCT_PARTS``), or a float linear's tiles copy with
+    its own bias (code 0); None where the stack cannot take it."""
     import torch
 
+    if isinstance(linear, QuantizedParts):
+        found = [_product(part, dtype) for part in linear.parts]
+        if any(part is None or part[2] == 0 for part in found):
+            return None
+        rows = [part.out_features for part in linear.parts]
+        table = stack_kernel.parts_table([
+            (code, n, blocks.data_ptr(), 0 if bias is None else bias.data_ptr())
+            for (blocks, bias, code, _, _), n in zip(found, rows, strict=True)])
+        keep = [t for part in found if part is not None for t in part[:2] if t is not None]
+        return table, None, stack_kernel.PRODUCT_PARTS, QUANTIZED_MAX_ROWS, keep
     if is_quantized_linear(linear):
         qweight = linear.qweight
         blocks = qweight.blocks
@@ -54,11 +66,11 @@ def _product(linear: Any, dtype: Any) -> tuple[Any, Any, int, int] | None:
         bias = None if linear.bias is None else linear.bias.detach().to(
             torch.float32).contiguous()  # (N,)
         code = stack_kernel.product_code(qweight.fmt, qweight.layout)
-        return blocks, bias, code, QUANTIZED_MAX_ROWS
+        return blocks, bias, code, QUANTIZED_MAX_ROWS, []
     tiles = _tiles(linear, dtype)
     if tiles is None:
         return None
-    return tiles, linear.bias, 0, int(getattr(linear, "native_max_rows", 0))
+    return tiles, linear.bias, 0, int(getattr(linear, "native_max_rows", 0)), []
 
 
 def _ptr(tensor: Any) -> int | None:
@@ -119,8 +131,8 @@ class PackedLayers:
             products = [product for product in found if product is not None]
             limit = min(product[3] for product in products)
             max_rows = limit if max_rows is None else min(max_rows, limit)
-            (qkv_w, qkv_b, qkv_code, _), (o_w, o_b, o_code, _) = products[0], products[1]
-            (gu_w, gu_b, gu_code, _), (down_w, down_b, down_code, _) = products[2], products[3]
+            (qkv_w, qkv_b, qkv_code, *_), (o_w, o_b, o_code, *_) = products[0], products[1]
+            (gu_w, gu_b, gu_code, *_), (down_w, down_b, down_code, *_) = products[2], products[3]
             norms = (attn.q_norm, attn.k_norm) if attn.lean_head_norms else (None, None)
             record = stack_kernel.DecodeLayer(
                 norm1=_ptr(layer.input_layernorm.weight),
@@ -140,6 +152,7 @@ class PackedLayers:
             records.append(record)
             keep.extend(tensor for product in products for tensor in product[:2]
                         if tensor is not None)
+            keep.extend(tensor for product in products for tensor in product[4])
         array = (stack_kernel.DecodeLayer * len(records))(*records)
         return cls(dtype=dtype, layers=array, modules=layers, max_rows=max_rows or 0,
                    geometry=(heads, kv_heads, head_dim, intermediate), keep=keep)

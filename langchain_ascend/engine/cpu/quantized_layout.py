@@ -12,8 +12,12 @@ blocks another module also reads (a tied embedding table): those are re-laid int
 while it fits :data:`SHARED_PACK_MAX_RAM_SHARE` of the free RAM. Blocks read in place from a
 GGUF file's map give their pages back once re-laid (``quant.gguf_file.release_pages``).
 
-A weight with ``out_features % 8 != 0`` (or a group with such a member) keeps the file's
-layout; both layouts give a row the same result whatever the batch.
+Fused members in different formats (a Q4_K_M file's q/k in ``Q4_K`` and v in ``Q6_K``) cannot
+share one weight: :class:`QuantizedParts` runs them as one product over their own blocks.
+
+A weight with ``out_features % 8 != 0`` (or a group with such a member), and the formats read
+from files (``formats.FILE_FORMATS``: Q5_0/Q5_1 and the K-quants, whose product runs their own
+layout), keep the file's layout; both layouts give a row the same result whatever the batch.
 """
 
 from __future__ import annotations
@@ -41,6 +45,38 @@ def is_quantized_linear(module: Any) -> bool:
     return isinstance(module, QuantizedLinear)
 
 
+class QuantizedParts:
+    """Quantized linears on the same input in different block formats as ONE product: each
+    part's own blocks and bias (no copy), the outputs side by side -- each part's values are
+    its own product's, bit for bit, so the native stack (``native.stack_kernel``, one call per
+    part into the same output rows) and the per-op path agree.
+
+    Attributes:
+        parts: The ``quant.linear.QuantizedLinear`` members, in output order.
+        in_features: Their common input width.
+        out_features: The sum of theirs.
+    """
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = list(parts)
+        self.in_features = self.parts[0].in_features
+        self.out_features = sum(part.out_features for part in self.parts)
+
+    def forward(self, x: Any) -> Any:
+        """``x (..., K)`` -> ``(..., out_features)``: the parts' own products (their class's
+        ``forward``, whatever is swapped on the instances), concatenated."""
+        import torch
+
+        return torch.cat([type(part).forward(part, x) for part in self.parts], dim=-1)
+
+    __call__ = forward
+
+
+def is_quantized_product(linear: Any) -> bool:
+    """Whether ``linear`` multiplies blocks: a ``QuantizedLinear`` or :class:`QuantizedParts`."""
+    return is_quantized_linear(linear) or isinstance(linear, QuantizedParts)
+
+
 def _group_of(module: Any) -> Any:
     """The fused projection group whose member ``module`` is (its swap marker), or None."""
     owner = swapped_by(module)
@@ -62,7 +98,8 @@ def _packable(qweight: Any, sizes: list[int], readers: int, members: int) -> boo
     """Whether a weight (fused group: its members' ``sizes``) read by ``readers`` modules, of
     which ``members`` are the group's own, is worth re-laying in ``"x8"``."""
     group_rows = formats.ROWS_PER_GROUP
-    if (qweight.layout == "x8" or qweight.out_features % group_rows
+    if (qweight.layout == "x8" or qweight.fmt not in formats.X8_FORMATS
+            or qweight.out_features % group_rows
             or any(size % group_rows for size in sizes)):
         return False
     if readers > max(1, members):  # another module reads these bytes: a copy
@@ -76,9 +113,10 @@ def _packable(qweight: Any, sizes: list[int], readers: int, members: int) -> boo
 
 def fused_layout(weights: list[Any]) -> str:
     """The layout a fused group of these weights (``formats.QuantizedWeight``) is concatenated
-    in: ``"x8"`` where the native product is built and every member has whole groups of 8
-    rows, else the members' own."""
-    if (qmatmul.available() and all(w.layout == "gguf" for w in weights)
+    in: ``"x8"`` where the native product is built and every member is in a format the layout
+    takes with whole groups of 8 rows, else the members' own."""
+    if (qmatmul.available()
+            and all(w.layout == "gguf" and w.fmt in formats.X8_FORMATS for w in weights)
             and all(w.out_features % formats.ROWS_PER_GROUP == 0 for w in weights)):
         return "x8"
     return weights[0].layout

@@ -119,15 +119,52 @@ def test_packing_relays_blocks_in_place_and_copies_shared_ones(tiny_model_paths)
     torch.testing.assert_close(members[2](other), group.linear(other)[:, -members[2].out_features:])
 
 
-def test_mixed_formats_do_not_fuse(tiny_model_paths):
-    model = _quantized_model(tiny_model_paths["llama"], torch.float32, "q8_0")
+def _mixed(model):
+    """Layer 0's up_proj in q4_0 and layer 1's v_proj in q4_1 beside q8_0 members (as a
+    Q4_K_M file's Q6_K attn_v beside Q4_K q/k)."""
+    torch.manual_seed(0)
+    for layer, parent, name, fmt in ((0, "mlp", "up_proj", "q4_0"), (1, "self_attn", "v_proj",
+                                                                     "q4_1")):
+        module = getattr(model.model.layers[layer], parent)
+        old = getattr(module, name)
+        weight = torch.randn(old.out_features, old.in_features) * 0.05
+        setattr(module, name, QuantizedLinear(quantize(weight, fmt), old.bias))
+    return model
+
+
+def test_mixed_formats_fuse_into_parts(tiny_model_paths):
+    model = _mixed(_quantized_model(tiny_model_paths["llama"], torch.float32, "q8_0"))
     mlp = model.model.layers[0].mlp
-    mlp.up_proj = QuantizedLinear(quantize(torch.randn(mlp.up_proj.out_features,
-                                                       mlp.up_proj.in_features), "q4_0"))
+    x = torch.randn(3, model.config.hidden_size)
+    want = [mlp.gate_proj(x), mlp.up_proj(x)]
     fuse_projections(model)
-    assert group_of([mlp.gate_proj, mlp.up_proj]) is None
-    assert group_of([model.model.layers[1].mlp.gate_proj,
-                     model.model.layers[1].mlp.up_proj]) is not None
+    group = group_of([mlp.gate_proj, mlp.up_proj])
+    assert isinstance(group.linear, quantized_layout.QuantizedParts)
+    assert group.linear.parts == [mlp.gate_proj, mlp.up_proj]  # their own blocks
+    assert torch.equal(group.linear(x), torch.cat(want, dim=-1))
+    assert torch.equal(mlp.gate_proj(x), want[0]) and torch.equal(mlp.up_proj(x), want[1])
+    single = group_of([model.model.layers[1].mlp.gate_proj, model.model.layers[1].mlp.up_proj])
+    assert isinstance(single.linear, QuantizedLinear)
+    assert quantized_layout.pack_quantized_linears(model) > 0
+    assert mlp.up_proj.qweight.layout == "gguf"  # parts keep the file's layout
+
+
+def test_the_stack_runs_parts_bit_for_bit_as_the_per_op_path(tiny_model_paths, stack_calls):
+    runners = {}
+    for stack in (True, False):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
+            if not stack:
+                patch.setattr(CpuDecoder, "build", lambda model, layers: None)
+            model = _mixed(_quantized_model(tiny_model_paths["llama"], torch.float32, "q8_0"))
+            runners[stack] = ModelRunner.from_model(model, num_blocks=64, block_size=4,
+                                                    compile=False)
+    layers = runners[True].model.config.num_hidden_layers
+    assert runners[True].hooks.changes["decode_stack"] == layers
+    tables = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
+    got = _decode_logits(runners[True], PROMPTS, tables)  # (3, V), the stack
+    assert stack_calls == [3]
+    assert torch.equal(got, _decode_logits(runners[False], PROMPTS, tables))
 
 
 @pytest.mark.parametrize(("arch", "dtype", "fmt"), [
