@@ -3,12 +3,13 @@
 :func:`load_gguf_model` reads the file's tensor table (``gguf_file``), builds the model's
 skeleton with empty weights, and fills it:
 
-- a linear weight stored as ``Q4_0`` / ``Q4_1`` / ``Q8_0`` becomes a
+- a linear weight stored as ``Q4_0`` / ``Q4_1`` / ``Q8_0``, ``Q5_0`` / ``Q5_1`` or the K-quants
+  ``Q4_K`` / ``Q5_K`` / ``Q6_K`` (a ``Q4_K_M`` file's mix) becomes a
   :class:`~langchain_ascend.quant.linear.QuantizedLinear` over the file's own bytes, a view of
   the file's memory map (``quant.gguf_file``: nothing is copied, a page is read when first
   touched), so the products run on exactly what llama.cpp multiplies; a Llama q/k weight,
   whose rows are re-ordered (below), is the one copy;
-- a linear weight in another block type (``Q4_K``, ``Q6_K``...) is de-quantized and
+- a linear weight in another block type (``Q2_K``, ``Q3_K``, ``IQ*``...) is de-quantized and
   re-quantized to the nearest supported format (:func:`target_format`), and logged;
 - float linear weights (``F32``, ``F16``, ``BF16``) stay float unless ``quantization`` asks for
   ``"int8"`` (``q8_0``) or ``"int4"`` (``q4_1``);
@@ -67,8 +68,8 @@ _FORMAT_OF_TYPE = {2: "q4_0", 3: "q4_1", 8: "q8_0", 6: "q5_0", 7: "q5_1", 12: "q
                    14: "q6_k"}
 _FLOAT_TYPES = frozenset({GGML_F32, GGML_F16, GGML_BF16})
 _HIGH_PRECISION_BITS = 6.25
-"""Block types above this many bits per weight re-quantize to ``q8_0``, others to ``q4_1``
-(``Q6_K`` 6.56 and ``Q8_K`` -> ``q8_0``; ``Q4_K`` 4.5, ``Q5_K`` 5.5, ``Q5_1`` 6.0 -> ``q4_1``)."""
+"""Block types the products do not run re-quantize to ``q8_0`` above this many bits per weight
+(``Q8_K``), else to ``q4_1`` (``Q2_K``, ``Q3_K``, the ``IQ`` types)."""
 SUPPORTED_ARCHITECTURES = families.GGUF_ARCHITECTURES
 """``general.architecture`` values this loader builds (``families.FAMILIES``). Others (MoE
 experts, reshaped projections...) it refuses rather than build a wrong model
