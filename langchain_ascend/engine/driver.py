@@ -38,6 +38,7 @@ from langchain_ascend.engine.core.batch import ScheduledBatch
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.outputs import EngineStats, TokenDelta
 from langchain_ascend.engine.core.request import Request, RequestStatus
+from langchain_ascend.engine.core.retention import RetentionTable
 from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
 from langchain_ascend.engine.request_faults import fault_error, fault_of
 from langchain_ascend.engine.streams import Item, ThreadSink, Tracked
@@ -74,6 +75,9 @@ class EngineDriver:
         max_batch_size: Most requests in one step.
         max_num_batched_tokens: Token budget of one step.
         stream_buffer_limit: Unread deltas after which a stream counts as abandoned.
+        scheduling: The waiting queue's policy, ``"fcfs"`` or ``"agent"`` (``Scheduler``).
+        session_retention: Whether parked sessions keep their blocks (``park_session``).
+        retention_cap: Most of the pool retained blocks may be.
 
     Attributes:
         runner: The model runner (None once shut down); steps run under its own lock.
@@ -86,16 +90,22 @@ class EngineDriver:
 
     def __init__(self, runner: Any, *, max_context_length: int, enable_prefix_caching: bool,
                  max_batch_size: int, max_num_batched_tokens: int,
-                 stream_buffer_limit: int) -> None:
+                 stream_buffer_limit: int, scheduling: str = "fcfs",
+                 session_retention: bool = True, retention_cap: float = 0.5) -> None:
         self.runner = runner
         self.kv = KVCacheManager(int(runner.num_blocks), int(runner.block_size),
                                  enable_prefix_caching=enable_prefix_caching,
-                                 relocate=getattr(runner, "copy_block", None))
+                                 relocate=getattr(runner, "copy_block", None),
+                                 retention=RetentionTable(retention_cap))
         self.scheduler = Scheduler(
             self.kv, max_num_batched_tokens=max_num_batched_tokens,
             max_batch_size=max_batch_size,
             max_model_len=min(max_context_length, self.kv.capacity_tokens),
+            policy=scheduling,
         )
+        self.session_retention = session_retention
+        self.num_template_fallbacks = 0
+        self._background: dict[str, Request] = {}  # session -> its latest background prefill
         _configure_drafting(self.scheduler, runner)
         self.lock = threading.Lock()
         self.callers_drive = platform.callers_drive_steps(runner.device)
@@ -137,6 +147,48 @@ class EngineDriver:
             if start_loop:  # else the caller drives, or the current driver serves it
                 self._ensure_loop_locked()
                 self._work.notify()
+
+    # ----------------------------------------------------------------- sessions
+
+    def park_session(self, session_id: str, tool_names: Sequence[str] = (),
+                     ttl_s: float | None = None) -> float | None:
+        """Retain the session's last blocks while its tools run; the TTL given or None."""
+        with self.lock:
+            if not self.session_retention:
+                return None
+            return self.kv.park(session_id, tool_names=tool_names, ttl_s=ttl_s)
+
+    def release_session(self, session_id: str) -> bool:
+        with self.lock:
+            return self.kv.pool.release_session(session_id)
+
+    def record_tool_latency(self, name: str, seconds: float) -> None:
+        with self.lock:
+            self.kv.pool.retention.latency.record(name, seconds)
+
+    def note_template_fallback(self) -> None:
+        """A template not prefix-stable for appended tool messages: one-shot prefill."""
+        with self.lock:
+            self.num_template_fallbacks += 1
+
+    def submit_background(self, request: Request) -> bool:
+        """Queue a background prefill for its session (a queued older one of the same
+        session is dropped: the new prefix covers it). False when retention is off or the
+        session is not parked."""
+        sid = request.session_id
+        with self.lock:
+            if self._closed or not self.session_retention or sid is None:
+                return False
+            if sid not in self.kv.pool.retention.sessions:
+                return False
+            old = self._background.get(sid)
+            if old is not None and old.status is RequestStatus.WAITING:
+                self.scheduler.abort_request(old.request_id)
+            self._background[sid] = request
+            self.scheduler.add_request(request)
+            self._ensure_loop_locked()
+            self._work.notify()
+            return True
 
     def abort(self, request_id: str) -> None:
         """Abort a live request now (blocks freed, its caller gets RequestAbortedError)."""
@@ -180,9 +232,29 @@ class EngineDriver:
                 num_draft_tokens=scheduler.num_draft_tokens,
                 num_accepted_tokens=scheduler.num_accepted_tokens,
                 num_forced_tokens=scheduler.num_forced_tokens,
+                **self._session_stats_locked(),
                 decode_step=self._decode_step(),
                 weights=dict(getattr(self.runner, "weights", None) or {}),
             )
+
+    def _session_stats_locked(self) -> dict[str, Any]:
+        pool, counters = self.kv.pool, self.kv.session_counters
+        retention = pool.retention
+        return {
+            "num_retained_sessions": len(retention.sessions),
+            "num_retained_blocks": pool.num_retained_blocks,
+            "retention_cap_blocks": pool.retention_cap_blocks,
+            "num_sessions_parked": retention.num_parked,
+            "num_sessions_expired": retention.num_expired,
+            "num_sessions_given_up": retention.num_given_up,
+            "num_resumed": counters.num_resumed,
+            "num_resume_hits": counters.num_resume_hits,
+            "num_recomputed_tokens": counters.num_recomputed_tokens,
+            "num_background_tokens": counters.num_background_tokens,
+            "num_template_fallbacks": self.num_template_fallbacks,
+            "scheduling": self.scheduler.policy,
+            "tool_latency_s": retention.latency.snapshot(),
+        }
 
     def _decode_step(self) -> dict[str, Any]:
         """The runner's step compiler's description (``StepCompiler.describe``), or {}."""
