@@ -40,6 +40,7 @@ from langchain_ascend.engine.core.outputs import EngineStats, TokenDelta
 from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.retention import RetentionTable
 from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
+from langchain_ascend.engine.core.speculation import configure_drafting
 from langchain_ascend.engine.request_faults import fault_error, fault_of
 from langchain_ascend.engine.streams import Item, ThreadSink, Tracked
 from langchain_ascend.errors import (
@@ -75,9 +76,7 @@ class EngineDriver:
         max_batch_size: Most requests in one step.
         max_num_batched_tokens: Token budget of one step.
         stream_buffer_limit: Unread deltas after which a stream counts as abandoned.
-        scheduling: The waiting queue's policy, ``"fcfs"`` or ``"agent"`` (``Scheduler``).
-        session_retention: Whether parked sessions keep their blocks (``park_session``).
-        retention_cap: Most of the pool retained blocks may be.
+        scheduling, session_retention, retention_cap: As for ``LLMEngine``.
 
     Attributes:
         runner: The model runner (None once shut down); steps run under its own lock.
@@ -104,9 +103,8 @@ class EngineDriver:
             policy=scheduling,
         )
         self.session_retention = session_retention
-        self.num_template_fallbacks = 0
         self._background: dict[str, Request] = {}  # session -> its latest background prefill
-        _configure_drafting(self.scheduler, runner)
+        configure_drafting(self.scheduler, runner)
         self.lock = threading.Lock()
         self.callers_drive = platform.callers_drive_steps(runner.device)
         self.thread: threading.Thread | None = None
@@ -154,36 +152,25 @@ class EngineDriver:
                      ttl_s: float | None = None) -> float | None:
         """Retain the session's last blocks while its tools run; the TTL given or None."""
         with self.lock:
-            if not self.session_retention:
-                return None
-            return self.kv.park(session_id, tool_names=tool_names, ttl_s=ttl_s)
+            return (self.kv.park(session_id, tool_names=tool_names, ttl_s=ttl_s)
+                    if self.session_retention else None)
 
     def release_session(self, session_id: str) -> bool:
         with self.lock:
             return self.kv.pool.release_session(session_id)
 
-    def record_tool_latency(self, name: str, seconds: float) -> None:
-        with self.lock:
-            self.kv.pool.retention.latency.record(name, seconds)
-
-    def note_template_fallback(self) -> None:
-        """A template not prefix-stable for appended tool messages: one-shot prefill."""
-        with self.lock:
-            self.num_template_fallbacks += 1
-
     def submit_background(self, request: Request) -> bool:
-        """Queue a background prefill for its session (a queued older one of the same
-        session is dropped: the new prefix covers it). False when retention is off or the
-        session is not parked."""
+        """Queue a background prefill of a parked session (its queued older one dropped:
+        the new prefix covers it); False when retention is off or it is not parked."""
         sid = request.session_id
         with self.lock:
-            if self._closed or not self.session_retention or sid is None:
+            if (self._closed or not self.session_retention
+                    or sid not in self.kv.pool.retention.sessions):
                 return False
-            if sid not in self.kv.pool.retention.sessions:
-                return False
-            old = self._background.get(sid)
+            old = self._background.pop(sid, None)
             if old is not None and old.status is RequestStatus.WAITING:
                 self.scheduler.abort_request(old.request_id)
+            self._background = {k: r for k, r in self._background.items() if not r.is_finished}
             self._background[sid] = request
             self.scheduler.add_request(request)
             self._ensure_loop_locked()
@@ -232,29 +219,11 @@ class EngineDriver:
                 num_draft_tokens=scheduler.num_draft_tokens,
                 num_accepted_tokens=scheduler.num_accepted_tokens,
                 num_forced_tokens=scheduler.num_forced_tokens,
-                **self._session_stats_locked(),
+                **self.kv.session_stats(),
+                scheduling=scheduler.policy,
                 decode_step=self._decode_step(),
                 weights=dict(getattr(self.runner, "weights", None) or {}),
             )
-
-    def _session_stats_locked(self) -> dict[str, Any]:
-        pool, counters = self.kv.pool, self.kv.session_counters
-        retention = pool.retention
-        return {
-            "num_retained_sessions": len(retention.sessions),
-            "num_retained_blocks": pool.num_retained_blocks,
-            "retention_cap_blocks": pool.retention_cap_blocks,
-            "num_sessions_parked": retention.num_parked,
-            "num_sessions_expired": retention.num_expired,
-            "num_sessions_given_up": retention.num_given_up,
-            "num_resumed": counters.num_resumed,
-            "num_resume_hits": counters.num_resume_hits,
-            "num_recomputed_tokens": counters.num_recomputed_tokens,
-            "num_background_tokens": counters.num_background_tokens,
-            "num_template_fallbacks": self.num_template_fallbacks,
-            "scheduling": self.scheduler.policy,
-            "tool_latency_s": retention.latency.snapshot(),
-        }
 
     def _decode_step(self) -> dict[str, Any]:
         """The runner's step compiler's description (``StepCompiler.describe``), or {}."""
@@ -528,27 +497,3 @@ class EngineDriver:
                                                tracked.detokenizer.take_delta()))
         self._tracked.pop(request.request_id, None)
         return tracked.sink.put(tracked.final_delta(new_ids))
-
-
-def _configure_drafting(scheduler: Scheduler, runner: Any) -> None:
-    """Whether ``speculative_decoding='auto'`` drafts on this runner, and a draft row's cost.
-
-    Greedy identity with drafting holds where a verify pass's rows round exactly as one-row
-    decodes: they are packed as decode rows (``engine.worker.packing``), attended by the same
-    kernel over the same key ranges, and in float32 every product computes a row the same way
-    whatever the batch, float or quantized weights alike (int8 activations are rounded per
-    row). In bfloat16/float16 the batched float products round differently and a near-tie can
-    flip (measured on CPU bf16). So "auto" drafts in float32; "prompt_lookup" drafts in any
-    dtype and format.
-    """
-    scheduler.auto_drafting = str(runner.dtype) == "torch.float32"
-    measure = getattr(runner, "measure_draft_row_cost", None)
-    if measure is not None and scheduler.auto_drafting:
-        scheduler.draft_row_cost = float(measure())
-        logger.info("a drafted token's row costs %.2f of a decode pass on %s %s "
-                    "(speculative_decoding='auto' drafts while acceptance beats it)",
-                    scheduler.draft_row_cost, runner.device, runner.dtype)
-    elif not scheduler.auto_drafting:
-        logger.info("speculative_decoding='auto' does not draft in %s (multi-row passes "
-                    "round differently from one-row passes); 'prompt_lookup' does",
-                    runner.dtype)

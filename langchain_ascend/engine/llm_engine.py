@@ -301,11 +301,13 @@ class LLMEngine:
 
     def record_tool_latency(self, name: str, seconds: float) -> None:
         """One measured latency of tool ``name`` (its TTL estimate learns from it)."""
-        self.driver.record_tool_latency(str(name), float(seconds))
+        with self.driver.lock:
+            self.driver.kv.pool.retention.latency.record(str(name), float(seconds))
 
     def note_template_fallback(self) -> None:
         """Count a hop whose results were prefilled one-shot (template not prefix-stable)."""
-        self.driver.note_template_fallback()
+        with self.driver.lock:
+            self.driver.kv.session_counters.num_template_fallbacks += 1
 
     def prefill_session(self, session_id: str, prompt_token_ids: Sequence[int]) -> bool:
         """Prefill a parked session's known continuation in the background, at low priority

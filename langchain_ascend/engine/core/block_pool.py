@@ -122,7 +122,7 @@ class BlockPool:
         self._free_retained: dict[int, KVBlock] = {}
         self._relocate = relocate
         self.retention = retention if retention is not None else RetentionTable()
-        self._clock = clock if clock is not None else time.monotonic
+        self.clock = clock if clock is not None else time.monotonic
         self.num_evictions = 0
         self.num_relocations = 0
 
@@ -256,7 +256,7 @@ class BlockPool:
         ``ttl_s`` seconds; a session parked already is re-parked with these blocks. The cap
         then holds (possibly by giving this very session up)."""
         self.release_session(session_id)
-        now = self._clock()
+        now = self.clock()
         session = RetainedSession(session_id, [], parked_at=now, expected_s=expected_s,
                                   deadline=now + ttl_s)
         for block_id in block_ids:
@@ -288,7 +288,7 @@ class BlockPool:
 
     def expire_sessions(self) -> list[str]:
         """Release every session past its deadline; returns their ids."""
-        due = self.retention.expired(self._clock())
+        due = self.retention.expired(self.clock())
         for session_id in due:
             self.release_session(session_id)
         self.retention.num_expired += len(due)
@@ -303,7 +303,7 @@ class BlockPool:
         return counts
 
     def _give_up_one(self) -> None:
-        victim = self.retention.victim(self._clock(), self._block_size_hint(),
+        victim = self.retention.victim(self.clock(), self._block_size_hint(),
                                        self._exclusive_retained())
         if victim is None:
             raise RuntimeError("retained blocks without a parked session")

@@ -57,12 +57,14 @@ class SessionCounters:
             they share with the session's last state.
         num_recomputed_tokens: Tokens of a session's last state prefilled again.
         num_background_tokens: Tokens prefilled by background (tool-time) requests.
+        num_template_fallbacks: Hops prefilled one-shot: template not prefix-stable.
     """
 
     num_resumed: int = 0
     num_resume_hits: int = 0
     num_recomputed_tokens: int = 0
     num_background_tokens: int = 0
+    num_template_fallbacks: int = 0
 
 
 class KVCacheManager:
@@ -275,7 +277,7 @@ class KVCacheManager:
             self.sessions.popitem(last=False)
         parked = self.pool.retention.sessions.get(sid)
         if parked is not None:
-            remaining = max(parked.deadline - self.pool._clock(), 0.0)
+            remaining = max(parked.deadline - self.pool.clock(), 0.0)
             self.pool.park_session(sid, self.sessions[sid].block_ids,
                                    expected_s=parked.expected_s, ttl_s=remaining)
 
@@ -297,6 +299,25 @@ class KVCacheManager:
         self.pool.park_session(session_id, state.block_ids, expected_s=min(expected, ttl),
                                ttl_s=ttl)
         return ttl
+
+    def session_stats(self) -> dict[str, object]:
+        """The session fields of ``EngineStats`` (retention and recomputation counters)."""
+        pool, counters = self.pool, self.session_counters
+        retention = pool.retention
+        return {
+            "num_retained_sessions": len(retention.sessions),
+            "num_retained_blocks": pool.num_retained_blocks,
+            "retention_cap_blocks": pool.retention_cap_blocks,
+            "num_sessions_parked": retention.num_parked,
+            "num_sessions_expired": retention.num_expired,
+            "num_sessions_given_up": retention.num_given_up,
+            "num_resumed": counters.num_resumed,
+            "num_resume_hits": counters.num_resume_hits,
+            "num_recomputed_tokens": counters.num_recomputed_tokens,
+            "num_background_tokens": counters.num_background_tokens,
+            "num_template_fallbacks": counters.num_template_fallbacks,
+            "tool_latency_s": retention.latency.snapshot(),
+        }
 
     def session_tokens(self, session_id: str) -> list[int] | None:
         """The session's last computed tokens, or None."""

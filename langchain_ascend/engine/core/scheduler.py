@@ -230,7 +230,22 @@ class Scheduler:
                 order.append(request)
                 budget -= count + len(drafts)
 
-        while (not preempted and (self.waiting or self.background) and budget > 0
+        if not preempted:
+            budget = self._admit_waiting(budget, num_new, order)
+        self._charge_service(order, num_new, drafts_of)
+        self._scheduled = {r.request_id: r for r in order}
+        self._scheduled_row_cost = row_cost
+        return ScheduledBatch(
+            segments=[self._segment(r, num_new[r.request_id], drafts_of.get(r.request_id, []))
+                      for r in order],
+            preempted_ids=[r.request_id for r in preempted],
+            finished_ids=self.take_finished_ids(),
+        )
+
+    def _admit_waiting(self, budget: int, num_new: dict[str, int], order: list[Request]) -> int:
+        """Admit waiting requests, then background prefills (module docstring, 2-3) into
+        ``num_new`` / ``order``; returns the budget left."""
+        while ((self.waiting or self.background) and budget > 0
                and len(self.running) < self.max_batch_size):
             queue = self.waiting if self.waiting else self.background
             request = self._next_waiting() if self.waiting else self.background[0]
@@ -257,21 +272,18 @@ class Scheduler:
             num_new[request.request_id] = count
             order.append(request)
             budget -= count
+        return budget
 
+    def _charge_service(self, order: list[Request], num_new: dict[str, int],
+                        drafts_of: dict[str, list[int]]) -> None:
+        """Add this step's tokens to each session's attained service (and the background
+        prefill counter)."""
         for request in order:
             key = request.session_id or request.request_id
             granted = num_new[request.request_id] + len(drafts_of.get(request.request_id, ()))
             self.attained_service[key] = self.attained_service.get(key, 0) + granted
             if request.prefill_only:
                 self.kv.session_counters.num_background_tokens += num_new[request.request_id]
-        self._scheduled = {r.request_id: r for r in order}
-        self._scheduled_row_cost = row_cost
-        return ScheduledBatch(
-            segments=[self._segment(r, num_new[r.request_id], drafts_of.get(r.request_id, []))
-                      for r in order],
-            preempted_ids=[r.request_id for r in preempted],
-            finished_ids=self.take_finished_ids(),
-        )
 
     def take_finished_ids(self) -> list[str]:
         """Ids of requests finished since the last call (the model runner may drop their
