@@ -251,14 +251,15 @@ class BlockPool:
     # ----------------------------------------------------------------- parked sessions
 
     def park_session(self, session_id: str, block_ids: Sequence[int], *,
-                     expected_s: float, ttl_s: float) -> RetainedSession:
+                     expected_s: float, ttl_s: float, returned: bool = False
+                     ) -> RetainedSession:
         """Retain the cached ones of ``block_ids`` (a session's table, in order) for
         ``ttl_s`` seconds; a session parked already is re-parked with these blocks. The cap
         then holds (possibly by giving this very session up)."""
         self.release_session(session_id)
         now = self.clock()
         session = RetainedSession(session_id, [], parked_at=now, expected_s=expected_s,
-                                  deadline=now + ttl_s)
+                                  deadline=now + ttl_s, returned=returned)
         for block_id in block_ids:
             block = self.blocks[block_id]
             if block.block_hash is None:

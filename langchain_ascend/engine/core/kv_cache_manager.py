@@ -279,7 +279,8 @@ class KVCacheManager:
         if parked is not None:
             remaining = max(parked.deadline - self.pool.clock(), 0.0)
             self.pool.park_session(sid, self.sessions[sid].block_ids,
-                                   expected_s=parked.expected_s, ttl_s=remaining)
+                                   expected_s=parked.expected_s, ttl_s=remaining,
+                                   returned=parked.returned)
 
     def park(self, session_id: str, *, tool_names: Sequence[str] = (),
              ttl_s: float | None = None) -> float | None:

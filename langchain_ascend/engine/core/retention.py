@@ -19,8 +19,9 @@ Policy, stated up front:
   lowest ``tokens it would recompute x chance it returns within its TTL`` is released first
   (ties: the earliest deadline). Released blocks join the *front* of the LRU list, tail block
   first, so what allocation takes next is that session's tail and its prefix may still hit.
-* **A session that never returns frees at its TTL** (:meth:`RetentionTable.expire`, run
-  before every scheduling step).
+* **A session that never returns frees at its TTL** (:meth:`RetentionTable.expired`, run
+  before every scheduling step). One whose next request has arrived but still waits for
+  admission has returned in time: it no longer expires (``RetainedSession.returned``).
 
 Chance of return: before its expected return time (``parked_at + expected``) a session counts
 as certain to return (1.0); from there its chance falls linearly to 0 at its deadline.
@@ -126,6 +127,8 @@ class RetainedSession:
         parked_at: Clock reading when it parked.
         expected_s: When its tools are expected to be done, seconds after ``parked_at``.
         deadline: Clock reading at which it is released if it has not come back.
+        returned: Its next request has arrived and waits to be admitted: it no longer
+            expires, and it counts as certain to return.
     """
 
     session_id: str
@@ -133,9 +136,13 @@ class RetainedSession:
     parked_at: float = 0.0
     expected_s: float = DEFAULT_TOOL_LATENCY_S
     deadline: float = 0.0
+    returned: bool = False
 
     def chance_of_return(self, now: float) -> float:
-        """1 until the expected return time, then falling linearly to 0 at the deadline."""
+        """1 until the expected return time, then falling linearly to 0 at the deadline;
+        1 once its next request arrived."""
+        if self.returned:
+            return 1.0
         expected_at = self.parked_at + self.expected_s
         if now <= expected_at:
             return 1.0
@@ -178,7 +185,13 @@ class RetentionTable:
                 best = key
         return None if best is None else best[2]
 
+    def mark_returned(self, session_id: str) -> None:
+        """The session's next request arrived (it waits for admission)."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.returned = True
+
     def expired(self, now: float) -> list[str]:
         """Sessions whose deadline has passed, earliest first."""
-        due = [s for s in self.sessions.values() if s.deadline <= now]
+        due = [s for s in self.sessions.values() if s.deadline <= now and not s.returned]
         return [s.session_id for s in sorted(due, key=lambda s: s.deadline)]

@@ -158,6 +158,8 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
         (self.background if request.prefill_only else self.waiting).append(request)
+        if request.session_id is not None and not request.prefill_only:
+            self.kv.pool.retention.mark_returned(request.session_id)  # no expiry while queued
 
     def abort_request(self, request_id: str) -> Request | None:
         """Finish a live request as aborted and free its blocks now; None if not live."""

@@ -225,3 +225,23 @@ def test_background_prefill_runs_last_and_finishes_without_sampling():
     assert bg.is_finished and bg.output_token_ids == []
     assert kv.session_counters.num_background_tokens == 10
     assert kv.session_tokens("s") == list(range(100, 110))
+
+
+def test_a_session_whose_next_request_waits_does_not_expire():
+    clock = Clock()
+    kv = KVCacheManager(16, 4, retention=RetentionTable(1.0), clock=clock)
+    sched = Scheduler(kv, max_num_batched_tokens=8, max_batch_size=1, max_model_len=64,
+                      clock=clock)
+    first = request("h1", list(range(8)), "s")
+    kv.allocate_slots(first, 8)
+    first.num_computed_tokens = 8
+    kv.cache_blocks(first)
+    kv.free(first)
+    kv.park("s", ttl_s=1.0)
+    sched.add_request(request("busy", list(range(50, 58))))   # takes the only batch slot
+    sched.add_request(request("h2", list(range(8)) + [9], "s"))
+    clock.now += 5.0                                          # long past the TTL
+    batch = sched.schedule()
+    assert [seg.request_id for seg in batch.segments] == ["busy"]
+    assert "s" in kv.pool.retention.sessions                   # returned: kept
+    assert kv.pool.retention.sessions["s"].chance_of_return(clock.now) == 1.0
