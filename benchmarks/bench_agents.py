@@ -104,6 +104,7 @@ class AgentRecord:
     end: float = 0.0
     resumes: list[float] = field(default_factory=list)
     tokens: list[list[int]] = field(default_factory=list)
+    error: Exception | None = None
 
 
 @dataclass
@@ -128,6 +129,15 @@ def make_plan(tokenizer: Any, agents: int, hops: int, heavy_tail: bool, seed: in
 
 def run_agent(engine: Any, render: Any, system: str, agent: int, plan: Plan, hops: int,
               call_tokens: int, land: bool, record: AgentRecord) -> None:
+    """One agent's job (its failure is kept in ``record.error``)."""
+    try:
+        _run_agent(engine, render, system, agent, plan, hops, call_tokens, land, record)
+    except Exception as exc:  # noqa: BLE001 - reported after the run
+        record.error = exc
+
+
+def _run_agent(engine: Any, render: Any, system: str, agent: int, plan: Plan, hops: int,
+               call_tokens: int, land: bool, record: AgentRecord) -> None:
     from langchain_ascend.chat.session_prefill import LandingPrefill
     from langchain_ascend.engine.core.sampling_params import SamplingParams
 
@@ -193,15 +203,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def working_set_tokens(render: Any, system: str, plan: Plan, hops: int,
-                       call_tokens: int) -> tuple[int, int]:
-    """(peak working set, shared prompt) in tokens: every agent's final context."""
+def working_set_tokens(tokenizer: Any, render: Any, system: str, plan: Plan,
+                       call_tokens: int) -> tuple[int, int, int]:
+    """(peak working set, shared prompt, longest agent context) in tokens: every agent's
+    final context, the shared prompt counted once."""
     shared = len(render([SystemMessage(system)]))
-    total = shared
-    for results in plan.results:
-        words = sum(len(r.split()) for hop in results for r in hop)
-        total += int(words * 1.9) + hops * (call_tokens + 40)  # ~tokens per word + framing
-    return total, shared
+    framing = 12  # the chat template's tokens around one message
+    contexts = [shared + sum(len(tokenizer.encode(text)) + framing for hop in results
+                             for text in hop) + len(results) * (call_tokens + framing) + 32
+                for results in plan.results]
+    return shared + sum(c - shared for c in contexts), shared, max(contexts)
 
 
 def run_config(name: str, args: argparse.Namespace, plan: Plan, system: str,
@@ -252,6 +263,9 @@ def run_config(name: str, args: argparse.Namespace, plan: Plan, system: str,
         stats = engine.stats()
     finally:
         engine.shutdown()
+    errors = [r.error for r in records if r.error is not None]
+    if errors:
+        raise RuntimeError(f"{len(errors)} agent(s) failed in {name}") from errors[0]
     jobs = [r.end - r.start for r in records]
     resumes = [x for r in records for x in r.resumes]
     return {
@@ -288,7 +302,8 @@ def main() -> None:
     parser.add_argument("--pool-fraction", type=float, default=0.5)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--step-tokens", type=int, default=1024)
-    parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--context", type=int, default=None,
+                        help="max context per request (default: the longest agent's + 64)")
     parser.add_argument("--configs", default="lru,retention,land,agent")
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
@@ -309,8 +324,10 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.folder)
     system = system_prompt(tokenizer)
     plan = make_plan(tokenizer, args.agents, args.hops, args.heavy_tail, args.seed)
-    peak, shared = working_set_tokens(make_render(tokenizer), system, plan, args.hops,
-                                      args.call_tokens)
+    peak, shared, longest = working_set_tokens(tokenizer, make_render(tokenizer), system,
+                                               plan, args.call_tokens)
+    if args.context is None:
+        args.context = longest + 64
     num_blocks = max(int(peak * args.pool_fraction) // args.block_size,
                      (args.context + args.block_size - 1) // args.block_size + 1)
     print(f"agents={args.agents} hops={args.hops} heavy_tail={args.heavy_tail} "

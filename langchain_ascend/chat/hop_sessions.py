@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -120,9 +121,18 @@ class HopCall:
         return p.engine.astream(p.prompt_token_ids, p.params, **self._engine_kwargs())
 
     def finish(self, result: Any) -> Any:
-        """End the hop with its ``ChatResult`` (returned as it is)."""
+        """End the hop with its ``ChatResult``; the reply's
+        ``response_metadata["tool_time_prefills"]`` lists the background prefills that fed
+        it (``[{"start_ago", "end_ago", "tokens"}]``, seconds before the reply ended)."""
         if self.session is not None:
-            self.end(result.generations[0].message)
+            message = result.generations[0].message
+            spans = self.prepared.engine.take_background_spans(self.session.session_id)
+            if spans:
+                now = time.monotonic()
+                message.response_metadata["tool_time_prefills"] = [
+                    {"start_ago": now - start, "end_ago": now - end, "tokens": tokens}
+                    for start, end, tokens in spans]
+            self.end(message)
         return result
 
     async def afinish(self, result: Any) -> Any:

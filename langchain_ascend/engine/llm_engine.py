@@ -309,6 +309,13 @@ class LLMEngine:
         with self.driver.lock:
             self.driver.kv.session_counters.num_template_fallbacks += 1
 
+    def take_background_spans(self, session_id: str) -> list[tuple[float, float, int]]:
+        """The session's background prefills finished since the last call: ``(start, end,
+        tokens computed)``, ``time.monotonic()`` readings (what ``AscendTimeline`` draws
+        under the tool spans they overlapped)."""
+        with self.driver.lock:
+            return self.driver.scheduler.background_spans.pop(session_id, [])
+
     def prefill_session(self, session_id: str, prompt_token_ids: Sequence[int]) -> bool:
         """Prefill a parked session's known continuation in the background, at low priority
         (only while nothing else waits): its full blocks join the session's retained prefix,

@@ -10,6 +10,7 @@ from langchain_core.tools import tool
 
 from langchain_ascend.agent import create_ascend_agent
 from langchain_ascend.chat.session_prefill import LandingPrefill
+from langchain_ascend.observe import AscendTimeline
 
 
 @tool
@@ -27,8 +28,9 @@ def make_agent(llm):
                                first_hop_tool_choice="required", final_hop_tool_choice="none")
 
 
-def run_agent(llm, question: str):
-    return make_agent(llm).invoke(question)["messages"]
+def run_agent(llm, question: str, callbacks=None):
+    config = {"callbacks": callbacks} if callbacks else None
+    return make_agent(llm).invoke(question, config)["messages"]
 
 
 def contents(messages):
@@ -40,8 +42,15 @@ def test_agent_parks_resumes_and_prefills_without_changing_text(tiny_chat):
     llm = tiny_chat.model_copy(update={"max_tokens": 40})
     engine = llm.get_engine()
     before = engine.stats()
-    with_landing = run_agent(llm, "What is in aisle 7?")
+    timeline = AscendTimeline()
+    with_landing = run_agent(llm, "What is in aisle 7?", [timeline])
     after = engine.stats()
+    fed = [p for hop in timeline.hops for p in hop.tool_time_prefills]
+    assert fed and all(tokens >= 0 for _, _, tokens in fed)
+    assert any(start < tool.end and end > tool.start  # a prefill ran while a tool ran
+               for start, end, _ in fed for tool in timeline.tool_calls)
+    names = {e["name"] for e in timeline.to_chrome_trace()["traceEvents"]}
+    assert "tool-time prefill" in names
     assert after.num_sessions_parked > before.num_sessions_parked
     assert after.num_resumed > before.num_resumed
     assert after.num_resume_hits > before.num_resume_hits

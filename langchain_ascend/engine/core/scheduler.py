@@ -115,6 +115,9 @@ class Scheduler:
         self.background: deque[Request] = deque()
         self.running: list[Request] = []
         self.policy = policy
+        self.background_spans: dict[str, list[tuple[float, float, int]]] = {}
+        """Per session, its finished background prefills: ``(start, end, tokens)`` clock
+        readings, until taken (``take_background_spans``)."""
         self.attained_service: dict[str, int] = {}
         """Tokens granted so far per session (or request id without one), for ``"agent"``."""
         self.num_preemptions = 0
@@ -184,6 +187,11 @@ class Scheduler:
             self.background.remove(request)
         else:
             self.waiting.remove(request)
+        if request.prefill_only and request.first_scheduled_time is not None:
+            spans = self.background_spans.setdefault(request.session_id or "", [])
+            spans.append((request.first_scheduled_time, self.clock(),
+                          request.num_computed_tokens - request.num_cached_tokens))
+            del spans[:-64]  # a session nobody asks about keeps its last few
         self.kv.free(request)
         if request.session_id is None:
             self.attained_service.pop(request.request_id, None)
