@@ -106,3 +106,43 @@ def test_agent_scheduling_gives_same_outputs(make_engine):
     assert fcfs == agent
     with pytest.raises(InvalidRequestError):
         make_engine(scheduling="lifo")
+
+
+@pytest.mark.parametrize("scheduling", ["fcfs", "agent"])
+def test_many_parked_sessions_in_a_small_pool_all_complete(make_engine, scheduling):
+    """32 agents of 3 hops, each parking and prefilling in the background, in a pool that
+    holds a few of them: no stall, every output exact, the cap held, nothing leaked."""
+    import threading
+
+    engine = make_engine(num_blocks=40, scheduling=scheduling, retention_cap=0.25)
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    failures: list[BaseException] = []
+    peaks: list[int] = []
+
+    def agent(index: int) -> None:
+        try:
+            context = prompt_of(1000 + index, 12)
+            for hop in range(3):
+                out = engine.generate(context, params, session_id=f"s{index}")
+                assert out.token_ids == reference(context, 3)
+                engine.park_session(f"s{index}", ["t"], ttl_s=5.0)
+                context = context + out.token_ids + prompt_of(index * 7 + hop, 5)
+                engine.prefill_session(f"s{index}", context)
+                peaks.append(engine.stats().num_retained_blocks)
+            engine.release_session(f"s{index}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "an agent stalled"
+    assert not failures, failures[0]
+    deadline = time.monotonic() + 5
+    while engine.stats().num_running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stats = engine.stats()
+    assert max(peaks) <= stats.retention_cap_blocks == 10
+    assert stats.num_blocks_used == 0 and stats.num_running == 0
