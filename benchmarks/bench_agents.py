@@ -25,8 +25,12 @@ last tool result alone (measured on the idle engine), prompt tokens recomputed p
 peak and mean pool fraction retained (and the cap), and whether the greedy tokens of every hop
 equal the first configuration's.
 
+Peer (``--llama-server PATH``): the same agents, token for token, against llama.cpp's
+``llama-server -np <agents>`` (``/completion`` with token-id prompts and ``cache_prompt``);
+job times only (its replies are not streamed, and its greedy text need not equal ours).
+
 Run: ``python benchmarks/bench_agents.py [--agents 16] [--hops 6] [--heavy-tail]
-[--configs lru,retention,land,agent] [--threads 2]``; prints one line per configuration, the
+[--configs lru,retention,land,agent] [--threads 2] [--llama-server ~/.cache/llama-tools/avx512/bin/llama-server]``; prints one line per configuration, the
 ratios against ``lru``, and a final JSON line.
 """
 
@@ -195,6 +199,96 @@ def run_tool(engine: Any, landing: Any, call: dict[str, Any], latency: float, te
         engine.record_tool_latency(call["name"], time.perf_counter() - start)
 
 
+class LlamaServerPeer:
+    """The engine calls the agents make, served by llama.cpp's ``llama-server -np N`` over
+    HTTP (``/completion`` with the prompt as token ids, ``cache_prompt``: its slots' prompt
+    cache is all it keeps between hops; sessions are no-ops)."""
+
+    def __init__(self, binary: str, gguf: str, agents: int, context: int, threads: int,
+                 tokenizer: Any) -> None:
+        import socket
+        import subprocess
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.tokenizer = tokenizer
+        self.process = subprocess.Popen(
+            [binary, "-m", gguf, "-np", str(agents), "-c", str(context * agents),
+             "-t", str(threads), "--port", str(port), "--host", "127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if self._get("/health").get("status") == "ok":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.shutdown()
+        raise RuntimeError("llama-server did not become healthy")
+
+    def _get(self, path: str) -> dict[str, Any]:
+        from urllib.request import urlopen
+
+        with urlopen(self.url + path, timeout=10) as response:
+            return json.loads(response.read())
+
+    def stream(self, prompt: list[int], params: Any, session_id: str | None = None) -> Any:
+        from urllib.request import Request, urlopen
+
+        body = {"prompt": prompt, "n_predict": params.max_tokens, "ignore_eos": True,
+                "cache_prompt": True, "temperature": 0, "return_tokens": True}
+        request = Request(self.url + "/completion", data=json.dumps(body).encode(),
+                          headers={"Content-Type": "application/json"})
+        with urlopen(request, timeout=3600) as response:
+            reply = json.loads(response.read())
+        tokens = reply.get("tokens") or self.tokenizer.encode(reply.get("content", ""),
+                                                              add_special_tokens=False)
+        yield type("Delta", (), {"token_ids": list(tokens)})()
+
+    def park_session(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def release_session(self, *args: Any) -> None:
+        return None
+
+    def record_tool_latency(self, *args: Any) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def run_peer(args: argparse.Namespace, plan: Plan, system: str) -> dict[str, Any]:
+    """The same agents against ``llama-server -np <agents>``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.folder)
+    render = make_render(tokenizer)
+    peer = LlamaServerPeer(args.llama_server, args.model, args.agents, args.context,
+                           args.threads or 2, tokenizer)
+    try:
+        records = [AgentRecord() for _ in range(args.agents)]
+        threads = [threading.Thread(target=run_agent, args=(
+            peer, render, system, a, plan, args.hops, args.call_tokens, False, records[a]))
+            for a in range(args.agents)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        peer.shutdown()
+    errors = [r.error for r in records if r.error is not None]
+    if errors:
+        raise RuntimeError(f"{len(errors)} agent(s) failed against llama-server") from errors[0]
+    jobs = [r.end - r.start for r in records]
+    return {"config": "llama-server", "job_mean_s": statistics.mean(jobs),
+            "job_p90_s": percentile(jobs, 0.9), "job_p99_s": percentile(jobs, 0.99)}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -307,6 +401,8 @@ def main() -> None:
     parser.add_argument("--configs", default="lru,retention,land,agent")
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--llama-server", default=None,
+                        help="llama-server binary: also run the agents against it (-np agents)")
     args = parser.parse_args()
     if args.threads:
         import torch
@@ -334,8 +430,8 @@ def main() -> None:
           f"working_set~{peak} tokens (shared {shared}) pool={num_blocks}x{args.block_size}"
           f"={num_blocks * args.block_size} tokens", flush=True)
     results = []
-    for name in args.configs.split(","):
-        result = run_config(name.strip(), args, plan, system, num_blocks)
+    for name in [n.strip() for n in args.configs.split(",") if n.strip()]:
+        result = run_config(name, args, plan, system, num_blocks)
         results.append(result)
         print(f"{name:10s} job mean {result['job_mean_s']:.2f}s p90 {result['job_p90_s']:.2f}s "
               f"p99 {result['job_p99_s']:.2f}s | resume p50 {result['resume_p50_s'] * 1e3:.0f}ms"
@@ -346,11 +442,12 @@ def main() -> None:
               f"{result['retained_fraction_peak']:.2f} (cap "
               f"{result['retention_cap_fraction']:.2f}) | hits {result['resume_hits']}/"
               f"{result['resumed']} | preemptions {result['preemptions']}", flush=True)
-    reference = results[0]
+    reference = results[0] if results else None
     summary = {"agents": args.agents, "hops": args.hops, "heavy_tail": args.heavy_tail,
                "pool_tokens": num_blocks * args.block_size, "working_set_tokens": peak,
                "configs": []}
     for result in results:
+        assert reference is not None
         same = result["tokens"] == reference["tokens"]
         row = {k: v for k, v in result.items() if k != "tokens"}
         row["greedy_identical"] = same
@@ -364,6 +461,14 @@ def main() -> None:
         print(f"{result['config']:10s} vs {reference['config']}: mean "
               f"{row['job_mean_x_vs_first']:.2f}x p99 {row['job_p99_x_vs_first']:.2f}x "
               f"recomputed -{row['recomputed_fewer_pct']:.0f}% greedy identical {same}")
+    if args.llama_server:
+        peer = run_peer(args, plan, system)
+        summary["llama_server"] = peer
+        print(f"llama-server -np {args.agents}: job mean {peer['job_mean_s']:.2f}s p99 "
+              f"{peer['job_p99_s']:.2f}s")
+        if results:
+            print(f"ours ({results[-1]['config']}) vs llama-server: "
+                  f"{peer['job_mean_s'] / results[-1]['job_mean_s']:.2f}x lower mean job time")
     print(json.dumps(summary))
 
 
