@@ -29,6 +29,7 @@ from langchain_ascend.chat.arguments import normalize_init_args
 from langchain_ascend.chat.batching import batch_configs
 from langchain_ascend.chat.engines import load_engine, load_tokenizer
 from langchain_ascend.chat.fields import EngineFields, SamplingFields
+from langchain_ascend.chat.hop_sessions import SessionFields, open_hop
 from langchain_ascend.chat.messages import to_template_tools, tool_names_of
 from langchain_ascend.chat.metadata import identifying_params, ls_params
 from langchain_ascend.chat.prepare import (
@@ -48,7 +49,7 @@ from langchain_ascend.engine.model_source import check_model_source
 from langchain_ascend.model_env import required_model_from_env
 
 
-class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
+class AscendChatModel(BaseChatModel, EngineFields, SamplingFields, SessionFields):
     """Chat model running a Hugging Face decoder LM on langchain-ascend's engine.
 
     A drop-in for ``ChatHuggingFace`` / ``ChatOpenAI`` in chains, agents and langgraph graphs.
@@ -352,6 +353,10 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         """Validate and render one call into engine inputs (raises typed errors)."""
         return prepare_request(messages, stop, kwargs, self._settings(), self._engine_for)
 
+    def _hop(self, messages: Any, stop: Any, kwargs: dict[str, Any], run_manager: Any) -> Any:
+        return open_hop(self, self._prepare, self._settings(), self._engine_for, messages,
+                        stop, kwargs, run_manager)
+
     # ------------------------------------------------------------------ generation
 
     def batch(
@@ -376,9 +381,8 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        prepared = self._prepare(messages, stop, kwargs)
-        output = prepared.engine.generate(prepared.prompt_token_ids, prepared.params)
-        return chat_result(prepared, output)
+        hop = self._hop(messages, stop, kwargs, run_manager)
+        return hop.finish(chat_result(hop.prepared, hop.generate()))
 
     async def _agenerate(
         self,
@@ -387,9 +391,8 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        prepared = await asyncio.to_thread(self._prepare, messages, stop, kwargs)
-        output = await prepared.engine.agenerate(prepared.prompt_token_ids, prepared.params)
-        return chat_result(prepared, output)
+        hop = await asyncio.to_thread(self._hop, messages, stop, kwargs, run_manager)
+        return await hop.afinish(chat_result(hop.prepared, await hop.agenerate()))
 
     def _stream(
         self,
@@ -398,9 +401,8 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        prepared = self._prepare(messages, stop, kwargs)
-        assembler = prepared.new_assembler()
-        stream = prepared.engine.stream(prepared.prompt_token_ids, prepared.params)
+        hop = self._hop(messages, stop, kwargs, run_manager)
+        prepared, assembler, stream = hop.prepared, hop.prepared.new_assembler(), hop.stream()
         try:
             for delta in stream:
                 chunk = generation_chunk(prepared, assembler, delta)
@@ -411,6 +413,7 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
                 yield chunk
         finally:
             stream.close()
+        hop.finish_stream(assembler)
 
     async def _astream(
         self,
@@ -419,9 +422,8 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        prepared = await asyncio.to_thread(self._prepare, messages, stop, kwargs)
-        assembler = prepared.new_assembler()
-        stream = prepared.engine.astream(prepared.prompt_token_ids, prepared.params)
+        hop = await asyncio.to_thread(self._hop, messages, stop, kwargs, run_manager)
+        prepared, assembler, stream = hop.prepared, hop.prepared.new_assembler(), hop.astream()
         try:
             async for delta in stream:
                 chunk = generation_chunk(prepared, assembler, delta)
@@ -432,6 +434,8 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields):
                 yield chunk
         finally:
             await stream.aclose()
+        if hop.session is not None:
+            await asyncio.to_thread(hop.finish_stream, assembler)
 
     # ------------------------------------------------------------------ tools / structure
 

@@ -30,10 +30,11 @@ from langchain_ascend import platform
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError, ToolCallError
 from langchain_ascend.executor import calls as calls_mod
 from langchain_ascend.executor import injection
-from langchain_ascend.executor.call_types import CallSpec, Limits, Plan, RetryPolicy
+from langchain_ascend.executor.call_types import CallSpec, Limits, Plan, RetryPolicy, clock
 from langchain_ascend.executor.calls import PreparedCall
 from langchain_ascend.executor.error_policy import error_policy
 from langchain_ascend.executor.runtime import run_async, run_sync
+from langchain_ascend.executor.session_hub import HUB, session_of
 from langchain_ascend.executor.tool_messages import finish
 from langchain_ascend.executor.workers import CallerStreams, WorkerPool
 from langchain_ascend.validation import check_count, check_flag, check_int, check_number
@@ -106,6 +107,12 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
     ``run_ms``, ``retry_wait_ms``, ``total_ms``, ``start_ms``/``end_ms`` (relative to the
     executor's start), ``attempts``, ``retries``, ``attempt_ms``, ``timed_out``, ``mode``
     (``"thread"`` / ``"async"``) and ``stream`` (None on CPU).
+
+    Agent sessions: when the run's config names a session (``metadata["ascend_session_id"]``,
+    set by ``create_ascend_agent``, or langgraph's ``thread_id``; see
+    ``executor.session_hub``), each call is handed to the engine that parked that session as it
+    finishes: its latency feeds the engine's per-tool TTL estimate and its ``ToolMessage`` is
+    prefilled in the background while the sibling calls still run.
 
     Tracing: the executor is one chain run and every tool run is its child; as a langgraph
     node the node's run plays that part (as with ToolNode), without an extra level.
@@ -336,14 +343,27 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
             detail = injection.describe_validation_error(exc, hidden)
             return ToolCallError(f"invalid arguments for tool {call.name!r}: {detail}")
 
+        session = session_of(config)
+
+        def report(result: Any, start: float) -> None:
+            """Hand the finished call to the engine that parked the session, if any."""
+            HUB.tool_finished(session, call.id or "", call.name, result, clock() - start)
+
         if use_async and self._async_body[call.name]:
             async def run_async_body() -> Any:
+                start = clock()
                 try:
-                    return await tool.ainvoke(tool_call, config)
+                    result = await tool.ainvoke(tool_call, config)
                 except ValidationError as exc:
+                    report(None, start)
                     if exc.title != title:
                         raise
                     raise invalid_args(exc) from exc
+                except BaseException:
+                    report(None, start)
+                    raise
+                report(result, start)
+                return result
 
             return CallSpec(call.name, None, run_async_body)
 
@@ -355,12 +375,19 @@ class NPUStreamToolExecutor(Runnable[Any, Any]):
                 return asyncio.run(tool.ainvoke(tool_call, config))
 
         def run_body() -> Any:
+            start = clock()
             try:
-                return body()
+                result = body()
             except ValidationError as exc:
+                report(None, start)
                 if exc.title != title:
                     raise
                 raise invalid_args(exc) from exc
+            except BaseException:
+                report(None, start)
+                raise
+            report(result, start)
+            return result
 
         if streams is None:
             return CallSpec(call.name, run_body)

@@ -4,6 +4,7 @@ stream, astream) differ only in how they call the model and the executor."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_ascend.errors import InvalidArgumentTypeError, InvalidRequestError
+from langchain_ascend.executor.session_hub import SESSION_KEY, session_of
 
 #: ``response_metadata["finish_reason"]`` of the message that ends a run at ``max_hops``.
 HOP_LIMIT_REASON = "max_hops"
@@ -66,9 +68,20 @@ def parse_input(value: Any) -> tuple[list[BaseMessage], dict[str, Any]]:
     return messages, extra
 
 
-def hop_config(config: RunnableConfig, hop: int) -> RunnableConfig:
-    """``config`` with the hop number in its metadata (inherited by every child run)."""
+def run_session(config: RunnableConfig | None) -> str:
+    """The agent session of one run: the one its config names (``executor.session_hub``), else
+    a fresh id. The model (``AscendChatModel``) and the executor read it from each hop's
+    metadata, so the engine keeps the run's KV blocks while its tools run."""
+    return session_of(config) or f"agent-{uuid.uuid4().hex}"
+
+
+def hop_config(config: RunnableConfig, hop: int, session_id: str | None = None
+               ) -> RunnableConfig:
+    """``config`` with the hop number (and the run's session) in its metadata (inherited by
+    every child run)."""
     metadata = {**(config.get("metadata") or {}), HOP_METADATA_KEY: hop}
+    if session_id is not None:
+        metadata[SESSION_KEY] = session_id
     return {**config, "metadata": metadata}  # type: ignore[typeddict-item]
 
 

@@ -24,8 +24,9 @@ from langchain_core.runnables.config import (
 )
 
 from langchain_ascend.agent.events import AgentEvent
-from langchain_ascend.agent.hops import AgentRun, hop_config
+from langchain_ascend.agent.hops import AgentRun, hop_config, run_session
 from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.executor.session_hub import HUB
 
 
 class AscendAgent(Runnable[Any, dict[str, Any]]):
@@ -51,6 +52,10 @@ class AscendAgent(Runnable[Any, dict[str, Any]]):
 
     Callbacks: the agent is one chain run; every model call and executor run is its child,
     with ``metadata["agent_hop"]`` set to the hop number.
+
+    Sessions: every run is one agent session (``metadata["ascend_session_id"]``: the config's
+    own, else a fresh id per run), so an ``AscendChatModel`` engine keeps the run's KV blocks
+    while its tools run and prefills their results as they land (``executor.session_hub``).
     """
 
     def __init__(self, *, models: Sequence[Runnable[Any, Any]], executor: Runnable[Any, Any],
@@ -99,23 +104,31 @@ class AscendAgent(Runnable[Any, dict[str, Any]]):
 
     def _run(self, value: Any, run_manager: CallbackManagerForChainRun,
              config: RunnableConfig) -> dict[str, Any]:
+        session = run_session(config)
         run = self._start(value)
-        while not run.done:
-            hop, model, prompt = run.model_call()
-            step_config = hop_config(config, hop)
-            if run.add_reply(model.invoke(prompt, step_config)):
-                run.add_tool_output(self.executor.invoke(run.tools_input(), step_config))
+        try:
+            while not run.done:
+                hop, model, prompt = run.model_call()
+                step_config = hop_config(config, hop, session)
+                if run.add_reply(model.invoke(prompt, step_config)):
+                    run.add_tool_output(self.executor.invoke(run.tools_input(), step_config))
+        finally:
+            HUB.resume(session)
         return run.output()
 
     async def _arun(self, value: Any, run_manager: AsyncCallbackManagerForChainRun,
                     config: RunnableConfig) -> dict[str, Any]:
+        session = run_session(config)
         run = self._start(value)
-        while not run.done:
-            hop, model, prompt = run.model_call()
-            step_config = hop_config(config, hop)
-            if run.add_reply(await model.ainvoke(prompt, step_config)):
-                output = await self.executor.ainvoke(run.tools_input(), step_config)
-                run.add_tool_output(output)
+        try:
+            while not run.done:
+                hop, model, prompt = run.model_call()
+                step_config = hop_config(config, hop, session)
+                if run.add_reply(await model.ainvoke(prompt, step_config)):
+                    output = await self.executor.ainvoke(run.tools_input(), step_config)
+                    run.add_tool_output(output)
+        finally:
+            HUB.resume(session)
         return run.output()
 
     # ------------------------------------------------------------------ stream
@@ -129,11 +142,12 @@ class AscendAgent(Runnable[Any, dict[str, Any]]):
             None, input, name=config.get("run_name") or self.get_name(),
             run_id=config.pop("run_id", None))
         child_config = patch_config(config, callbacks=run_manager.get_child())
+        session = run_session(config)
         try:
             run = self._start(input)
             while not run.done:
                 hop, model, prompt = run.model_call()
-                step_config = hop_config(child_config, hop)
+                step_config = hop_config(child_config, hop, session)
                 chunks: list[BaseMessage] = []
                 for chunk in model.stream(prompt, step_config):
                     chunks.append(chunk)
@@ -149,6 +163,8 @@ class AscendAgent(Runnable[Any, dict[str, Any]]):
         except BaseException as exc:
             run_manager.on_chain_error(exc)
             raise
+        finally:
+            HUB.resume(session)
         run_manager.on_chain_end(result)
         assert run.final is not None
         yield AgentEvent("final", run.hop, run.final, result)
@@ -162,11 +178,12 @@ class AscendAgent(Runnable[Any, dict[str, Any]]):
             None, input, name=config.get("run_name") or self.get_name(),
             run_id=config.pop("run_id", None))
         child_config = patch_config(config, callbacks=run_manager.get_child())
+        session = run_session(config)
         try:
             run = self._start(input)
             while not run.done:
                 hop, model, prompt = run.model_call()
-                step_config = hop_config(child_config, hop)
+                step_config = hop_config(child_config, hop, session)
                 chunks: list[BaseMessage] = []
                 async for chunk in model.astream(prompt, step_config):
                     chunks.append(chunk)
@@ -182,6 +199,8 @@ class AscendAgent(Runnable[Any, dict[str, Any]]):
         except BaseException as exc:
             await run_manager.on_chain_error(exc)
             raise
+        finally:
+            HUB.resume(session)
         await run_manager.on_chain_end(result)
         assert run.final is not None
         yield AgentEvent("final", run.hop, run.final, result)

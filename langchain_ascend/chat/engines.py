@@ -71,6 +71,10 @@ def engine_kwargs(chat: Any) -> dict[str, Any]:
         "quantization": chat.quantization,
         "kv_cache_dtype": chat.kv_cache_dtype,
     }
+    for key, default in (("scheduling", "fcfs"), ("session_retention", True),
+                         ("retention_cap", 0.5)):  # defaults left out: engines stay shared
+        if getattr(chat, key) != default:
+            kwargs[key] = getattr(chat, key)
     for key, value in (("max_context_length", chat.max_context_length),
                        ("block_size", chat.block_size), ("num_blocks", chat.num_kv_blocks)):
         if value is not None:

@@ -72,6 +72,16 @@ class EngineFields(BaseModel):
     compile: bool | Literal["auto"] = "auto"
     """Compile the decode step (``"auto"``: where the platform benefits)."""
 
+    scheduling: Literal["fcfs", "agent"] = "fcfs"
+    """The engine's waiting queue: first come first served, or ``"agent"`` (least attained
+    service per agent session; a resuming hop with a retained prefix first among equals)."""
+
+    session_retention: bool = True
+    """Keep an agent session's KV blocks while its tools run (``engine.core.retention``)."""
+
+    retention_cap: float = Field(default=0.5, gt=0, le=1)
+    """Most of the KV pool that retained sessions may hold."""
+
 
 class SamplingFields(BaseModel):
     """How a reply is generated; each may be overridden per call (``invoke(..., top_k=5)``).

@@ -38,7 +38,9 @@ from langchain_ascend.engine.core.batch import ScheduledBatch
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.outputs import EngineStats, TokenDelta
 from langchain_ascend.engine.core.request import Request, RequestStatus
+from langchain_ascend.engine.core.retention import RetentionTable
 from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
+from langchain_ascend.engine.core.speculation import configure_drafting
 from langchain_ascend.engine.request_faults import fault_error, fault_of
 from langchain_ascend.engine.streams import Item, ThreadSink, Tracked
 from langchain_ascend.errors import (
@@ -74,6 +76,7 @@ class EngineDriver:
         max_batch_size: Most requests in one step.
         max_num_batched_tokens: Token budget of one step.
         stream_buffer_limit: Unread deltas after which a stream counts as abandoned.
+        scheduling, session_retention, retention_cap: As for ``LLMEngine``.
 
     Attributes:
         runner: The model runner (None once shut down); steps run under its own lock.
@@ -86,17 +89,22 @@ class EngineDriver:
 
     def __init__(self, runner: Any, *, max_context_length: int, enable_prefix_caching: bool,
                  max_batch_size: int, max_num_batched_tokens: int,
-                 stream_buffer_limit: int) -> None:
+                 stream_buffer_limit: int, scheduling: str = "fcfs",
+                 session_retention: bool = True, retention_cap: float = 0.5) -> None:
         self.runner = runner
         self.kv = KVCacheManager(int(runner.num_blocks), int(runner.block_size),
                                  enable_prefix_caching=enable_prefix_caching,
-                                 relocate=getattr(runner, "copy_block", None))
+                                 relocate=getattr(runner, "copy_block", None),
+                                 retention=RetentionTable(retention_cap))
         self.scheduler = Scheduler(
             self.kv, max_num_batched_tokens=max_num_batched_tokens,
             max_batch_size=max_batch_size,
             max_model_len=min(max_context_length, self.kv.capacity_tokens),
+            policy=scheduling,
         )
-        _configure_drafting(self.scheduler, runner)
+        self.session_retention = session_retention
+        self._background: dict[str, Request] = {}  # session -> its latest background prefill
+        configure_drafting(self.scheduler, runner)
         self.lock = threading.Lock()
         self.callers_drive = platform.callers_drive_steps(runner.device)
         self.thread: threading.Thread | None = None
@@ -137,6 +145,37 @@ class EngineDriver:
             if start_loop:  # else the caller drives, or the current driver serves it
                 self._ensure_loop_locked()
                 self._work.notify()
+
+    # ----------------------------------------------------------------- sessions
+
+    def park_session(self, session_id: str, tool_names: Sequence[str] = (),
+                     ttl_s: float | None = None) -> float | None:
+        """Retain the session's last blocks while its tools run; the TTL given or None."""
+        with self.lock:
+            return (self.kv.park(session_id, tool_names=tool_names, ttl_s=ttl_s)
+                    if self.session_retention else None)
+
+    def release_session(self, session_id: str) -> bool:
+        with self.lock:
+            return self.kv.pool.release_session(session_id)
+
+    def submit_background(self, request: Request) -> bool:
+        """Queue a background prefill of a parked session (its queued older one dropped:
+        the new prefix covers it); False when retention is off or it is not parked."""
+        sid = request.session_id
+        with self.lock:
+            if (self._closed or not self.session_retention
+                    or sid not in self.kv.pool.retention.sessions):
+                return False
+            old = self._background.pop(sid, None)
+            if old is not None and old.status is RequestStatus.WAITING:
+                self.scheduler.abort_request(old.request_id)
+            self._background = {k: r for k, r in self._background.items() if not r.is_finished}
+            self._background[sid] = request
+            self.scheduler.add_request(request)
+            self._ensure_loop_locked()
+            self._work.notify()
+            return True
 
     def abort(self, request_id: str) -> None:
         """Abort a live request now (blocks freed, its caller gets RequestAbortedError)."""
@@ -180,6 +219,8 @@ class EngineDriver:
                 num_draft_tokens=scheduler.num_draft_tokens,
                 num_accepted_tokens=scheduler.num_accepted_tokens,
                 num_forced_tokens=scheduler.num_forced_tokens,
+                **self.kv.session_stats(),
+                scheduling=scheduler.policy,
                 decode_step=self._decode_step(),
                 weights=dict(getattr(self.runner, "weights", None) or {}),
             )
@@ -456,27 +497,3 @@ class EngineDriver:
                                                tracked.detokenizer.take_delta()))
         self._tracked.pop(request.request_id, None)
         return tracked.sink.put(tracked.final_delta(new_ids))
-
-
-def _configure_drafting(scheduler: Scheduler, runner: Any) -> None:
-    """Whether ``speculative_decoding='auto'`` drafts on this runner, and a draft row's cost.
-
-    Greedy identity with drafting holds where a verify pass's rows round exactly as one-row
-    decodes: they are packed as decode rows (``engine.worker.packing``), attended by the same
-    kernel over the same key ranges, and in float32 every product computes a row the same way
-    whatever the batch, float or quantized weights alike (int8 activations are rounded per
-    row). In bfloat16/float16 the batched float products round differently and a near-tie can
-    flip (measured on CPU bf16). So "auto" drafts in float32; "prompt_lookup" drafts in any
-    dtype and format.
-    """
-    scheduler.auto_drafting = str(runner.dtype) == "torch.float32"
-    measure = getattr(runner, "draft_row_cost", None)
-    if measure is not None and scheduler.auto_drafting:
-        scheduler.draft_row_cost = float(measure())
-        logger.info("a drafted token's row costs %.2f of a decode pass on %s %s "
-                    "(speculative_decoding='auto' drafts while acceptance beats it)",
-                    scheduler.draft_row_cost, runner.device, runner.dtype)
-    elif not scheduler.auto_drafting:
-        logger.info("speculative_decoding='auto' does not draft in %s (multi-row passes "
-                    "round differently from one-row passes); 'prompt_lookup' does",
-                    runner.dtype)

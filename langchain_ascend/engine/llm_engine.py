@@ -108,6 +108,9 @@ class LLMEngine:
         stream_buffer_limit: int = 1024,
         quantization: str | None = "auto",
         kv_cache_dtype: str | None = "auto",
+        scheduling: str = "fcfs",
+        session_retention: bool = True,
+        retention_cap: float = 0.5,
     ) -> None:
         loading = {"device": device, "dtype": dtype, "block_size": block_size,
                    "num_blocks": num_blocks, "kv_cache_memory_fraction": kv_cache_memory_fraction,
@@ -141,7 +144,8 @@ class LLMEngine:
             runner, max_context_length=self.max_context_length,
             enable_prefix_caching=enable_prefix_caching, max_batch_size=max_batch_size,
             max_num_batched_tokens=max_num_batched_tokens,
-            stream_buffer_limit=stream_buffer_limit)
+            stream_buffer_limit=stream_buffer_limit, scheduling=scheduling,
+            session_retention=session_retention, retention_cap=retention_cap)
 
     @classmethod
     def from_runner(
@@ -156,6 +160,9 @@ class LLMEngine:
         max_batch_size: int = 64,
         max_num_batched_tokens: int = 2048,
         stream_buffer_limit: int = 1024,
+        scheduling: str = "fcfs",
+        session_retention: bool = True,
+        retention_cap: float = 0.5,
     ) -> LLMEngine:
         """An engine over an already loaded model runner (anything with the ModelRunner
         interface: ``block_size``, ``num_blocks``, ``max_model_len``, ``config``, ``device``,
@@ -166,7 +173,8 @@ class LLMEngine:
         return cls(model, max_context_length=max_context_length,
                    enable_prefix_caching=enable_prefix_caching, max_batch_size=max_batch_size,
                    max_num_batched_tokens=max_num_batched_tokens,
-                   stream_buffer_limit=stream_buffer_limit)
+                   stream_buffer_limit=stream_buffer_limit, scheduling=scheduling,
+                   session_retention=session_retention, retention_cap=retention_cap)
 
     # ----------------------------------------------------------------- public API
 
@@ -176,9 +184,10 @@ class LLMEngine:
 
     def generate(
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
-        request_id: str | None = None,
+        request_id: str | None = None, *, session_id: str | None = None,
     ) -> RequestOutput:
-        """Run one request to completion, blocking the calling thread.
+        """Run one request to completion, blocking the calling thread (``session_id``: the
+        agent session it belongs to, see the class docstring).
 
         Raises:
             InvalidRequestError / PromptTooLongError: Bad input (raised before anything runs).
@@ -188,7 +197,8 @@ class LLMEngine:
         """
         sink = ThreadSink()
         request = self._submit(prompt_token_ids, params, request_id, sink, stream=False,
-                               caller_drives=self.driver.callers_drive)
+                               caller_drives=self.driver.callers_drive,
+                               session_id=session_id)
         done = False
         try:
             while True:
@@ -206,7 +216,7 @@ class LLMEngine:
 
     def stream(
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
-        request_id: str | None = None,
+        request_id: str | None = None, *, session_id: str | None = None,
     ) -> SyncTokenStream:
         """Submit now and iterate the request's :class:`TokenDelta` s as they come.
 
@@ -214,17 +224,19 @@ class LLMEngine:
         request and frees its blocks. Errors as for :meth:`generate`, bad input raised here.
         """
         sink = ThreadSink()
-        request = self._submit(prompt_token_ids, params, request_id, sink, stream=True)
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=True,
+                               session_id=session_id)
         return SyncTokenStream(request.request_id, sink,
                                functools.partial(self.driver.abort_own, request))
 
     async def agenerate(
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
-        request_id: str | None = None,
+        request_id: str | None = None, *, session_id: str | None = None,
     ) -> RequestOutput:
         """Like :meth:`generate` for coroutines; cancelling the task aborts the request."""
         sink = AsyncSink()
-        request = self._submit(prompt_token_ids, params, request_id, sink, stream=False)
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=False,
+                               session_id=session_id)
         while True:
             delta = await self._receive(request, sink)
             if delta.finished:
@@ -233,12 +245,13 @@ class LLMEngine:
 
     async def astream(
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
-        request_id: str | None = None,
+        request_id: str | None = None, *, session_id: str | None = None,
     ) -> AsyncIterator[TokenDelta]:
         """Async iterator of the request's deltas; closing it or cancelling the task that
         consumes it aborts the request and frees its blocks."""
         sink = AsyncSink()
-        request = self._submit(prompt_token_ids, params, request_id, sink, stream=True)
+        request = self._submit(prompt_token_ids, params, request_id, sink, stream=True,
+                               session_id=session_id)
         try:
             while True:
                 delta = await self._receive(request, sink)
@@ -270,6 +283,52 @@ class LLMEngine:
         """A consistent snapshot of the engine-wide counters."""
         return self.driver.stats()
 
+    # ----------------------------------------------------------------- sessions
+
+    def park_session(self, session_id: str, tool_names: Sequence[str] = (), *,
+                     ttl_s: float | None = None) -> float | None:
+        """Keep the session's blocks resident while its tools run (its last request ended
+        in tool calls): soft (reclaimable at once under pressure), capped, released at the
+        TTL, ``ttl_s`` or the one estimated from ``tool_names``' measured latency. Returns
+        the TTL, or None when nothing was parked (retention off, unknown session)."""
+        _check_session_id(session_id)
+        return self.driver.park_session(session_id, tuple(tool_names), ttl_s)
+
+    def release_session(self, session_id: str) -> bool:
+        """Stop retaining a session's blocks (its run ended); they stay in the LRU cache."""
+        _check_session_id(session_id)
+        return self.driver.release_session(session_id)
+
+    def record_tool_latency(self, name: str, seconds: float) -> None:
+        """One measured latency of tool ``name`` (its TTL estimate learns from it)."""
+        with self.driver.lock:
+            self.driver.kv.pool.retention.latency.record(str(name), float(seconds))
+
+    def note_template_fallback(self) -> None:
+        """Count a hop whose results were prefilled one-shot (template not prefix-stable)."""
+        with self.driver.lock:
+            self.driver.kv.session_counters.num_template_fallbacks += 1
+
+    def take_background_spans(self, session_id: str) -> list[tuple[float, float, int]]:
+        """The session's background prefills finished since the last call: ``(start, end,
+        tokens computed)``, ``time.monotonic()`` readings (what ``AscendTimeline`` draws
+        under the tool spans they overlapped)."""
+        with self.driver.lock:
+            return self.driver.scheduler.background_spans.pop(session_id, [])
+
+    def prefill_session(self, session_id: str, prompt_token_ids: Sequence[int]) -> bool:
+        """Prefill a parked session's known continuation in the background, at low priority
+        (only while nothing else waits): its full blocks join the session's retained prefix,
+        so the next hop computes only what is new. Exactness never depends on it: a hit is
+        verified token by token, a wrong guess only costs compute. False when not queued
+        (retention off, session not parked)."""
+        _check_session_id(session_id)
+        prompt = self._validate(prompt_token_ids, SamplingParams(max_tokens=1))
+        request = Request(f"prefill-{uuid.uuid4().hex}", prompt, SamplingParams(max_tokens=1),
+                          arrival_time=time.monotonic(), session_id=session_id,
+                          prefill_only=True)
+        return self.driver.submit_background(request)
+
     def warmup(self) -> None:
         """Run the model runner's warm-up (compilation, first-call allocations)."""
         self.driver.warmup()
@@ -294,6 +353,7 @@ class LLMEngine:
         *,
         stream: bool,
         caller_drives: bool = False,
+        session_id: str | None = None,
     ) -> Request:
         params = SamplingParams() if params is None else params
         prompt = self._validate(prompt_token_ids, params)
@@ -302,8 +362,10 @@ class LLMEngine:
             raise InvalidRequestError(f"request_id must be a non-empty string, got {rid!r}")
         if params.constraint is not None:  # its failures stay its own (see engine.driver)
             params = dataclasses.replace(params, constraint=GuardedConstraint(params.constraint))
+        if session_id is not None:
+            _check_session_id(session_id)
         request = Request(rid, prompt, params, eos_token_ids=self.eos_token_ids,
-                          arrival_time=time.monotonic())
+                          arrival_time=time.monotonic(), session_id=session_id)
         incremental = stream or bool(params.stop)
         decode = TextDecoder(self.tokenizer, params.keep_special_token_ids,
                              self.special_token_ids)
@@ -344,6 +406,11 @@ class LLMEngine:
                 f"({self.num_blocks} blocks x {self.block_size} = {self.driver.kv.capacity_tokens}); "
                 "raise num_blocks or kv_cache_memory_fraction")
         return prompt
+
+
+def _check_session_id(session_id: Any) -> None:
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidRequestError(f"session_id must be a non-empty string, got {session_id!r}")
 
 
 def _context_length(requested: int | None, model_max: int) -> int:

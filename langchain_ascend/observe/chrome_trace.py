@@ -71,7 +71,11 @@ def _span_events(span: HopSpan | ToolSpan | RetrievalSpan, run: RunLayout, pid: 
             phases.append({"ph": "X", "pid": pid, "tid": tid, "cat": "phase", "name": seg.kind,
                            "ts": seg_ts, "dur": seg_end - seg_ts,
                            "args": {"hop": number, **_phase_args(span, seg.kind)}})
-        return [hop, *phases]
+        fed = [{"ph": "X", "pid": pid, "tid": tid, "cat": "phase", "name": "tool-time prefill",
+                "ts": _us(start), "dur": max(_us(stop) - _us(start), 0),
+                "args": {"feeds_hop": number, "tokens": tokens}}
+               for start, stop, tokens in span.tool_time_prefills]
+        return [hop, *phases, *fed]
     if isinstance(span, ToolSpan):
         return [{**base, "cat": "tool", "name": span.name, "args": {
             "status": span.status, "attempts": span.attempts, "retries": span.retries,

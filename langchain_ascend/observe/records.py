@@ -62,6 +62,9 @@ class HopSpan:
         finish_reason: From ``response_metadata``.
         num_tool_calls: Tool calls in the reply.
         error: The error text when the call failed.
+        tool_time_prefills: Background prefills of the tool results that fed this hop,
+            ``(start, end, tokens)`` on the timeline's clock (``AscendChatModel`` with a
+            session: ``response_metadata["tool_time_prefills"]``).
     """
 
     run_id: str
@@ -81,6 +84,7 @@ class HopSpan:
     finish_reason: str | None = None
     num_tool_calls: int = 0
     error: str | None = None
+    tool_time_prefills: list[tuple[float, float, int]] = field(default_factory=list)
 
     @property
     def new_tokens(self) -> int:

@@ -50,6 +50,9 @@ class AscendTimeline(BaseCallbackHandler):
       When :class:`~langchain_ascend.NPUStreamToolExecutor` finishes, the
       ``tool_timing`` of its ``ToolMessage`` s fills in what callbacks cannot show: retries,
       and ``"timeout"`` for a call the executor gave up on (its thread never ended).
+    * tool results prefilled while the tools ran (``AscendChatModel`` with an agent session):
+      the hop they fed lists them (``response_metadata["tool_time_prefills"]``) and the trace
+      draws them as ``tool-time prefill`` slices on the tools' own timeline.
     * retrieval: ``on_retriever_start`` / ``on_retriever_end``. LangChain has no embedding
       callbacks; the query's embedding time is inside the retrieval span.
 
@@ -236,6 +239,10 @@ class AscendTimeline(BaseCallbackHandler):
             hop.end = self._now()
             if message is not None:
                 fill_hop(hop, message)
+                hop.tool_time_prefills = [
+                    (hop.end - float(p["start_ago"]), hop.end - float(p["end_ago"]),
+                     int(p["tokens"]))
+                    for p in (message.response_metadata or {}).get("tool_time_prefills", [])]
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:

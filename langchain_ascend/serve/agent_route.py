@@ -1,6 +1,8 @@
 """``POST /v1/agent``: the configured agent (``create_ascend_agent`` from ``--config``) on a
 conversation: the answer with the run's hops and tool calls as JSON, or its ``AgentEvent`` s
 as server-sent events (``event: message_chunk`` / ``message`` / ``tool_result`` / ``final``).
+Every run is an agent session (its KV blocks kept while its tools run): ``prompt_cache_key``
+names it, else the agent gives the run a fresh one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from langchain_ascend.executor.session_hub import SESSION_KEY
 from langchain_ascend.serve.convert import to_messages
 from langchain_ascend.serve.http_errors import APIError, error_body, from_typed_error
 from langchain_ascend.serve.openai_types import AgentRequest
@@ -71,15 +74,21 @@ def add_agent_route(app: FastAPI, state: ServerState) -> None:
         if body.model is not None:
             state.check_chat_model(body.model)
         messages = to_messages(body.messages)
+        config = session_config(body.prompt_cache_key)
         state.admission.enter()
         if body.stream:
             release = Release(leave_async(state))
-            return EventStream(agent_events(state, messages, release), release)
+            return EventStream(agent_events(state, messages, release, config), release)
         try:
-            output = await state.agent.ainvoke({"messages": messages})
+            output = await state.agent.ainvoke({"messages": messages}, config)
         finally:
             state.admission.leave()
         return JSONResponse(run_summary(output["messages"], len(messages)))
+
+
+def session_config(key: str | None) -> dict[str, Any] | None:
+    """The run's config naming its agent session (None: the agent picks a fresh one)."""
+    return None if key is None else {"metadata": {SESSION_KEY: key}}
 
 
 def leave_async(state: ServerState) -> Any:
@@ -90,10 +99,10 @@ def leave_async(state: ServerState) -> Any:
 
 
 async def agent_events(state: ServerState, messages: list[BaseMessage],
-                       release: Release) -> AsyncIterator[str]:
+                       release: Release, config: Any = None) -> AsyncIterator[str]:
     """The run's events as SSE; the final event carries the run summary."""
     try:
-        async for item in state.agent.astream({"messages": messages}):
+        async for item in state.agent.astream({"messages": messages}, config):
             payload: dict[str, Any] = {"kind": item.kind, "hop": item.hop}
             if item.kind == "message_chunk":
                 payload["delta"] = chunk_json(item.message)

@@ -18,6 +18,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from langchain_ascend.engine.core.retention import parse_retention
+from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.serve.http_errors import APIError
 from langchain_ascend.serve.openai_types import ChatCompletionRequest, ChatMessage
 
@@ -189,4 +191,37 @@ def call_kwargs(request: ChatCompletionRequest, *, penalties: bool = False) -> d
             kwargs[name] = value
     if request.stop:
         kwargs["stop"] = [request.stop] if isinstance(request.stop, str) else request.stop
+    kwargs.update(session_kwargs(request))
     return kwargs
+
+
+def session_kwargs(request: ChatCompletionRequest) -> dict[str, Any]:
+    """``session_id`` / ``session_retention`` from ``prompt_cache_key`` and
+    ``prompt_cache_retention`` (else the longest ``cache_control.ttl`` of the messages);
+    none without a key.
+
+    Raises:
+        APIError: A retention that is not ``"in_memory"`` or a duration (400).
+    """
+    if request.prompt_cache_key is None:
+        return {}
+    retention: Any = request.prompt_cache_retention
+    param = "prompt_cache_retention"
+    if retention is None:
+        ttls = [part.cache_control.ttl for message in request.messages
+                if isinstance(message.content, list) for part in message.content
+                if part.cache_control is not None and part.cache_control.ttl is not None]
+        if ttls:
+            param = "messages.content.cache_control.ttl"
+            try:
+                retention = max(ttls, key=lambda t: parse_retention(t) or 0.0)
+            except InvalidRequestError as exc:
+                raise APIError(400, str(exc), param=param) from exc
+    try:
+        parse_retention(retention)
+    except InvalidRequestError as exc:
+        raise APIError(400, str(exc), param=param) from exc
+    out: dict[str, Any] = {"session_id": request.prompt_cache_key}
+    if retention is not None:
+        out["session_retention"] = retention
+    return out

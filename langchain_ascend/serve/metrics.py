@@ -3,7 +3,9 @@ the tests, never share counters).
 
 Counted as requests happen: requests by endpoint and status, prompt / cached / generated
 tokens, time to first token and the gaps between streamed tokens. Read from the engine at
-each scrape (``engine.stats()``): running and waiting requests, KV blocks in use and in all.
+each scrape (``engine.stats()``): running and waiting requests, KV blocks in use and in all,
+and the agent sessions' retention (retained sessions and blocks, hits after a tool call,
+tokens recomputed, tokens prefilled while tools ran).
 """
 
 from __future__ import annotations
@@ -23,6 +25,25 @@ from langchain_ascend.serve.web import (
 PREFIX = "langchain_ascend"
 ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/embeddings", "/v1/models", "/v1/agent",
                        "/health", "/metrics"})
+SESSION_GAUGES = {  # gauge name: (EngineStats field, help)
+    "retained_sessions": ("num_retained_sessions",
+                          "agent sessions whose KV blocks are kept while their tools run"),
+    "retained_kv_blocks": ("num_retained_blocks",
+                           "free KV blocks retained for parked sessions (at most the cap)"),
+    "retention_cap_kv_blocks": ("retention_cap_blocks", "most KV blocks retained sessions "
+                                "may hold"),
+    "session_resumes": ("num_resumed", "hops after a tool call (total)"),
+    "session_resume_hits": ("num_resume_hits", "hops after a tool call whose prefix was "
+                            "still cached (total)"),
+    "session_recomputed_tokens": ("num_recomputed_tokens", "prompt tokens of a session "
+                                  "prefilled again (total)"),
+    "tool_time_prefilled_tokens": ("num_background_tokens", "tokens prefilled while tools "
+                                   "ran (total)"),
+    "template_fallbacks": ("num_template_fallbacks", "hops prefilled one-shot: template not "
+                           "prefix-stable (total)"),
+}
+"""Agent-session gauges read from ``engine.stats()`` at each scrape (``engine.core.retention``);
+the running totals are gauges because the engine owns the counts."""
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -58,6 +79,8 @@ class ServerMetrics:
                                     "live requests", registry=r)
         self.kv_blocks_total = Gauge(f"{PREFIX}_kv_blocks_total", "KV-cache blocks in the pool",
                                      registry=r)
+        self.sessions = {name: Gauge(f"{PREFIX}_{name}", text, registry=r)
+                         for name, (_, text) in SESSION_GAUGES.items()}
         self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds", "request arrival to "
                               "its first streamed token", buckets=_TTFT_BUCKETS, registry=r)
         self.inter_token = Histogram(f"{PREFIX}_inter_token_seconds", "gap between streamed "
@@ -84,4 +107,6 @@ class ServerMetrics:
             self.waiting.set(stats.num_waiting)
             self.kv_blocks_used.set(stats.num_blocks_used)
             self.kv_blocks_total.set(stats.num_blocks_total)
+            for name, gauge in self.sessions.items():
+                gauge.set(getattr(stats, SESSION_GAUGES[name][0]))
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

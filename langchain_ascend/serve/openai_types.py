@@ -20,11 +20,20 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
 
+class CacheControl(Strict):
+    """Anthropic-style ``cache_control`` on a content part: with a ``prompt_cache_key`` its
+    ``ttl`` (``"5m"``, ``"1h"``) is how long the session's KV blocks may stay retained."""
+
+    type: Literal["ephemeral"]
+    ttl: str | None = None
+
+
 class TextPart(Strict):
     """A text part of a message's content (the only kind this server reads)."""
 
     type: Literal["text"]
     text: str
+    cache_control: CacheControl | None = None
 
 
 class FunctionCall(Strict):
@@ -127,6 +136,11 @@ class ChatCompletionRequest(Strict):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     logit_bias: dict[str, float] | None = None
+    # OpenAI's prompt caching: the key names the agent session whose KV blocks the engine
+    # keeps while its tools run; the retention is "in_memory" (a TTL from the tools'
+    # measured latency) or a duration ("24h"; also "5m", "300s").
+    prompt_cache_key: str | None = Field(default=None, min_length=1, max_length=256)
+    prompt_cache_retention: str | None = None
     # Bookkeeping fields that change nothing in the reply.
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -149,3 +163,5 @@ class AgentRequest(Strict):
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool | None = False
     model: str | None = None
+    prompt_cache_key: str | None = Field(default=None, min_length=1, max_length=256)
+    """The run's agent session (default: a fresh one per run)."""

@@ -16,6 +16,11 @@ Invariants:
       prefix moves to an uncached free block first (the K/V copied, the hash re-pointed,
       nothing evicted): a session that reuses a shared prompt keeps its own blocks right
       after the prompt's even where another session's cached blocks used to follow it.
+    * A free cached block that a parked session retains (``engine.core.retention``) sits on
+      a third list, the *retained* one, taken only after the uncached and the LRU cached
+      lists are empty: then the session with the lowest expected benefit is given up (its
+      blocks join the LRU list's front, tail first) and allocation goes on. Retained blocks
+      count as free, so retention never blocks an allocation.
     * ``hash -> block`` maps only blocks whose ``block_hash`` is set, one block per hash.
     * A prefix hit is verified against the stored ``(parent_hash, token_ids)`` of the block, so
       a hash collision is a miss, never silently wrong K/V.
@@ -25,10 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
+from langchain_ascend.engine.core.retention import RetainedSession, RetentionTable
 from langchain_ascend.validation import check_count
 
 logger = logging.getLogger(__name__)
@@ -61,9 +68,10 @@ class KVBlock:
         block_hash: Hash of the full prefix this block completes, when it is cached.
         parent_hash: Hash of the previous block of that prefix (None for the first block).
         token_ids: The block's tokens, stored for hit verification.
+        sessions: Parked sessions retaining this block (see ``engine.core.retention``).
     """
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "parent_hash", "token_ids")
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "parent_hash", "token_ids", "sessions")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
@@ -71,6 +79,7 @@ class KVBlock:
         self.block_hash: BlockHash | None = None
         self.parent_hash: BlockHash | None = None
         self.token_ids: tuple[int, ...] = ()
+        self.sessions: set[str] = set()
 
     def __repr__(self) -> str:
         cached = "cached" if self.block_hash is not None else "plain"
@@ -93,9 +102,13 @@ class BlockPool:
         num_blocks: Blocks in the device cache.
         relocate: Copies one block's K/V into another on the device; enables moving a cached
             free block out of the way of a request's consecutive run (see the module notes).
+        retention: The parked sessions' table (default: a fresh one with the default cap).
+        clock: Time source for TTLs and the chance a session returns.
     """
 
-    def __init__(self, num_blocks: int, relocate: RelocateFn | None = None) -> None:
+    def __init__(self, num_blocks: int, relocate: RelocateFn | None = None, *,
+                 retention: RetentionTable | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         check_count("num_blocks", num_blocks)
         self.num_blocks = num_blocks
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
@@ -105,14 +118,27 @@ class BlockPool:
         # block_id -> block, oldest-freed first (the eviction order).
         self._free_cached: OrderedDict[int, KVBlock] = OrderedDict()
         self._hash_to_block: dict[BlockHash, KVBlock] = {}
+        # block_id -> block: free cached blocks some parked session retains.
+        self._free_retained: dict[int, KVBlock] = {}
         self._relocate = relocate
+        self.retention = retention if retention is not None else RetentionTable()
+        self.clock = clock if clock is not None else time.monotonic
         self.num_evictions = 0
         self.num_relocations = 0
 
     @property
     def num_free_blocks(self) -> int:
         """Blocks no request holds (allocatable, cached ones included)."""
-        return len(self._free_uncached) + len(self._free_cached)
+        return len(self._free_uncached) + len(self._free_cached) + len(self._free_retained)
+
+    @property
+    def num_retained_blocks(self) -> int:
+        """Free blocks parked sessions retain (at most :attr:`retention_cap_blocks`)."""
+        return len(self._free_retained)
+
+    @property
+    def retention_cap_blocks(self) -> int:
+        return int(self.retention.cap_fraction * self.num_blocks)
 
     @property
     def num_used_blocks(self) -> int:
@@ -124,8 +150,10 @@ class BlockPool:
         return len(self._hash_to_block)
 
     def eviction_order(self) -> list[int]:
-        """Ids of the free blocks in the order :meth:`allocate` hands them out."""
-        return list(self._free_uncached) + list(self._free_cached)
+        """Ids of the free blocks in the order :meth:`allocate` hands them out (retained
+        blocks last, in the order they were retained: their real order is decided at the time
+        by the sessions' expected benefit)."""
+        return list(self._free_uncached) + list(self._free_cached) + list(self._free_retained)
 
     def lookup(
         self, block_hash: BlockHash, parent_hash: BlockHash | None, token_ids: Sequence[int]
@@ -160,6 +188,8 @@ class BlockPool:
             if block is None and self._free_uncached:
                 _, block = self._free_uncached.popitem(last=False)
             elif block is None:
+                while not self._free_cached:  # only retained blocks left: give one session up
+                    self._give_up_one()
                 _, block = self._free_cached.popitem(last=False)
                 self._evict(block)
             block.ref_cnt = 1
@@ -172,7 +202,8 @@ class BlockPool:
         """Add a reference to cached blocks a request reuses; free ones leave the free list."""
         for block in blocks:
             if block.ref_cnt == 0:
-                del self._free_cached[block.block_id]
+                if self._free_cached.pop(block.block_id, None) is None:
+                    del self._free_retained[block.block_id]
             block.ref_cnt += 1
 
     def free(self, blocks: Iterable[KVBlock]) -> None:
@@ -186,10 +217,13 @@ class BlockPool:
                 raise RuntimeError(f"double free of block {block.block_id}")
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                if block.block_hash is not None:
+                if block.block_hash is not None and block.sessions:
+                    self._free_retained[block.block_id] = block
+                elif block.block_hash is not None:
                     self._free_cached[block.block_id] = block
                 else:
                     self._free_uncached[block.block_id] = block
+        self._enforce_cap()
 
     def cache_block(
         self,
@@ -214,10 +248,85 @@ class BlockPool:
         self._hash_to_block[block_hash] = block
         return True
 
+    # ----------------------------------------------------------------- parked sessions
+
+    def park_session(self, session_id: str, block_ids: Sequence[int], *,
+                     expected_s: float, ttl_s: float, returned: bool = False
+                     ) -> RetainedSession:
+        """Retain the cached ones of ``block_ids`` (a session's table, in order) for
+        ``ttl_s`` seconds; a session parked already is re-parked with these blocks. The cap
+        then holds (possibly by giving this very session up)."""
+        self.release_session(session_id)
+        now = self.clock()
+        session = RetainedSession(session_id, [], parked_at=now, expected_s=expected_s,
+                                  deadline=now + ttl_s, returned=returned)
+        for block_id in block_ids:
+            block = self.blocks[block_id]
+            if block.block_hash is None:
+                break  # the table's cached prefix ends here
+            session.block_ids.append(block_id)
+            block.sessions.add(session_id)
+            if block.ref_cnt == 0 and self._free_cached.pop(block_id, None) is not None:
+                self._free_retained[block_id] = block
+        self.retention.sessions[session_id] = session
+        self.retention.num_parked += 1
+        self._enforce_cap()
+        return session
+
+    def release_session(self, session_id: str) -> bool:
+        """Stop retaining a session's blocks (it came back, ended or is given up): its free
+        blocks join the front of the LRU list, tail block first. False when not parked."""
+        session = self.retention.sessions.pop(session_id, None)
+        if session is None:
+            return False
+        for block_id in session.block_ids:
+            block = self.blocks[block_id]
+            block.sessions.discard(session_id)
+            if not block.sessions and self._free_retained.pop(block_id, None) is not None:
+                self._free_cached[block_id] = block
+                self._free_cached.move_to_end(block_id, last=False)
+        return True
+
+    def expire_sessions(self) -> list[str]:
+        """Release every session past its deadline; returns their ids."""
+        due = self.retention.expired(self.clock())
+        for session_id in due:
+            self.release_session(session_id)
+        self.retention.num_expired += len(due)
+        return due
+
+    def _exclusive_retained(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for block in self._free_retained.values():
+            if len(block.sessions) == 1:
+                (sid,) = block.sessions
+                counts[sid] = counts.get(sid, 0) + 1
+        return counts
+
+    def _give_up_one(self) -> None:
+        victim = self.retention.victim(self.clock(), self._block_size_hint(),
+                                       self._exclusive_retained())
+        if victim is None:
+            raise RuntimeError("retained blocks without a parked session")
+        self.release_session(victim)
+        self.retention.num_given_up += 1
+
+    def _enforce_cap(self) -> None:
+        while len(self._free_retained) > self.retention_cap_blocks:
+            self._give_up_one()
+
+    def _block_size_hint(self) -> int:
+        """Tokens per block for the benefit estimate (any block's token count; equal)."""
+        for block in self._free_retained.values():
+            return max(1, len(block.token_ids))
+        return 1
+
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prefix; only possible when no request holds a block."""
         if self.num_used_blocks:
             return False
+        for session_id in list(self.retention.sessions):
+            self.release_session(session_id)
         for block in list(self._free_cached.values()):
             self._evict(block)
             self._free_uncached[block.block_id] = block

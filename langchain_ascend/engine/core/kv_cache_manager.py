@@ -9,11 +9,19 @@ Pure Python, no torch. The scheduler asks three questions of this class:
 
 and after each step it calls :meth:`KVCacheManager.cache_blocks` so newly *computed* full
 blocks (prompt or generated tokens) become reusable by later requests.
+
+Sessions (``engine.core.retention``): when a request of a session is freed, its table and
+computed tokens are remembered as the session's last state; :meth:`KVCacheManager.park`
+retains that table while the session's tools run, and :meth:`record_session_admission`
+counts, for the session's next request, the tokens it recomputes (of its last state, those
+the prefix cache no longer had) and whether it resumed on a retained prefix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from langchain_ascend.engine.core.block_pool import (
     BlockPool,
@@ -23,8 +31,40 @@ from langchain_ascend.engine.core.block_pool import (
     hash_block_tokens,
 )
 from langchain_ascend.engine.core.request import Request
+from langchain_ascend.engine.core.retention import RetentionTable, ttl_for
 from langchain_ascend.int_math import cdiv
 from langchain_ascend.validation import check_count
+
+MAX_REMEMBERED_SESSIONS = 4096
+"""Sessions whose last state is remembered (least recently used forgotten first)."""
+
+
+@dataclass
+class SessionState:
+    """A session's last finished request: its block table and its computed tokens."""
+
+    block_ids: list[int]
+    token_ids: list[int]
+
+
+@dataclass
+class SessionCounters:
+    """What sessions did to the cache (``EngineStats`` reports them).
+
+    Attributes:
+        num_resumed: Session requests admitted while their session was parked.
+        num_resume_hits: Of those, requests whose hit covered every full block of the prefix
+            they share with the session's last state.
+        num_recomputed_tokens: Tokens of a session's last state prefilled again.
+        num_background_tokens: Tokens prefilled by background (tool-time) requests.
+        num_template_fallbacks: Hops prefilled one-shot: template not prefix-stable.
+    """
+
+    num_resumed: int = 0
+    num_resume_hits: int = 0
+    num_recomputed_tokens: int = 0
+    num_background_tokens: int = 0
+    num_template_fallbacks: int = 0
 
 
 class KVCacheManager:
@@ -37,6 +77,8 @@ class KVCacheManager:
             compute its whole prompt.
         hash_fn: Chained block hash (tests pass a weak one to force collisions).
         relocate: Copies one block's K/V into another on the device (see :class:`BlockPool`).
+        retention: The parked sessions' table (cap, tool latency estimates).
+        clock: Time source for TTLs.
 
     Invariants:
         * ``req_to_blocks[id]`` covers at least the request's allocated tokens, in order.
@@ -53,11 +95,15 @@ class KVCacheManager:
         enable_prefix_caching: bool = True,
         hash_fn: HashFn = hash_block_tokens,
         relocate: RelocateFn | None = None,
+        retention: RetentionTable | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         check_count("block_size", block_size)
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.pool = BlockPool(num_blocks, relocate=relocate)
+        self.pool = BlockPool(num_blocks, relocate=relocate, retention=retention, clock=clock)
+        self.sessions: OrderedDict[str, SessionState] = OrderedDict()
+        self.session_counters = SessionCounters()
         self._hash_fn = hash_fn
         self.req_to_blocks: dict[str, list[KVBlock]] = {}
         self.req_to_num_cached_blocks: dict[str, int] = {}
@@ -208,12 +254,104 @@ class KVCacheManager:
         return [b.block_id for b in tail]
 
     def free(self, request: Request) -> None:
-        """Release the request's blocks; its tail blocks become the first to be evicted."""
+        """Release the request's blocks; its tail blocks become the first to be evicted.
+
+        A session's request leaves its table and computed tokens as the session's last
+        state; if the session is parked (a background prefill ending), the parked table
+        grows to this one, deadline kept."""
         rid = request.request_id
         blocks = self.req_to_blocks.pop(rid, None)
         self.req_to_num_cached_blocks.pop(rid, None)
         if blocks:
             self.pool.free(reversed(blocks))
+        sid = request.session_id
+        if sid is None or not blocks or not self.enable_prefix_caching:
+            return
+        computed = request.all_token_ids[:request.num_computed_tokens]
+        last = self.sessions.get(sid)
+        if request.prefill_only and last is not None and len(last.token_ids) > len(computed):
+            return  # a background prefill shorter than what the session already had
+        self.sessions[sid] = SessionState([b.block_id for b in blocks], computed)
+        self.sessions.move_to_end(sid)
+        while len(self.sessions) > MAX_REMEMBERED_SESSIONS:
+            self.sessions.popitem(last=False)
+        parked = self.pool.retention.sessions.get(sid)
+        if parked is not None:
+            remaining = max(parked.deadline - self.pool.clock(), 0.0)
+            self.pool.park_session(sid, self.sessions[sid].block_ids,
+                                   expected_s=parked.expected_s, ttl_s=remaining,
+                                   returned=parked.returned)
+
+    def park(self, session_id: str, *, tool_names: Sequence[str] = (),
+             ttl_s: float | None = None) -> float | None:
+        """Retain the session's last table while its tools run; returns the TTL given, or
+        None when the session has no last state (nothing to retain).
+
+        Args:
+            tool_names: The tools its last hop called: the TTL comes from their measured
+                latencies (``ttl_s`` None).
+            ttl_s: An explicit TTL (``prompt_cache_retention``), wins over the estimate.
+        """
+        state = self.sessions.get(session_id)
+        if state is None or not self.enable_prefix_caching:
+            return None
+        expected = self.pool.retention.latency.expected_wait(tool_names)
+        ttl = ttl_for(expected) if ttl_s is None else ttl_s
+        self.pool.park_session(session_id, state.block_ids, expected_s=min(expected, ttl),
+                               ttl_s=ttl)
+        return ttl
+
+    def session_stats(self) -> dict[str, object]:
+        """The session fields of ``EngineStats`` (retention and recomputation counters)."""
+        pool, counters = self.pool, self.session_counters
+        retention = pool.retention
+        return {
+            "num_retained_sessions": len(retention.sessions),
+            "num_retained_blocks": pool.num_retained_blocks,
+            "retention_cap_blocks": pool.retention_cap_blocks,
+            "num_sessions_parked": retention.num_parked,
+            "num_sessions_expired": retention.num_expired,
+            "num_sessions_given_up": retention.num_given_up,
+            "num_resumed": counters.num_resumed,
+            "num_resume_hits": counters.num_resume_hits,
+            "num_recomputed_tokens": counters.num_recomputed_tokens,
+            "num_background_tokens": counters.num_background_tokens,
+            "num_template_fallbacks": counters.num_template_fallbacks,
+            "tool_latency_s": retention.latency.snapshot(),
+        }
+
+    def session_tokens(self, session_id: str) -> list[int] | None:
+        """The session's last computed tokens, or None."""
+        state = self.sessions.get(session_id)
+        return None if state is None else state.token_ids
+
+    def record_session_admission(self, request: Request, num_hit_tokens: int) -> None:
+        """Count a (re)admitted session request's recomputation and resume hit, and end its
+        session's retention (its blocks are its own again)."""
+        sid = request.session_id
+        if sid is None or request.prefill_only:  # a background prefill keeps it parked
+            return
+        parked = self.pool.release_session(sid)
+        state = self.sessions.get(sid)
+        if state is None:
+            return
+        shared = _common_prefix(state.token_ids, request.all_token_ids)
+        shared = min(shared, request.num_tokens - 1)
+        counters = self.session_counters
+        counters.num_recomputed_tokens += max(0, shared - num_hit_tokens)
+        if parked:
+            counters.num_resumed += 1
+            if num_hit_tokens >= (shared // self.block_size) * self.block_size:
+                counters.num_resume_hits += 1
 
     def reset_prefix_cache(self) -> bool:
         return self.pool.reset_prefix_cache()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

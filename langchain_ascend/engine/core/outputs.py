@@ -89,6 +89,20 @@ class EngineStats:
         num_draft_tokens: Tokens drafted and checked since start (speculative decoding).
         num_accepted_tokens: Of those, tokens accepted.
         num_forced_tokens: Tokens grammars forced (jump-forward) since start.
+        num_retained_sessions: Sessions parked now (their blocks kept while tools run).
+        num_retained_blocks: Free blocks those sessions retain (at most
+            ``retention_cap_blocks``).
+        retention_cap_blocks: The cap on retained blocks.
+        num_sessions_parked / num_sessions_expired / num_sessions_given_up: Parkings since
+            start, and those that ended at their TTL or were given up under pressure.
+        num_resumed: Session requests that came back while parked.
+        num_resume_hits: Of those, requests whose prefix hit covered their whole last state.
+        num_recomputed_tokens: Tokens of a session's last state that were prefilled again.
+        num_background_tokens: Tokens prefilled during tool time (results as they land).
+        num_template_fallbacks: Hops whose chat template was not prefix-stable for appended
+            tool messages, so their results were prefilled one-shot.
+        scheduling: The waiting queue's policy (``"fcfs"`` / ``"agent"``).
+        tool_latency_s: The running latency estimate of each measured tool.
         decode_step: What runs pure-decode steps: the plan, the compiled buckets, a failure
             and ``compile="auto"``'s warm-up choice (``engine.worker.compile``); empty for a
             runner without a step compiler.
@@ -110,6 +124,19 @@ class EngineStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_forced_tokens: int = 0
+    num_retained_sessions: int = 0
+    num_retained_blocks: int = 0
+    retention_cap_blocks: int = 0
+    num_sessions_parked: int = 0
+    num_sessions_expired: int = 0
+    num_sessions_given_up: int = 0
+    num_resumed: int = 0
+    num_resume_hits: int = 0
+    num_recomputed_tokens: int = 0
+    num_background_tokens: int = 0
+    num_template_fallbacks: int = 0
+    scheduling: str = "fcfs"
+    tool_latency_s: dict[str, float] = field(default_factory=dict)
     decode_step: dict[str, Any] = field(default_factory=dict)
     weights: dict[str, Any] = field(default_factory=dict)
 

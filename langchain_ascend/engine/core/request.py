@@ -71,6 +71,11 @@ class Request:
         num_forward_passes: Steps that gave the request new tokens (sampled or drafted).
         num_forced_tokens: Tokens its grammar forced, appended without a pass of their own.
         num_reported_tokens: Output tokens already handed out in step outputs.
+        session_id: The agent session the request belongs to (``engine.core.retention``),
+            or None.
+        prefill_only: A background prefill (tool results as they land): its prompt is
+            computed and cached, nothing is sampled, and it runs only when no other request
+            waits.
     """
 
     def __init__(
@@ -81,6 +86,8 @@ class Request:
         *,
         eos_token_ids: Iterable[int] = (),
         arrival_time: float = 0.0,
+        session_id: str | None = None,
+        prefill_only: bool = False,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids: list[int] = list(prompt_token_ids)
@@ -106,6 +113,8 @@ class Request:
         self.num_forward_passes = 0
         self.num_forced_tokens = 0
         self.num_reported_tokens = 0
+        self.session_id = session_id
+        self.prefill_only = prefill_only
 
     def __repr__(self) -> str:
         return (f"Request({self.request_id!r}, status={self.status.value}, "

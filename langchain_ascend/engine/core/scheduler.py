@@ -10,10 +10,19 @@ Policy of :meth:`Scheduler.schedule`:
    pool cannot give one of them its slots, the newest running request not yet scheduled this
    step is preempted (blocks freed, recomputed later with the tokens it generated) - possibly
    the request itself.
-2. Then waiting requests, first come first served, while budget, batch size and blocks last.
-   A prompt longer than the remaining budget is prefilled in chunks over several steps. When
-   the head of the queue does not fit, nothing behind it is admitted; nothing is admitted in a
-   step that had to preempt.
+2. Then waiting requests, while budget, batch size and blocks last, in the order of the
+   scheduling policy: ``"fcfs"`` first come first served; ``"agent"`` least attained service
+   first (Autellix): a request ranks by the level ``bit_length(service // SERVICE_QUANTUM)``
+   of the tokens its session (or, without one, the request itself) has been granted so far,
+   preempted requests first, then within a level a resuming hop whose session is parked
+   (its prefix retained) before a cold one, then arrival order. A prompt longer than the
+   remaining budget is prefilled in chunks over several steps. When the chosen request does
+   not fit, nothing else is admitted; nothing is admitted in a step that had to preempt.
+3. Background prefills (``Request.prefill_only``: tool results as they land) last, only when
+   no request waits, with what budget is left; a background request is the first preempted
+   (it is dropped, not requeued: its computed full blocks stay cached).
+
+Before each step, parked sessions past their TTL are released (``engine.core.retention``).
 
 A request never grows past ``max_model_len`` (which the engine keeps within the pool), so a
 request alone in the pool always fits: the scheduler cannot run out of blocks for good.
@@ -38,7 +47,11 @@ from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.sampling_params import forced_tokens
-from langchain_ascend.validation import check_count
+from langchain_ascend.validation import check_choice, check_count
+
+SCHEDULING_POLICIES = ("fcfs", "agent")
+SERVICE_QUANTUM = 256
+"""Tokens of service per level of the ``"agent"`` policy (levels double: 256, 512, 1k...)."""
 
 
 @dataclass
@@ -72,6 +85,7 @@ class Scheduler:
         max_model_len: Most tokens (prompt + generated) one request may reach; at most the
             pool's capacity.
         clock: Time source for the request timestamps.
+        policy: Order of the waiting queue, ``"fcfs"`` or ``"agent"`` (module docstring).
     """
 
     def __init__(
@@ -82,7 +96,9 @@ class Scheduler:
         max_batch_size: int,
         max_model_len: int,
         clock: Callable[[], float] = time.monotonic,
+        policy: str = "fcfs",
     ) -> None:
+        check_choice("scheduling", policy, SCHEDULING_POLICIES)
         check_count("max_num_batched_tokens", max_num_batched_tokens)
         check_count("max_batch_size", max_batch_size)
         check_count("max_model_len", max_model_len)
@@ -96,7 +112,14 @@ class Scheduler:
         self.clock = clock
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
+        self.background: deque[Request] = deque()
         self.running: list[Request] = []
+        self.policy = policy
+        self.background_spans: dict[str, list[tuple[float, float, int]]] = {}
+        """Per session, its finished background prefills: ``(start, end, tokens)`` clock
+        readings, until taken (``take_background_spans``)."""
+        self.attained_service: dict[str, int] = {}
+        """Tokens granted so far per session (or request id without one), for ``"agent"``."""
         self.num_preemptions = 0
         self.num_steps = 0
         self.num_draft_tokens = 0
@@ -113,7 +136,7 @@ class Scheduler:
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + len(self.background)
 
     def step_row_cost(self, num_rows: int) -> float:
         """What a drafted row costs in a step of ``num_rows`` decode rows, in tokens that
@@ -130,14 +153,16 @@ class Scheduler:
         return rows * r / (1.0 + r * (rows - 1))
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.background)
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already live")
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
-        self.waiting.append(request)
+        (self.background if request.prefill_only else self.waiting).append(request)
+        if request.session_id is not None and not request.prefill_only:
+            self.kv.pool.retention.mark_returned(request.session_id)  # no expiry while queued
 
     def abort_request(self, request_id: str) -> Request | None:
         """Finish a live request as aborted and free its blocks now; None if not live."""
@@ -158,9 +183,18 @@ class Scheduler:
         del self.requests[request.request_id]
         if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
+        elif request.prefill_only:
+            self.background.remove(request)
         else:
             self.waiting.remove(request)
+        if request.prefill_only and request.first_scheduled_time is not None:
+            spans = self.background_spans.setdefault(request.session_id or "", [])
+            spans.append((request.first_scheduled_time, self.clock(),
+                          request.num_computed_tokens - request.num_cached_tokens))
+            del spans[:-64]  # a session nobody asks about keeps its last few
         self.kv.free(request)
+        if request.session_id is None:
+            self.attained_service.pop(request.request_id, None)
         request.status = status
         if stop_reason is not None:
             request.stop_reason = stop_reason
@@ -175,8 +209,12 @@ class Scheduler:
         order: list[Request] = []
         preempted: list[Request] = []
 
-        decodes = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
-        prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens != 1]
+        self.kv.pool.expire_sessions()
+        decodes = [r for r in self.running
+                   if r.num_tokens - r.num_computed_tokens == 1 and not r.prefill_only]
+        prefills = [r for r in self.running
+                    if r.num_tokens - r.num_computed_tokens != 1 and not r.prefill_only]
+        prefills += [r for r in self.running if r.prefill_only]  # background last
         row_cost = self.step_row_cost(len(decodes))
         for request in decodes + prefills:
             if budget == 0:
@@ -202,29 +240,9 @@ class Scheduler:
                 order.append(request)
                 budget -= count + len(drafts)
 
-        while (not preempted and self.waiting and budget > 0
-               and len(self.running) < self.max_batch_size):
-            request = self.waiting[0]
-            if request.first_scheduled_time is None and not request.output_token_ids:
-                self._append_forced(request)  # a reply that starts with forced text
-            hits, num_hit_tokens = self.kv.get_computed_blocks(request)
-            count = min(request.num_tokens - num_hit_tokens, budget)
-            if self.kv.allocate_slots(request, count, hits) is None:
-                break
-            self.waiting.popleft()
-            self.running.append(request)
-            request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = num_hit_tokens
-            self.kv.record_prefix_lookup(request.num_tokens, num_hit_tokens)
-            if request.first_scheduled_time is None:
-                request.first_scheduled_time = self.clock()
-                # A reply that starts with forced text has those tokens already, and a hit
-                # may cover them too: only the prompt's share is "cached prompt tokens".
-                request.num_cached_tokens = min(num_hit_tokens, request.num_prompt_tokens)
-            num_new[request.request_id] = count
-            order.append(request)
-            budget -= count
-
+        if not preempted:
+            budget = self._admit_waiting(budget, num_new, order)
+        self._charge_service(order, num_new, drafts_of)
         self._scheduled = {r.request_id: r for r in order}
         self._scheduled_row_cost = row_cost
         return ScheduledBatch(
@@ -233,6 +251,49 @@ class Scheduler:
             preempted_ids=[r.request_id for r in preempted],
             finished_ids=self.take_finished_ids(),
         )
+
+    def _admit_waiting(self, budget: int, num_new: dict[str, int], order: list[Request]) -> int:
+        """Admit waiting requests, then background prefills (module docstring, 2-3) into
+        ``num_new`` / ``order``; returns the budget left."""
+        while ((self.waiting or self.background) and budget > 0
+               and len(self.running) < self.max_batch_size):
+            queue = self.waiting if self.waiting else self.background
+            request = self._next_waiting() if self.waiting else self.background[0]
+            if request.first_scheduled_time is None and not request.output_token_ids:
+                self._append_forced(request)  # a reply that starts with forced text
+            hits, num_hit_tokens = self.kv.get_computed_blocks(request)
+            if request.prefill_only and num_hit_tokens >= request.num_tokens - 1:
+                self.finish_request(request, RequestStatus.FINISHED_STOPPED)
+                continue  # all cached already: nothing to prefill
+            count = min(request.num_tokens - num_hit_tokens, budget)
+            if self.kv.allocate_slots(request, count, hits) is None:
+                break
+            queue.remove(request)
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_hit_tokens
+            self.kv.record_prefix_lookup(request.num_tokens, num_hit_tokens)
+            self.kv.record_session_admission(request, num_hit_tokens)
+            if request.first_scheduled_time is None:
+                request.first_scheduled_time = self.clock()
+                # A reply that starts with forced text has those tokens already, and a hit
+                # may cover them too: only the prompt's share is "cached prompt tokens".
+                request.num_cached_tokens = min(num_hit_tokens, request.num_prompt_tokens)
+            num_new[request.request_id] = count
+            order.append(request)
+            budget -= count
+        return budget
+
+    def _charge_service(self, order: list[Request], num_new: dict[str, int],
+                        drafts_of: dict[str, list[int]]) -> None:
+        """Add this step's tokens to each session's attained service (and the background
+        prefill counter)."""
+        for request in order:
+            key = request.session_id or request.request_id
+            granted = num_new[request.request_id] + len(drafts_of.get(request.request_id, ()))
+            self.attained_service[key] = self.attained_service.get(key, 0) + granted
+            if request.prefill_only:
+                self.kv.session_counters.num_background_tokens += num_new[request.request_id]
 
     def take_finished_ids(self) -> list[str]:
         """Ids of requests finished since the last call (the model runner may drop their
@@ -271,6 +332,8 @@ class Scheduler:
             if not segment.sample:
                 request.num_computed_tokens = segment.start_pos + num_known
                 self.kv.cache_blocks(request)
+                if request.prefill_only and request.num_computed_tokens >= request.num_tokens:
+                    self.finish_request(request, RequestStatus.FINISHED_STOPPED)
                 continue
             tokens = self._verified_tokens(segment, result)
             appended: list[int] = []  # sampled and accepted tokens
@@ -385,7 +448,7 @@ class Scheduler:
             token_ids=request.all_token_ids[start:start + count] + drafts,
             start_pos=start,
             block_ids=self.kv.block_ids(request.request_id),
-            sample=start + count == request.num_tokens,
+            sample=start + count == request.num_tokens and not request.prefill_only,
             sampling=request.sampling,
             output_token_ids=request.output_token_ids,
             prompt_token_ids=request.prompt_token_ids,
@@ -393,12 +456,35 @@ class Scheduler:
         )
 
     def _newest_unscheduled(self, scheduled: dict[str, int]) -> Request:
+        for request in reversed(self.running):  # background prefills first
+            if request.prefill_only and request.request_id not in scheduled:
+                return request
         for request in reversed(self.running):
             if request.request_id not in scheduled:
                 return request
         raise RuntimeError("no running request left to preempt")
 
+    def _next_waiting(self) -> Request:
+        """The waiting request the policy admits next (module docstring)."""
+        if self.policy == "fcfs":
+            return self.waiting[0]
+        parked = self.kv.pool.retention.sessions
+
+        def rank(item: tuple[int, Request]) -> tuple[int, int, int, int]:
+            index, request = item
+            service = self.attained_service.get(request.session_id or request.request_id, 0)
+            level = (service // SERVICE_QUANTUM).bit_length()
+            cold = 0 if request.session_id is not None and request.session_id in parked else 1
+            fresh = 0 if request.status is RequestStatus.PREEMPTED else 1
+            return fresh, level, cold, index
+
+        return min(enumerate(self.waiting), key=rank)[1]
+
     def _preempt(self, request: Request) -> None:
+        if request.prefill_only:  # dropped: what it computed stays cached
+            self.finish_request(request, RequestStatus.FINISHED_ABORTED)
+            self.num_preemptions += 1
+            return
         self.kv.free(request)
         self.running.remove(request)
         request.status = RequestStatus.PREEMPTED

@@ -14,9 +14,13 @@ docs/performance.md.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from typing import Any
 
 from langchain_ascend.engine.core.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
 
 FIRST_DRAFT_LENGTH = 2
 """Drafted tokens of a request's first verify pass (then adapted, see the module docstring)."""
@@ -156,3 +160,27 @@ class SpeculationState:
             self._recent_rate = 0.5  # give the next attempt a fair start
         elif self._recent_rate > 0.5:
             self._next_pause = self.AUTO_FIRST_PAUSE
+
+
+def configure_drafting(scheduler: Any, runner: Any) -> None:
+    """Whether ``speculative_decoding='auto'`` drafts on this runner, and a draft row's cost.
+
+    Greedy identity with drafting holds where a verify pass's rows round exactly as one-row
+    decodes: they are packed as decode rows (``engine.worker.packing``), attended by the same
+    kernel over the same key ranges, and in float32 every product computes a row the same way
+    whatever the batch, float or quantized weights alike (int8 activations are rounded per
+    row). In bfloat16/float16 the batched float products round differently and a near-tie can
+    flip (measured on CPU bf16). So "auto" drafts in float32; "prompt_lookup" drafts in any
+    dtype and format.
+    """
+    scheduler.auto_drafting = str(runner.dtype) == "torch.float32"
+    measure = getattr(runner, "draft_row_cost", None)
+    if measure is not None and scheduler.auto_drafting:
+        scheduler.draft_row_cost = float(measure())
+        logger.info("a drafted token's row costs %.2f of a decode pass on %s %s "
+                    "(speculative_decoding='auto' drafts while acceptance beats it)",
+                    scheduler.draft_row_cost, runner.device, runner.dtype)
+    elif not scheduler.auto_drafting:
+        logger.info("speculative_decoding='auto' does not draft in %s (multi-row passes "
+                    "round differently from one-row passes); 'prompt_lookup' does",
+                    runner.dtype)
