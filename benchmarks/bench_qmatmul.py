@@ -9,7 +9,7 @@ For each weight shape ``(N, K)`` and row count ``M`` it times one product ``(M, 
   (``qmatmul.pack``, what the CPU decode path runs);
 * ``ours q5_0`` / ``ours q5_1`` / ``ours q4_k`` / ``ours q5_k`` / ``ours q6_k``: the formats
   read from files, run from their blocks (random blocks with small scales,
-  ``quant.formats.random_blocks``: the bytes a file of that type streams);
+  ``testing.random_blocks``: the bytes a file of that type streams);
 * ``int4pack``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with group size 32 (float32
   activations, float32 scales and zeros: the q4_0 / q4_1 weights re-packed for torch);
 * ``int8pack``: ``torch.ops.aten._weight_int8pack_mm`` (per-output-channel int8 scales; torch
@@ -82,7 +82,8 @@ def products(weight: Any, methods: list[str]) -> dict[str, Callable[[Any], Any]]
 
     from langchain_ascend.native import qmatmul
     from langchain_ascend.quant import dequantize, quantize
-    from langchain_ascend.quant.formats import random_blocks, unpack
+    from langchain_ascend.quant.formats import unpack
+    from langchain_ascend.testing.random_blocks import random_blocks
 
     n, k = weight.shape
     found: dict[str, Callable[[Any], Any]] = {}

@@ -495,22 +495,3 @@ def to_layout(qw: QuantizedWeight, layout: str,
     return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
                            blocks.reshape(shape).contiguous(), layout)
 
-
-def random_blocks(fmt: str, out_features: int, in_features: int, *,
-                  seed: int = 0, scale: float = 0.01) -> QuantizedWeight:
-    """A ``(out_features, in_features)`` weight of random blocks of ``fmt`` (any bytes are a
-    valid block once its half-float scales are finite: these are drawn in ``+-[0, scale]``),
-    for tests and measurements (pure function of the arguments)."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    per_block, nb = bytes_per_block(fmt), in_features // block_size(fmt)
-    _check_width(fmt, in_features)
-    raw = torch.randint(0, 256, (out_features, nb, per_block), dtype=torch.uint8,
-                        generator=generator)  # (N, B, bytes)
-    halves = {"q4_0": [0], "q8_0": [0], "q5_0": [0], "q4_1": [0, 2], "q5_1": [0, 2],
-              "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208]}[check_format(fmt)]
-    for at in halves:
-        values = (torch.rand(out_features, nb, generator=generator) * 2 - 1) * scale
-        raw[..., at:at + 2] = values.to(torch.float16)[..., None].view(torch.uint8)
-    return QuantizedWeight(fmt, out_features, in_features, raw.reshape(out_features, -1))

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from langchain_ascend.testing.random_blocks import random_block_bytes
+
 _COMMON_NAMES = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
@@ -41,26 +43,9 @@ LLAMA_CPP_NAMES: dict[str, dict[str, str]] = {
     "gemma3": _GEMMA_NAMES,
 }
 RANDOM_BLOCK_SCALES = {"Q4_K": 5e-5, "Q5_K": 2.5e-5, "Q6_K": 2e-5, "Q3_K": 2e-3, "Q2_K": 2e-3}
-"""Largest half-float super-scale of the random blocks written per type, so that the weights
-come out of about the size of the model's own (``|w| ~ 0.02``)."""
-_RANDOM_SCALE_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q3_K": (108,),
-                    "Q2_K": (80, 82)}
-"""Byte offsets of the half-float scales in a block of each type."""
-
-
-def random_blocks(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
-    """uint8 ``(rows, cols / 256 * block bytes)``: random ``kind`` blocks whose half-float
-    scales lie in ``+-RANDOM_BLOCK_SCALES[kind]`` (any other bytes make a valid block)."""
-    import gguf
-
-    qtype = gguf.GGMLQuantizationType[kind]
-    values, nbytes = gguf.GGML_QUANT_SIZES[qtype]
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (rows, cols // values, nbytes), dtype=np.uint8)
-    for at in _RANDOM_SCALE_AT[kind]:
-        scale = (rng.random((rows, cols // values)) * 2 - 1) * RANDOM_BLOCK_SCALES[kind]
-        raw[..., at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
-    return raw.reshape(rows, -1)
+"""Largest half-float super-scale of the random blocks written per type (the types gguf-py
+cannot quantize), so that the weights come out of about the size of the model's own
+(``|w| ~ 0.02``)."""
 """Per GGUF architecture: the HF module path inside a layer -> llama.cpp's tensor name."""
 _GEMMA_ARCHITECTURES = ("gemma2", "gemma3")
 
@@ -176,7 +161,9 @@ def write_gguf(model_dir: Path, out: Path, *, linear_type: str = "Q4_1",
         qtype = gguf.GGMLQuantizationType[kind]
         if kind in RANDOM_BLOCK_SCALES:
             seed = sum(name.encode())
-            writer.add_tensor(name, random_blocks(kind, *values.shape, seed), raw_dtype=qtype)
+            blocks = random_block_bytes(kind, *values.shape, seed=seed,
+                                        scale=RANDOM_BLOCK_SCALES[kind])
+            writer.add_tensor(name, blocks.numpy(), raw_dtype=qtype)
         elif qtype == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, np.ascontiguousarray(values))
         elif qtype == gguf.GGMLQuantizationType.F16:

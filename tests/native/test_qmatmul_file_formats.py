@@ -10,8 +10,9 @@ import torch.nn.functional as F
 
 from langchain_ascend.errors import QuantizationError
 from langchain_ascend.native import qmatmul
-from langchain_ascend.quant.formats import FILE_FORMATS, block_size, dequantize, random_blocks
+from langchain_ascend.quant.formats import FILE_FORMATS, block_size, dequantize
 from langchain_ascend.testing import needs_native_kernels
+from langchain_ascend.testing.random_blocks import random_blocks
 
 needs_kernel = needs_native_kernels()
 

@@ -24,6 +24,7 @@ import torch
 from langchain_ascend.errors import DeviceUnavailableError
 from langchain_ascend.quant import device_matmul, formats, linear
 from langchain_ascend.quant.linear import QuantizedLinear
+from langchain_ascend.testing.random_blocks import random_blocks
 
 FORMATS = ("q4_0", "q4_1", "q8_0")
 UNIT_ROUNDOFF = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
@@ -419,7 +420,7 @@ def test_file_formats_run_a_weight_dequantized_once_on_devices(fake_npu, monkeyp
     monkeypatch.setattr(device_matmul, "backend_for", lambda device: kind)
     monkeypatch.setattr(device_matmul, "_cuda_has_int4", lambda device: True)
     monkeypatch.setattr(device_matmul, "_LOGGED", set(), raising=False)
-    qw = formats.random_blocks(fmt, 16, 256, seed=2)
+    qw = random_blocks(fmt, 16, 256, seed=2)
     layer = QuantizedLinear(qw, torch.randn(16))
     x = torch.randn(3, 256).half()
     with caplog.at_level("INFO"):

@@ -22,11 +22,11 @@ from langchain_ascend.quant.formats import (
     GGML_TYPES,
     X8_FORMATS,
     block_size,
-    random_blocks,
     rows,
     to_layout,
     unpack,
 )
+from langchain_ascend.testing.random_blocks import random_blocks
 
 gguf = pytest.importorskip("gguf")
 
