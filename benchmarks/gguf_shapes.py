@@ -132,7 +132,8 @@ def _llama_quantize(source: Path, target: Path, qtype: str, *, requantize: bool 
     partial = target.with_suffix(".partial")
     cmd = [str(llama_tool("llama-quantize")), *(["--allow-requantize"] if requantize else []),
            str(source), str(partial), qtype, "2"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(target.with_suffix(".quantize.log"), "w") as log:  # llama-quantize's report
+        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
     partial.rename(target)
 
 
