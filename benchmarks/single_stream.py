@@ -10,7 +10,11 @@ What a user sees with one model and one conversation, at any file size:
   (EOS ignored: ours ``ignore_eos``, the peer's ``Llama.generate`` never stops by itself), and
   its ``fraction_of_floor``: the memory-bandwidth floor of :mod:`membw`, the read bandwidth
   measured in this run with the same threads;
-* ``peak_rss_mb``: the child's ``VmHWM`` at the end.
+* ``peak_rss_mb``: the child's ``VmHWM`` at the end;
+* ``loadavg_1m``: the machine's 1-minute load average when the child started and ended. Read
+  it before any ratio: with more runnable threads than cores llama.cpp's per-op thread
+  barriers collapse (2-5 tok/s instead of ~45 on the 1B file at load ~3 on 2 cores) while
+  ours loses little, so a loaded run overstates our lead.
 
 Ours is the ``LLMEngine`` of an ``AscendChatModel`` (``quantization=mode``, the CPU,
 ``max_context_length`` = the peer's ``n_ctx``, other settings at their defaults), fed token
@@ -119,6 +123,7 @@ def child(side_name: str, path: str, mode: str, dtype: str, threads: int, ids_fi
     """Everything one side measures, in this (fresh) process."""
     with open(ids_file) as f:
         ids = json.load(f)
+    load_before = os.getloadavg()[0]
     t = time.perf_counter()
     if side_name == "ours":
         import torch  # noqa: F401
@@ -142,7 +147,8 @@ def child(side_name: str, path: str, mode: str, dtype: str, threads: int, ids_fi
             "prefill_tok_s": round(len(ids["prefill"][0]) / min(prefill_s), 1),
             "prefill_s": [round(s, 2) for s in prefill_s],
             "decode_tok_s": round((n_last - n_first) / (t_last - t_first), 2),
-            "decode_tokens": n_last, "peak_rss_mb": round(peak_rss_mb(), 1)}
+            "decode_tokens": n_last, "peak_rss_mb": round(peak_rss_mb(), 1),
+            "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
 def run_child(side: str, path: str, mode: str, dtype: str, threads: int, ids_file: str,
