@@ -19,8 +19,21 @@ Workloads, for each ``quantization`` mode of ours (``gguf``: the file's own bloc
 * ``rss``: the peak resident memory of a fresh process that loads the model and runs one
   agent task, for each side in a process of its own (``--skip-rss`` to leave it out).
 
-Run: ``python benchmarks/bench_llamacpp.py [--model smollm2|FILE.gguf] [--modes gguf,int8]
-[--dtype float32|bfloat16] [--threads 2]``. Needs llama-cpp-python
+* ``stream`` (``single_stream.py``): one conversation at any file size, each side in a fresh
+  process, run alternately: load to first token, prefill tok/s of a ~1k-token prompt, decode
+  tok/s and its fraction of the memory-bandwidth floor measured in the same run
+  (``membw.py``), peak RSS.
+
+The file: ``--shape smollm2`` (default) is SmolLM2-135M-Instruct (``--type Q4_1``, as shipped;
+another type is re-quantized from it); ``--shape llama-1b|llama-8b`` a random-weight file at
+Llama-3.2-1B / Llama-3-8B shape in ``--type Q4_0|Q4_1|Q8_0|Q4_K_M`` (``gguf_shapes.py``
+writes it once, cached in ``~/.cache/langchain-ascend-bench``; Q4_K_M needs ``llama-quantize``
+from ``../shared/tools/build-llama-tools.sh``); ``--model FILE.gguf`` any file. Workloads
+default to ``agent,stream`` on SmolLM2 and ``stream`` on the large shapes (``--workloads``).
+
+Run: ``python benchmarks/bench_llamacpp.py [--shape smollm2|llama-1b|llama-8b] [--type Q4_0]
+[--model FILE.gguf] [--workloads agent,stream] [--modes gguf,int8] [--dtype float32|bfloat16]
+[--threads 2] [--repeats 2]``. Needs llama-cpp-python
 (``../shared/tools/build-llama-cpp-python.sh .venv``); without it the script says so and exits.
 Prints one line per measurement, the ratios, and a final JSON line.
 """
@@ -45,12 +58,14 @@ QUESTIONS = ("Plan my trip to Beijing next week.",
              "Check the inventory of winter jackets in the Osaka store.")
 
 
-def gguf_path(model: str) -> str:
-    if model == "smollm2":
-        from langchain_ascend.testing import smollm2_gguf_path
+def gguf_path(model: str | None, shape: str = "smollm2", qtype: str | None = None) -> str:
+    """``model`` (a .gguf file) where given, else the file of ``shape`` in ``qtype`` (default:
+    SmolLM2's own Q4_1, Q4_0 for the random-weight shapes), written first if need be."""
+    if model not in (None, "smollm2"):
+        return model
+    from gguf_shapes import shaped_gguf
 
-        return str(smollm2_gguf_path())
-    return model
+    return str(shaped_gguf(shape, qtype or ("Q4_1" if shape == "smollm2" else "Q4_0")))
 
 
 def build_ours(path: str, mode: str, dtype: str, max_tokens: int, sessions: int):
@@ -99,28 +114,13 @@ def rss_probe(side: str, path: str, mode: str, dtype: str, threads: int) -> floa
     code = (
         f"import sys; sys.path.insert(0, {here!r})\n"
         "import bench_llamacpp as b\n"
+        "from child_process import peak_rss_mb\n"
         f"b.rss_child({side!r}, {path!r}, {mode!r}, {dtype!r}, {threads})\n"
-        "print('PEAK_RSS_MB', b.peak_rss_mb())\n"
+        "print('PEAK_RSS_MB', peak_rss_mb())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     return float(out.rsplit("PEAK_RSS_MB", 1)[1].split()[0])
-
-
-def peak_rss_mb() -> float:
-    """This process's peak RSS in MB: ``VmHWM`` of ``/proc/self/status`` where there is one.
-    (``ru_maxrss`` survives exec: a probe spawned by a parent that already held ours reported
-    the parent's peak, 923 MB for llama.cpp's side too.)"""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rss_child(side: str, path: str, mode: str, dtype: str, threads: int) -> None:
@@ -142,12 +142,23 @@ def _tokenizer(path: str):
 
 
 def main() -> None:
+    from gguf_shapes import SHAPE_NAMES, TYPES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2", help="'smollm2' or a .gguf file")
-    parser.add_argument("--modes", default="gguf,int8,int4,none")
+    parser.add_argument("--model", default=None, help="a .gguf file (overrides --shape/--type)")
+    parser.add_argument("--shape", default="smollm2", choices=SHAPE_NAMES)
+    parser.add_argument("--type", default=None, choices=TYPES,
+                        help="default Q4_1 for smollm2 (its own file), Q4_0 for the others")
+    parser.add_argument("--workloads", default=None,
+                        help="agent,stream (default: both on smollm2, stream otherwise)")
+    parser.add_argument("--modes", default=None,
+                        help="ours' quantization modes (default gguf,int8,int4,none on "
+                             "smollm2, gguf otherwise)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--decode-tokens", type=int, default=256)
+    parser.add_argument("--prompt-tokens", type=int, default=1024, help="stream: prefill prompt")
+    parser.add_argument("--repeats", type=int, default=2, help="stream: alternating rounds")
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--skip-rss", action="store_true")
     args = parser.parse_args()
@@ -162,13 +173,32 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    path = gguf_path(args.model)
+    small = args.model is None and args.shape == "smollm2"
+    path = gguf_path(args.model, args.shape, args.type)
+    modes = (args.modes or ("gguf,int8,int4,none" if small else "gguf")).split(",")
+    workloads = (args.workloads or ("agent,stream" if small else "stream")).split(",")
+    result: dict = {"model": os.path.basename(path), "threads": args.threads,
+                    "dtype": args.dtype}
+    if "stream" in workloads:
+        from single_stream import run_stream
+
+        print(f"stream: model {path}; threads {args.threads}; dtype {args.dtype}", flush=True)
+        result["stream"] = run_stream(path, modes, args.dtype, args.threads,
+                                      prompt_tokens=args.prompt_tokens,
+                                      decode_tokens=args.decode_tokens, repeats=args.repeats)
+    if "agent" in workloads:
+        result.update(agent_workloads(path, modes, args))
+    print("RESULT " + json.dumps(result))
+
+
+def agent_workloads(path: str, modes: list[str], args) -> dict:
+    """The decode / agent / sessions / rss workloads, ours in this process (see the doc)."""
     text = system_prompt(_tokenizer(path))
     tasks = [[SystemMessage(text), HumanMessage(q)] for q in QUESTIONS]
     sessions = [[SystemMessage(text), HumanMessage(
         f"Session {i}: traveller {i} asks about flights from city {i} to Beijing on day {i + 1} "
         f"of December with {i % 3 + 1} bags.")] for i in range(args.sessions)]
-    print(f"model {path}; threads {args.threads}; dtype {args.dtype}")
+    print(f"agent: model {path}; threads {args.threads}; dtype {args.dtype}", flush=True)
 
     peer = build_peer(path, args.threads, NEW_TOKENS)
     peer_cold, _ = run_hops(peer, tasks[0])
@@ -176,8 +206,7 @@ def main() -> None:
     peer_decode = tokens_per_s(peer, "Tell me a long story about a river town.",
                                args.decode_tokens)
     peer_sessions = sessions_s(peer, sessions, batched=False)
-    result: dict = {"model": os.path.basename(path), "threads": args.threads,
-                    "dtype": args.dtype, "peer": {
+    result: dict = {"peer": {
                         "decode_tok_s": round(peer_decode, 1), "agent_cold_s": round(peer_cold, 2),
                         "agent_warm_s": round(peer_warm, 2),
                         "sessions_s": round(peer_sessions, 2)}, "ours": {}}
@@ -185,7 +214,7 @@ def main() -> None:
           f"{peer_warm:.2f} s, {args.sessions} sessions serial {peer_sessions:.2f} s")
     del peer
 
-    for mode in args.modes.split(","):
+    for mode in modes:
         t = time.perf_counter()
         ours = build_ours(path, mode, args.dtype, NEW_TOKENS, args.sessions)
         ready_s = time.perf_counter() - t
@@ -212,12 +241,12 @@ def main() -> None:
         peer_rss = rss_probe("peer", path, "gguf", args.dtype, args.threads)
         result["peer"]["peak_rss_mb"] = round(peer_rss, 1)
         print(f"peak RSS llama.cpp: {peer_rss:.0f} MB")
-        for mode in args.modes.split(","):
+        for mode in modes:
             rss = rss_probe("ours", path, mode, args.dtype, args.threads)
             result["ours"][mode]["peak_rss_mb"] = round(rss, 1)
             result["ours"][mode]["rss_over_peer_mb"] = round(rss - peer_rss, 1)
             print(f"peak RSS ours {mode}: {rss:.0f} MB ({rss - peer_rss:+.0f} MB vs llama.cpp)")
-    print("RESULT " + json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":
