@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from langchain_ascend.errors import QuantizationError
-from langchain_ascend.quant import file_blocks
+from langchain_ascend.quant.file_blocks import dequantize_blocks
 
 if TYPE_CHECKING:
     import numpy as np
@@ -353,7 +353,7 @@ def dequantize(qw: QuantizedWeight) -> torch.Tensor:
 
     if qw.fmt in FILE_FORMATS:
         raw = qw.blocks.reshape(qw.out_features, qw.blocks_per_row, bytes_per_block(qw.fmt))
-        return file_blocks.dequantize_blocks(qw.fmt, raw).reshape(qw.shape)  # (N, K)
+        return dequantize_blocks(qw.fmt, raw).reshape(qw.shape)  # (N, K)
     q, d, m = unpack(qw)  # (N, B, 32), (N, B), (N, B)
     if qw.fmt == "q4_0":
         values = d[..., None] * (q - 8).to(torch.float32)  # (N, B, 32)

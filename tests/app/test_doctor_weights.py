@@ -42,8 +42,8 @@ def test_a_gguf_file_reports_bytes_per_type_and_the_blocks_it_runs(tmp_path) -> 
     assert finding.status == "ok"
     # Q4_1 2560 bytes, Q5_1 3072, F16 8192, F32 256: 14080 bytes
     assert "m.gguf: 0.0 MB in the file (F16 0.0 MB, Q5_1 0.0 MB, Q4_1 0.0 MB" in finding.detail
-    # Q4_1 as it is, Q5_1 re-quantized to q4_1, the F16 embedding kept in float
-    assert "(2-D weights: q4_1 x2, float x1)" in finding.detail
+    # Q4_1 and Q5_1 run as they are, the F16 embedding kept in float
+    assert "(2-D weights: q4_1 x1, q5_1 x1, float x1)" in finding.detail
 
 
 def test_a_real_sized_gguf_counts_megabytes(tmp_path, tiny_model_paths) -> None:
