@@ -32,6 +32,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from langchain_ascend.engine.core.kv_cache_manager import common_prefix_length
+
 logger = logging.getLogger(__name__)
 
 _PLACEHOLDERS = ("A", "7")  # two contents that differ in their first character
@@ -106,14 +108,7 @@ class LandingPrefill:
                             self.session_id)
                 self.engine.note_template_fallback()
                 return
-        prefix = first[:_common_prefix(first, second)]
+        prefix = first[:common_prefix_length(first, second)]
         self.prefilled.append(prefix)
         self.engine.prefill_session(self.session_id, prefix)
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -335,7 +335,7 @@ class KVCacheManager:
         state = self.sessions.get(sid)
         if state is None:
             return
-        shared = _common_prefix(state.token_ids, request.all_token_ids)
+        shared = common_prefix_length(state.token_ids, request.all_token_ids)
         shared = min(shared, request.num_tokens - 1)
         counters = self.session_counters
         counters.num_recomputed_tokens += max(0, shared - num_hit_tokens)
@@ -348,7 +348,7 @@ class KVCacheManager:
         return self.pool.reset_prefix_cache()
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
     i = 0
