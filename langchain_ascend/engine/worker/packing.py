@@ -13,7 +13,15 @@ one or more of those layout segments ("pieces"):
   kernel, same key ranges, same per-row products): greedy text is the same with speculation
   on or off. The rows of one pass read the same blocks, which the CPU paged kernel reads once
   for all of them (``native/paged_attention.c``). Every piece's K/V is written before any
-  attention of the layer, so a drafted row sees the rows before it.
+  attention of the layer, so a drafted row sees the rows before it;
+* a segment's *output* tokens (positions at or past its prompt's length: a grammar's forced
+  tokens appended by jump-forward, a forced call's opening text) are decode pieces too, at
+  most :data:`MAX_OUTPUT_DECODE_ROWS` of them (more, as after a preemption, run as one
+  multi-token piece with the prompt's; a segment that names no prompt, like the runner's
+  own probes, keeps the rules above). Every generated token is then computed as the one-row
+  decode at its position, whether it was sampled or forced, so jump-forward changes no
+  logits, and a step of one sampled token plus a few forced ones is a pure-decode step the
+  CPU decode stack takes (instead of a small prefill through the model's forward).
 """
 
 from __future__ import annotations
@@ -54,6 +62,24 @@ class PackedStep:
     sample_indices: list[int]
 
 
+MAX_OUTPUT_DECODE_ROWS = 64
+"""Most known output tokens of one segment packed as decode pieces (see the module docstring)."""
+
+
+def first_decode_offset(seg: ScheduledSegment) -> int:
+    """Offset in ``seg.token_ids`` of its first decode piece (``len(token_ids)``: none); the
+    tokens before it are one multi-token piece (pure function)."""
+    count = len(seg.token_ids)
+    known = count - len(seg.draft_token_ids)
+    outputs_from = max(0, len(seg.prompt_token_ids) - seg.start_pos)  # first output offset
+    if (seg.prompt_token_ids and outputs_from < known
+            and known - outputs_from <= MAX_OUTPUT_DECODE_ROWS):
+        first = outputs_from  # known output tokens as decode rows
+    else:
+        first = known
+    return 0 if first <= 1 else first  # a lone token before the decodes is a decode too
+
+
 def pieces_of(segments: Sequence[ScheduledSegment], order: Sequence[int]) -> list[Piece]:
     """The layout segments of ``segments`` in ``order``: every decode piece first, then the
     multi-token pieces (see the module docstring; pure function)."""
@@ -61,12 +87,11 @@ def pieces_of(segments: Sequence[ScheduledSegment], order: Sequence[int]) -> lis
     longer: list[Piece] = []
     for index in order:
         seg = segments[index]
-        count, drafted = len(seg.token_ids), len(seg.draft_token_ids)
-        known = count - drafted
-        if known > 1:
-            longer.append(Piece(index, 0, known))
-        first_decode = 0 if known == 1 else known
-        decodes.extend(Piece(index, offset, 1) for offset in range(first_decode, count))
+        first_decode = first_decode_offset(seg)
+        if first_decode > 0:
+            longer.append(Piece(index, 0, first_decode))
+        decodes.extend(Piece(index, offset, 1)
+                       for offset in range(first_decode, len(seg.token_ids)))
     return decodes + longer
 
 
