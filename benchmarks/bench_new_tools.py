@@ -11,7 +11,9 @@ called on SmolLM2's GGUF with ``bind_tools([schema], tool_choice=name)``:
   with the same forced tool (skipped when llama-cpp-python is not installed).
 
 Every call is checked: one tool call, the forced name, arguments valid under the schema
-(``jsonschema``). Our calls are split into stages by timing wrappers put around our own
+(``jsonschema``), and scored: the fraction of the values the question names that the
+arguments hold (``argument_accuracy``; a proxy for a function-calling suite's accuracy, to
+compare prompt layouts and the peer). Our calls are split into stages by timing wrappers put around our own
 functions for this run only: prompt rendering, tokenization, grammar parse, the compile (on
 the compile thread, overlapped), the wait for it at the first mask, the mask work, the
 prefill and decode passes and the rest. Both sides warm up on a schema of their own first.
@@ -42,61 +44,93 @@ _NOUNS = ["flight", "hotel", "invoice", "parcel", "meeting", "recipe", "ticket",
 _CITIES = ["Paris", "Lima", "Osaka", "Cairo", "Oslo", "Quito", "Perth", "Dakar"]
 
 
-def _field(rng: random.Random, depth: int) -> tuple[dict[str, Any], str]:
-    """One property schema of a random shape and a value to mention in the question."""
+def _field(rng: random.Random, depth: int) -> tuple[dict[str, Any], str, Any]:
+    """One property schema of a random shape, a value to mention in the question and the
+    argument that value means."""
     shape = rng.choice(["string", "integer", "number", "boolean", "enum", "array", "object",
                         "array_of_objects"] if depth == 0 else
                        ["string", "integer", "enum", "boolean"])
     if shape == "string":
         city = rng.choice(_CITIES)
-        return {"type": "string", "description": "a name or place"}, city
+        return {"type": "string", "description": "a name or place"}, city, city
     if shape == "integer":
         n = rng.randint(1, 40)
-        return {"type": "integer", "description": "a count"}, str(n)
+        return {"type": "integer", "description": "a count"}, str(n), n
     if shape == "number":
-        return {"type": "number", "description": "an amount"}, f"{rng.randint(1, 99)}.5"
+        amount = rng.randint(1, 99) + 0.5
+        return {"type": "number", "description": "an amount"}, str(amount), amount
     if shape == "boolean":
-        return {"type": "boolean", "description": "a yes/no switch"}, "yes"
+        return {"type": "boolean", "description": "a yes/no switch"}, "yes", True
     if shape == "enum":
         options = rng.sample(["low", "medium", "high", "red", "green", "blue", "economy",
                               "business", "first", "celsius", "fahrenheit"], 3)
-        return {"type": "string", "enum": options}, options[0]
+        return {"type": "string", "enum": options}, options[0], options[0]
     if shape == "array":
+        cities = rng.sample(_CITIES, 2)
         return ({"type": "array", "items": {"type": "string"}, "description": "a list"},
-                " and ".join(rng.sample(_CITIES, 2)))
-    inner, hint = _object(rng, depth + 1, rng.randint(1, 3))
+                " and ".join(cities), cities)
+    inner, hint, value = _object(rng, depth + 1, rng.randint(1, 3))
     if shape == "object":
-        return inner, hint
-    return {"type": "array", "items": inner, "description": "a list of items"}, hint
+        return inner, hint, value
+    return ({"type": "array", "items": inner, "description": "a list of items"}, hint,
+            [value])
 
 
-def _object(rng: random.Random, depth: int, size: int) -> tuple[dict[str, Any], str]:
+def _object(rng: random.Random, depth: int, size: int,
+            ) -> tuple[dict[str, Any], str, dict[str, Any]]:
     properties: dict[str, Any] = {}
     hints = []
+    values: dict[str, Any] = {}
     words = rng.sample(["city", "date", "count", "level", "mode", "owner", "budget", "tags",
                         "origin", "target", "notes", "priority", "seats", "color", "urgent",
                         "language", "currency", "limit", "items", "contact"], size)
     for word in words:
-        schema, hint = _field(rng, depth)
+        schema, hint, value = _field(rng, depth)
         properties[word] = schema
         hints.append(f"{word} {hint}")
+        values[word] = value
     required = [w for w in words if rng.random() < 0.6] or [words[0]]  # the rest optional
     return ({"type": "object", "properties": properties, "required": required},
-            ", ".join(hints))
+            ", ".join(hints), values)
 
 
 def make_cases(count: int, seed: int = 36) -> list[tuple[dict[str, Any], str]]:
     """``count`` (OpenAI tool dict, question) pairs; every function name and schema unique."""
+    return [(tool, question) for tool, question, _ in make_cases_with_answers(count, seed)]
+
+
+def make_cases_with_answers(count: int, seed: int = 36,
+                            ) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """:func:`make_cases` with each question's intended arguments (every value it names)."""
     rng = random.Random(seed)
     cases = []
     for i in range(count):
         name = f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}_{i}"
-        parameters, hint = _object(rng, 0, rng.randint(1, 4))
+        parameters, hint, answer = _object(rng, 0, rng.randint(1, 4))
         tool = {"type": "function", "function": {
             "name": name, "description": f"{name.replace('_', ' ')} for the user",
             "parameters": parameters}}
-        cases.append((tool, f"Please {name.rsplit('_', 1)[0].replace('_', ' ')}: {hint}."))
+        cases.append((tool, f"Please {name.rsplit('_', 1)[0].replace('_', ' ')}: {hint}.",
+                      answer))
     return cases
+
+
+def _leaves(value: Any, path: str = "") -> dict[str, Any]:
+    """``{path: scalar}`` of a JSON value (lists indexed, strings compared case-folded)."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _leaves(item, f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{path}[{i}]").items()}
+    return {path: value.casefold() if isinstance(value, str) else value}
+
+
+def argument_accuracy(reply: Any, answer: dict[str, Any]) -> float:
+    """Fraction of the intended arguments' values the call got right (0 without a call)."""
+    calls = getattr(reply, "tool_calls", None) or []
+    if len(calls) != 1:
+        return 0.0
+    want, got = _leaves(answer), _leaves(calls[0]["args"])
+    return sum(got.get(k) == v for k, v in want.items()) / len(want)
 
 
 def call_is_valid(reply: Any, tool: dict[str, Any]) -> bool:
@@ -296,7 +330,7 @@ def main() -> None:
         grammar_only(args.cases)
         return
 
-    cases = make_cases(args.cases)
+    cases = make_cases_with_answers(args.cases)
     warm_tool, warm_question = make_cases(1, seed=1)[0]
     ours = build_ours(args.max_tokens)
     stages = Stages()
@@ -315,7 +349,7 @@ def main() -> None:
     rows = []
     new_stages: dict[str, float] = defaultdict(float)
     known_stages: dict[str, float] = defaultdict(float)
-    for tool, question in cases:
+    for tool, question, answer in cases:
         new_s, new_reply = timed_call(ours, tool, question)
         for k, v in stages.take().items():
             new_stages[k] += v
@@ -325,11 +359,13 @@ def main() -> None:
         row = {"name": tool["function"]["name"], "new_s": new_s, "known_s": known_s,
                "new_valid": call_is_valid(new_reply, tool),
                "known_valid": call_is_valid(known_reply, tool),
+               "new_accuracy": argument_accuracy(new_reply, answer),
                "prompt_tokens": new_reply.usage_metadata["input_tokens"],
                "output_tokens": new_reply.usage_metadata["output_tokens"]}
         if peer is not None:
             peer_s, peer_reply = timed_call(peer, tool, question)
-            row.update(peer_s=peer_s, peer_valid=call_is_valid(peer_reply, tool))
+            row.update(peer_s=peer_s, peer_valid=call_is_valid(peer_reply, tool),
+                       peer_accuracy=argument_accuracy(peer_reply, answer))
         rows.append(row)
         print(json.dumps(row))
 
@@ -345,14 +381,18 @@ def main() -> None:
           f"{sum(r['known_valid'] for r in rows)}/{n}")
     result = {"cases": n, "ours_new_s": total["new_s"], "ours_known_s": total["known_s"],
               "new_over_known": total["new_s"] / total["known_s"],
-              "ours_valid": sum(r["new_valid"] for r in rows)}
+              "ours_valid": sum(r["new_valid"] for r in rows),
+              "ours_accuracy": statistics.mean(r["new_accuracy"] for r in rows)}
+    print(f"ours argument accuracy (values the question names): {result['ours_accuracy']:.3f}")
     print(f"new / known: {result['new_over_known']:.3f} (bar <= 1.15)")
     if "peer_s" in total:
         result.update(llamacpp_s=total["peer_s"], llamacpp_valid=sum(r["peer_valid"]
                                                                        for r in rows),
-                      speed_vs_llamacpp=total["peer_s"] / total["new_s"])
+                      speed_vs_llamacpp=total["peer_s"] / total["new_s"],
+                      llamacpp_accuracy=statistics.mean(r["peer_accuracy"] for r in rows))
         print(f"llama.cpp:         {total['peer_s']:.2f} s total, "
-              f"{total['peer_s'] / n * 1000:.0f} ms/call, valid {result['llamacpp_valid']}/{n}")
+              f"{total['peer_s'] / n * 1000:.0f} ms/call, valid {result['llamacpp_valid']}/{n}, "
+              f"argument accuracy {result['llamacpp_accuracy']:.3f}")
         print(f"ours (new schemas) vs llama.cpp: {result['speed_vs_llamacpp']:.2f}x "
               "(bar >= 1.5)")
     print("\nper-stage ms per call (ours; compile runs on the compile thread, overlapped):")
