@@ -53,6 +53,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from langchain_ascend import openmp_wait
+
 TOOL_NAMES = ("search_inventory", "fetch_weather", "read_calendar")
 CONFIGS = {
     "lru": {"session_retention": False, "land": False, "scheduling": "fcfs"},
@@ -217,7 +219,8 @@ class LlamaServerPeer:
         self.process = subprocess.Popen(
             [binary, "-m", gguf, "-np", str(agents), "-c", str(context * agents),
              "-t", str(threads), "--port", str(port), "--host", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=openmp_wait.environment_without_ours())  # the user's OpenMP settings
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
