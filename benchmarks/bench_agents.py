@@ -53,8 +53,6 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from langchain_ascend import openmp_wait
-
 TOOL_NAMES = ("search_inventory", "fetch_weather", "read_calendar")
 CONFIGS = {
     "lru": {"session_retention": False, "land": False, "scheduling": "fcfs"},
@@ -219,8 +217,7 @@ class LlamaServerPeer:
         self.process = subprocess.Popen(
             [binary, "-m", gguf, "-np", str(agents), "-c", str(context * agents),
              "-t", str(threads), "--port", str(port), "--host", "127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=openmp_wait.environment_without_ours())  # the user's OpenMP settings
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:

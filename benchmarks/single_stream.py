@@ -39,8 +39,6 @@ import time
 
 from child_process import peak_rss_mb
 
-from langchain_ascend import openmp_wait
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_CTX = 4096
 SHORT = 16  # tokens of the short prompts (load probe, decode)
@@ -160,10 +158,7 @@ def run_child(side: str, path: str, mode: str, dtype: str, threads: int, ids_fil
             f"r = s.child({side!r}, {path!r}, {mode!r}, {dtype!r}, {threads}, {ids_file!r}, "
             f"{decode_tokens})\n"
             "print('CHILD_RESULT ' + json.dumps(r))\n")
-    # The peer (llama.cpp, libgomp too) runs in the environment the user gave, not with the
-    # OpenMP spin bound importing our package set here (langchain_ascend.openmp_wait).
-    base = os.environ if side == "ours" else openmp_wait.environment_without_ours()
-    env = dict(base, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{side} child failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -31,11 +31,6 @@ USER_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
 LOADS_LIBGOMP = ("torch",)
 """Modules whose import has already loaded libgomp (too late to set its environment)."""
 
-set_in_this_process = False
-"""Whether :func:`bound_spinning` set ``os.environ["GOMP_SPINCOUNT"]`` here (child processes
-inherit it; a benchmark's peer, which uses libgomp too, is started without it:
-:func:`environment_without_ours`)."""
-
 
 def bound_spinning(environ: MutableMapping[str, str] | None = None,
                    modules: Mapping[str, object] | None = None) -> bool:
@@ -48,17 +43,4 @@ def bound_spinning(environ: MutableMapping[str, str] | None = None,
     if any(name in modules for name in LOADS_LIBGOMP):
         return False
     environ["GOMP_SPINCOUNT"] = SPIN_COUNT
-    if environ is os.environ:
-        global set_in_this_process
-        set_in_this_process = True
     return True
-
-
-def environment_without_ours(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``environ`` (default ``os.environ``) without the ``GOMP_SPINCOUNT`` this
-    package set in this process, if it did: the environment a process that is not ours
-    (llama.cpp, whose libgomp would inherit it) would have had."""
-    copy = dict(os.environ if environ is None else environ)
-    if set_in_this_process and copy.get("GOMP_SPINCOUNT") == SPIN_COUNT:
-        del copy["GOMP_SPINCOUNT"]
-    return copy

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from langchain_ascend import openmp_wait
 from langchain_ascend.openmp_wait import SPIN_COUNT, bound_spinning
 
 
@@ -46,13 +45,3 @@ def test_importing_the_package_first_sets_it_for_the_process():
     assert _spin_count_after("import langchain_ascend") == SPIN_COUNT
     assert _spin_count_after("import langchain_ascend", GOMP_SPINCOUNT="7") == "7"
     assert _spin_count_after("import torch, langchain_ascend") == "unset"
-
-
-def test_a_peer_process_gets_the_environment_without_our_setting(monkeypatch):
-    monkeypatch.setattr(openmp_wait, "set_in_this_process", True)
-    assert "GOMP_SPINCOUNT" not in openmp_wait.environment_without_ours(
-        {"GOMP_SPINCOUNT": SPIN_COUNT, "PATH": "/bin"})
-    assert openmp_wait.environment_without_ours({"GOMP_SPINCOUNT": "5"}) == {"GOMP_SPINCOUNT": "5"}
-    monkeypatch.setattr(openmp_wait, "set_in_this_process", False)  # the user's own 1000
-    assert openmp_wait.environment_without_ours(
-        {"GOMP_SPINCOUNT": SPIN_COUNT}) == {"GOMP_SPINCOUNT": SPIN_COUNT}
