@@ -10,9 +10,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend._version import __version__
-from langchain_ascend.openmp_wait import bound_spinning
-
-bound_spinning()  # before anything loads libgomp (torch): see langchain_ascend.openmp_wait
 
 _LAZY = {
     "AscendChatModel": "langchain_ascend.chat_models",
