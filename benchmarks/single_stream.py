@@ -152,13 +152,13 @@ def child(side_name: str, path: str, mode: str, dtype: str, threads: int, ids_fi
 
 
 def run_child(side: str, path: str, mode: str, dtype: str, threads: int, ids_file: str,
-              decode_tokens: int) -> dict:
+              decode_tokens: int, extra_env: dict[str, str] | None = None) -> dict:
     code = (f"import sys, json; sys.path.insert(0, {HERE!r})\n"
             "import single_stream as s\n"
             f"r = s.child({side!r}, {path!r}, {mode!r}, {dtype!r}, {threads}, {ids_file!r}, "
             f"{decode_tokens})\n"
             "print('CHILD_RESULT ' + json.dumps(r))\n")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), **(extra_env or {}))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{side} child failed ({done.returncode}):\n{done.stderr[-3000:]}")
