@@ -14,8 +14,6 @@ import pytest
 import torch
 from gguf_fixtures import write_gguf
 
-from langchain_ascend.engine.cpu.fused_projections import fuse_projections, group_of
-from langchain_ascend.engine.cpu.quantized_layout import QuantizedParts
 from langchain_ascend.quant.gguf_file import GGUFFile
 from langchain_ascend.quant.gguf_model import load_gguf_model, rotary_row_order
 from langchain_ascend.quant.linear import QuantizedLinear, use_reference
@@ -207,19 +205,3 @@ def test_bf16_engine_runs_the_parts_and_batches_invariantly(files: dict[str, Pat
     finally:
         engine.shutdown()
     assert list(batched[1].token_ids) == list(solo.token_ids)
-
-
-def test_k_quant_groups_fuse_into_parts_over_the_files_blocks(files: dict[str, Path]) -> None:
-    """Concatenating K-quant members would copy their blocks and re-lay nothing: the group is
-    one product over the members' own blocks, views of the file's map."""
-    model, _ = load_gguf_model(files["q4_k_m"])
-    mlp = model.model.layers[0].mlp  # gate and up both Q4_K
-    members = [mlp.gate_proj, mlp.up_proj]
-    x = torch.randn(3, model.config.hidden_size)
-    want = torch.cat([m(x) for m in members], dim=-1)
-    addresses = [m.blocks.data_ptr() for m in members]
-    fuse_projections(model)
-    group = group_of(members)
-    assert isinstance(group.linear, QuantizedParts) and group.linear.parts == members
-    assert [m.blocks.data_ptr() for m in members] == addresses  # nothing copied
-    assert torch.equal(group.linear(x), want)

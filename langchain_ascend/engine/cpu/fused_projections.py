@@ -20,11 +20,8 @@ blocks), the members' blocks and biases becoming views of the fused ones; it tak
 layout: the blocks are concatenated straight into the native product's layout where it takes
 them (``engine.cpu.quantized_layout.fused_layout``), and the pages of the GGUF file the
 members were read from are given back (``quant.gguf_file.release_pages``). Members in
-different formats (a Q4_K_M file's v in ``Q6_K`` beside q/k in ``Q4_K``), and on the CPU
-members whose product runs the file's own layout (``formats.FILE_FORMATS``: concatenating
-them would only copy ~360 MB of a 1B Q4_K_M file's blocks at load, ~0.4 s), become one
-``quantized_layout.QuantizedParts`` product over their own blocks, read in place from the
-file's map.
+different formats (a Q4_K_M file's v in ``Q6_K`` beside q/k in ``Q4_K``) become one
+``quantized_layout.QuantizedParts`` product over their own blocks.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ from langchain_ascend.engine.cpu.quantized_layout import (
 )
 from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
 from langchain_ascend.engine.cpu.weight_layout import make_dual
-from langchain_ascend.quant.formats import FILE_FORMATS, concatenate, rows
+from langchain_ascend.quant.formats import concatenate, rows
 from langchain_ascend.quant.gguf_file import release_pages
 
 logger = logging.getLogger(__name__)
@@ -134,12 +131,10 @@ def _fuse_quantized(members: Sequence[Any]) -> Any:
 
     from langchain_ascend.quant.linear import QuantizedLinear
 
+    if any(m.fmt != members[0].fmt for m in members):
+        return QuantizedParts(list(members))
     weights = [m.qweight for m in members]
-    layout = fused_layout(weights)
-    if any(m.fmt != members[0].fmt for m in members) or (
-            members[0].fmt in FILE_FORMATS and members[0].blocks.device.type == "cpu"):
-        return QuantizedParts(list(members))  # no copy: a concatenation would not re-lay
-    qweight = concatenate(weights, layout)  # blocks (sum(out) / 8, bytes)
+    qweight = concatenate(weights, fused_layout(weights))  # blocks (sum(out) [/ 8], bytes)
     with torch.no_grad():
         bias = (None if members[0].bias is None
                 else torch.cat([m.bias.data for m in members]))  # (sum(out),)
