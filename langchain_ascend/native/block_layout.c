@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#define PARALLEL_MIN_BYTES (4 << 20)
+
 /* Word c of rows r0..r7 -> 8 consecutive words, for the 4 value words of a q4_0 / q4_1 block
  * (16 bytes a row): two rows per 256-bit register, then a 4x4 word transpose in each lane. */
 static inline void transpose_4_words(const uint8_t *const rows[8], int64_t offset,
@@ -40,7 +42,9 @@ int x8_from_rows(const uint8_t *src, int64_t src_stride, int64_t groups, int64_t
     if (header_bytes % 2 || (block_bytes - header_bytes) % 4) return 2;
     const int64_t halves = header_bytes / 2, words = (block_bytes - header_bytes) / 4;
     const int64_t super_bytes = 8 * block_bytes;
-#pragma omp parallel for schedule(static)
+    /* A parallel region costs a wake-up of the pool (and on a busy host a time slice of the
+     * other thread): small weights (SmolLM2's, 0.1-0.6 MB) are re-laid by this thread alone. */
+#pragma omp parallel for schedule(static) if (groups * blocks * super_bytes >= PARALLEL_MIN_BYTES)
     for (int64_t g = 0; g < groups; g++) {
         const uint8_t *rows[8];
         for (int r = 0; r < 8; r++) rows[r] = src + (8 * g + r) * src_stride;
