@@ -17,7 +17,7 @@ from langchain_ascend.attention.backends import backend_name_for, get_backend_cl
 from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.worker.kv_cache import plan_num_blocks
 from langchain_ascend.engine.worker.model_runner import ModelRunner
-from langchain_ascend.native import build, stack_kernel
+from langchain_ascend.native import block_layout, build, stack_kernel
 
 __all__ = ["LoadedModel", "default_num_blocks", "dtype_name"]
 
@@ -63,8 +63,8 @@ class LoadedModel:
         from transformers import AutoTokenizer
 
         resolved = platform.resolve_device(device)  # an unusable device fails here, first
-        if resolved.type == "cpu":  # the decode step's C kernels build while the weights load
-            build.prebuild([stack_kernel.KERNEL])
+        if resolved.type == "cpu":  # the C kernels build while the weights load
+            build.prebuild([stack_kernel.KERNEL, block_layout.KERNEL])
         path = os.fspath(model_path)
         if num_blocks is None:
             num_blocks = default_num_blocks(

@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from langchain_ascend.errors import QuantizationError
+from langchain_ascend.native import block_layout
 from langchain_ascend.quant.file_blocks import dequantize_blocks
 
 if TYPE_CHECKING:
@@ -470,8 +471,6 @@ def to_layout(qw: QuantizedWeight, layout: str,
         raise QuantizationError(f"{qw.fmt}: the x8 layout takes {X8_FORMATS} only")
     per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
     groups, num_blocks = qw.out_features // ROWS_PER_GROUP, qw.blocks_per_row
-    halves = header // 2  # scale, and min for q4_1
-    del halves  # the record types below hold the header's halves
     row, superblock = _block_dtypes(qw.fmt)
     want = ((groups, ROWS_PER_GROUP * num_blocks * per_block) if layout == "x8"
             else (qw.out_features, num_blocks * per_block))
@@ -479,16 +478,18 @@ def to_layout(qw: QuantizedWeight, layout: str,
     if tuple(blocks.shape) != want or blocks.dtype != torch.uint8 or not blocks.is_contiguous():
         raise QuantizationError(f"{qw.fmt}: out must be a contiguous uint8 tensor of shape "
                                 f"{want}, got {tuple(blocks.shape)} {blocks.dtype}")
-    source = qw.blocks.detach().cpu().contiguous().numpy()
-    target = blocks.numpy()
-    if layout == "x8":  # (G, 8, B) row blocks -> (G, B) superblocks
-        rows_in = source.view(row).reshape(groups, ROWS_PER_GROUP, num_blocks)
-        grouped = target.view(superblock).reshape(groups, num_blocks)
+    source = qw.blocks.detach().cpu()
+    if layout == "x8" and block_layout.x8_from_rows(source, blocks, block_bytes=per_block,
+                                                    header_bytes=header):
+        pass  # the native pass wrote it: the bytes of the numpy re-laying below
+    elif layout == "x8":  # (G, 8, B) row blocks -> (G, B) superblocks
+        rows_in = source.contiguous().numpy().view(row).reshape(groups, ROWS_PER_GROUP, -1)
+        grouped = blocks.numpy().view(superblock).reshape(groups, num_blocks)
         for field in ("head", "values"):
             grouped[field] = rows_in[field].transpose(0, 2, 3, 1)  # (G, B, fields, 8)
     else:  # (G, B) superblocks -> (G, 8, B) row blocks
-        grouped = source.view(superblock).reshape(groups, num_blocks)
-        rows_out = target.view(row).reshape(groups, ROWS_PER_GROUP, num_blocks)
+        grouped = source.contiguous().numpy().view(superblock).reshape(groups, num_blocks)
+        rows_out = blocks.numpy().view(row).reshape(groups, ROWS_PER_GROUP, num_blocks)
         for field in ("head", "values"):
             rows_out[field] = grouped[field].transpose(0, 3, 1, 2)  # (G, 8, B, fields)
     shape = (groups, -1) if layout == "x8" else (qw.out_features, -1)

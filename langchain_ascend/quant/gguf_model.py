@@ -184,7 +184,8 @@ class _Filler:
         if _FORMAT_OF_TYPE.get(info.ggml_type) == fmt:
             blocks = self.gguf.tensor(info.name)  # (N, row bytes), a view of the file's map
             if order is not None:  # rows re-ordered: a copy, and the file's pages given back
-                mapped, blocks = blocks, blocks.index_select(0, torch.from_numpy(order))
+                # numpy's take moves whole rows (torch's index_select on uint8: ~6x slower)
+                mapped, blocks = blocks, torch.from_numpy(np.take(blocks.numpy(), order, axis=0))
                 release_pages(mapped)
             return formats.QuantizedWeight(fmt, rows, cols, blocks)
         weight = torch.from_numpy(np.ascontiguousarray(self.gguf.floats(info.name)))  # (N, K)
@@ -263,11 +264,13 @@ def _name_of(modules: dict[str, Any], target: Any) -> str:
 
 def _skeleton(config: Any, dtype: Any) -> Any:
     """The model with every parameter on the meta device (buffers, e.g. the rotary
-    frequencies, real)."""
+    frequencies, real), its weight initialisation skipped (every weight comes from the file;
+    initialising meta tensors took ~0.15 s of a 1B load)."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
 
-    with init_empty_weights(include_buffers=False):
+    with init_empty_weights(include_buffers=False), no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()
 
