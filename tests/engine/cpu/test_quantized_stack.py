@@ -265,12 +265,16 @@ def test_lean_mlp_of_quantized_products_runs_the_stack_silu(tiny_model_paths):
     assert torch.equal(solo, act)  # each row the same whatever the rows beside it
 
 
-def test_a_long_prefill_mlp_runs_in_row_chunks_with_the_same_bits(tiny_model_paths):
+def test_a_long_prefill_mlp_runs_in_row_chunks_with_the_same_bits(tiny_model_paths, monkeypatch):
     from langchain_ascend.engine.cpu import lean_layer
 
     runner = _runner(tiny_model_paths["llama"], torch.float32, "q4_0", stack=True)
     mlp = runner.model.model.layers[0].mlp
-    rows = 2 * lean_layer.MLP_ROW_CHUNK + 37  # three chunks, the last one short
+    chunk = lean_layer.mlp_row_chunk(sum(mlp.lean_gate_up.sizes))
+    assert chunk % 64 == 0 and chunk * 4 * sum(mlp.lean_gate_up.sizes) <= lean_layer.MLP_CHUNK_BYTES
+    assert lean_layer.mlp_row_chunk(16384) == 256 and lean_layer.mlp_row_chunk(10**9) == 64
+    monkeypatch.setattr(lean_layer, "MLP_CHUNK_BYTES", 64 * 4 * sum(mlp.lean_gate_up.sizes))
+    rows = 2 * 64 + 37  # three chunks of 64 rows at this (tiny) width, the last one short
     x = 4 * torch.randn(1, rows, runner.model.config.hidden_size)
     previous = torch.get_num_threads()
     try:
