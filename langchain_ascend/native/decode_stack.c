@@ -93,14 +93,23 @@ static void silu_mul(int dtype, const void *gate, const void *up, void *out, int
    gu[t * stride, + I) and its up in the next I values; out (M, I). The per-op path's lean MLP
    calls this too (native/decode_stack.py silu_mul), so a decoding row gets the same bits
    whichever path runs its step. Returns 0, or 2 on a bad dtype or shape. */
-int silu_mul_rows(int dtype, const void *gu, int64_t stride, void *out, int64_t M, int64_t I) {
+/* silu_mul_rows with the rows shared by `threads` threads (a prefill's M rows: each value is
+   computed by the same code whichever thread takes its row, so the bits do not change). */
+int silu_mul_rows_threads(int dtype, const void *gu, int64_t stride, void *out, int64_t M,
+                          int64_t I, int threads) {
     if ((dtype != 0 && dtype != 1) || M < 0 || I < 0 || stride < 2 * I) return 2;
     const size_t el = dtype == 0 ? 4 : 2;
+    if (threads < 1 || M * I < (1 << 15)) threads = 1;
+    #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < M; t++) {
         const char *row = (const char *)gu + el * t * stride;
         silu_mul(dtype, row, row + el * I, (char *)out + el * t * I, I);
     }
     return 0;
+}
+
+int silu_mul_rows(int dtype, const void *gu, int64_t stride, void *out, int64_t M, int64_t I) {
+    return silu_mul_rows_threads(dtype, gu, stride, out, M, I, 1);
 }
 
 /* h += y over n values (bf16: one rounding of the float sum, as torch's add). */

@@ -27,9 +27,10 @@
  *     256-bit with AVX512VL).
  * No AMX instruction is ever emitted.
  *
- * Work: rows in blocks of QROW_BLOCK (activations quantized per row block, so large prefills
- * need little scratch, and stored block-major: block b of every row together); within a
- * block, OpenMP over groups of QGROUP output rows.
+ * Work: rows in spans of QROW_SPAN, each quantized at once and cut into blocks of QROW_BLOCK
+ * (activations stored block-major per row block: block b of its rows together; large
+ * prefills need little scratch and meet the threads' barrier once a span); a work item is a
+ * row block times a group of QGROUP output rows, OpenMP over the span's items.
  *
  * Return codes: 0 success, 2 bad shapes, 3 out of memory, 4 unknown format or variant, 5 the
  * variant's instructions are not supported by this CPU.
@@ -44,7 +45,8 @@
 #define QBLOCK 32       /* weights per block */
 #define QROWS 4         /* activation rows per register tile */
 #define QGROUP 16       /* output rows per parallel work item */
-#define QROW_BLOCK 64   /* activation rows quantized and multiplied at a time */
+#define QROW_BLOCK 64   /* activation rows multiplied at a time (a work item's rows) */
+#define QROW_SPAN 256   /* activation rows quantized at a time (row blocks per pass: 4) */
 
 enum { QFMT_Q4_0 = 0, QFMT_Q4_1 = 1, QFMT_Q8_0 = 2, QFMT_Q5_0 = 3, QFMT_Q5_1 = 4, QFMT_Q4_K = 5,
        QFMT_Q5_K = 6, QFMT_Q6_K = 7 };
@@ -550,6 +552,22 @@ int qmatmul_supported(int variant) {
     }
 }
 
+/* One work item of qmatmul_into: row block `block` of a span of `span` rows (its activations
+   at the block's offsets in the span's arrays) times output group `g` (QGROUP rows; N % 8 == 0
+   in layout 1, so a group's count stays a multiple of 8). */
+static inline void qmatmul_item(qgroup_fn group, int fmt, const uint8_t *W, int64_t row_bytes,
+                                int64_t K, int64_t nb, const int8_t *q, const float *d,
+                                const float *s, const int32_t *corr, const int32_t *sums,
+                                const int32_t *noff, int64_t span, int64_t block, int64_t g,
+                                int64_t N, const float *bias, float *Y, int64_t y_stride) {
+    const int64_t r0 = block * QROW_BLOCK, rows = span - r0 < QROW_BLOCK ? span - r0 : QROW_BLOCK;
+    const int64_t off = r0 * nb;
+    const QActs acts = {q + r0 * K, d + off, s + off, corr ? corr + off * 8 : NULL, sums + off,
+                        noff + off, K, nb, rows};
+    const int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
+    group(fmt, W, row_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0, count);
+}
+
 /* Y (M, N) float32 = X (M, K) @ W^T [+ bias (N) float32] for W (N, K) in format fmt (0 q4_0,
    1 q4_1, 2 q8_0, 3 q5_0, 4 q5_1, 5 q4_k, 6 q5_k, 7 q6_k) as blocks of layout 0 (GGUF) or 1
    (x8, formats 0..2, N % 8 == 0); X float32 (dtype 0) or bfloat16 (1), row stride x_stride
@@ -571,47 +589,61 @@ int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, 
         {qgroup8_scalar, qgroup8_avx2, qgroup8_avxvnni, qgroup8_avx512vnni}};
     const qgroup_fn group = groups[layout][variant];
     const int64_t nb = K / QBLOCK, row_bytes = nb * qblock_bytes(fmt);
-    const int64_t block_rows = M < QROW_BLOCK ? M : QROW_BLOCK;
-    /* scratch, block-major (QActs): q (nb, block_rows, 32) int8, d, s, sums and noff
-       (nb, block_rows) 4 bytes each, corr (nb, block_rows, 8) int32 for the q4_0 GGUF-layout
-       kernel */
-    size_t q_bytes = (size_t)(block_rows * K), ds_bytes = (size_t)(block_rows * nb) * sizeof(float);
-    size_t corr_bytes = (fmt == QFMT_Q4_0 || fmt == QFMT_Q5_0) && layout == 0
-                            ? (size_t)(block_rows * nb * 8) * sizeof(int32_t) : 0;
+    const int64_t span_rows = M < QROW_SPAN ? M : QROW_SPAN;
+    /* scratch for a span of up to QROW_SPAN rows, row block by row block; each block of up to
+       QROW_BLOCK rows block-major (QActs): q (nb, rows, 32) int8, d, s, sums and noff
+       (nb, rows) 4 bytes each, corr (nb, rows, 8) int32 for the q4_0 GGUF-layout kernel */
+    const int with_corr = (fmt == QFMT_Q4_0 || fmt == QFMT_Q5_0) && layout == 0;
+    const size_t q_bytes = (size_t)(span_rows * K), ds_bytes = (size_t)(span_rows * nb) * 4;
+    const size_t corr_bytes = with_corr ? (size_t)(span_rows * nb * 8) * 4 : 0;
     char *scratch = aligned_alloc(64, (q_bytes + 4 * ds_bytes + corr_bytes + 127) / 64 * 64);
     if (!scratch) return 3;
-    QActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
-                  (const float *)(scratch + q_bytes + ds_bytes),
-                  corr_bytes ? (const int32_t *)(scratch + q_bytes + 4 * ds_bytes) : NULL,
-                  (const int32_t *)(scratch + q_bytes + 2 * ds_bytes),
-                  (const int32_t *)(scratch + q_bytes + 3 * ds_bytes), K, nb, block_rows};
-    int8_t *q = (int8_t *)acts.q;
-    float *d = (float *)acts.d, *s = (float *)acts.s;
-    int32_t *corr = (int32_t *)acts.corr, *sums = (int32_t *)acts.sums;
-    int32_t *noff = (int32_t *)acts.noff;
+    int8_t *q_all = (int8_t *)scratch;
+    float *d_all = (float *)(scratch + q_bytes), *s_all = (float *)(scratch + q_bytes + ds_bytes);
+    int32_t *sums_all = (int32_t *)(scratch + q_bytes + 2 * ds_bytes);
+    int32_t *noff_all = (int32_t *)(scratch + q_bytes + 3 * ds_bytes);
+    int32_t *corr_all = with_corr ? (int32_t *)(scratch + q_bytes + 4 * ds_bytes) : NULL;
     const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
     const size_t el = dtype == 0 ? 4 : 2;
+    /* Many rows: the work items (a row block, a group of outputs) go to whichever thread is
+       free (a thread another process delays holds no one up at the span's end); few rows
+       (decode) keep each thread its contiguous run of groups, which its prefetches follow.
+       Either way an item is computed by the same code: the bits do not depend on it. */
+    const int dynamic = M >= QROW_BLOCK;
     #pragma omp parallel num_threads(threads)
     {
-        for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
-            const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
+        for (int64_t s0 = 0; s0 < M; s0 += QROW_SPAN) {
+            const int64_t span = M - s0 < QROW_SPAN ? M - s0 : QROW_SPAN;
+            const int64_t blocks = (span + QROW_BLOCK - 1) / QROW_BLOCK;
             #pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; r++) {
-                const void *x = (const char *)X + el * (size_t)((r0 + r) * x_stride);
-                int32_t *row_corr = corr ? corr + r * 8 : NULL;
+            for (int64_t r = 0; r < span; r++) {
+                /* row r of the span: row r % QROW_BLOCK of its row block, whose arrays start
+                   at its first row's offset with a stride of the block's row count */
+                const int64_t r0 = r / QROW_BLOCK * QROW_BLOCK;
+                const int64_t rows = span - r0 < QROW_BLOCK ? span - r0 : QROW_BLOCK;
+                const int64_t i = r - r0;
+                const void *x = (const char *)X + el * (size_t)((s0 + r) * x_stride);
+                int8_t *q = q_all + r0 * K + i * QBLOCK;
+                float *d = d_all + r0 * nb + i, *sv = s_all + r0 * nb + i;
+                int32_t *sums = sums_all + r0 * nb + i, *noff = noff_all + r0 * nb + i;
+                int32_t *row_corr = corr_all ? corr_all + (r0 * nb + i) * 8 : NULL;
                 if (variant == QVAR_SCALAR)
-                    quantize_row_scalar(x, dtype, K, fmt, q + r * QBLOCK, d + r, s + r, row_corr,
-                                        sums + r, noff + r, block_rows);
+                    quantize_row_scalar(x, dtype, K, fmt, q, d, sv, row_corr, sums, noff, rows);
                 else
-                    quantize_row(x, dtype, K, fmt, q + r * QBLOCK, d + r, s + r, row_corr,
-                                 sums + r, noff + r, block_rows);
+                    quantize_row(x, dtype, K, fmt, q, d, sv, row_corr, sums, noff, rows);
             }
-            #pragma omp for schedule(static)
-            for (int64_t g = 0; g < groups_n; g++) {
-                int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
-                /* (N % 8 == 0 in layout 1, so count stays a multiple of 8) */
-                group(fmt, W, row_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
-                      count);
+            if (dynamic) {
+                #pragma omp for schedule(dynamic, 4)
+                for (int64_t item = 0; item < blocks * groups_n; item++)
+                    qmatmul_item(group, fmt, W, row_bytes, K, nb, q_all, d_all, s_all, corr_all,
+                                 sums_all, noff_all, span, item / groups_n, item % groups_n, N,
+                                 bias, Y + s0 * y_stride, y_stride);
+            } else {
+                #pragma omp for schedule(static)
+                for (int64_t item = 0; item < blocks * groups_n; item++)
+                    qmatmul_item(group, fmt, W, row_bytes, K, nb, q_all, d_all, s_all, corr_all,
+                                 sums_all, noff_all, span, item / groups_n, item % groups_n, N,
+                                 bias, Y + s0 * y_stride, y_stride);
             }
         }
     }

@@ -72,7 +72,8 @@ def _kernel() -> Any:
 
 def _silu_kernel() -> Any:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return build.function(KERNEL, "silu_mul_rows", [ctypes.c_int, ptr, i64, ptr, i64, i64])
+    return build.function(KERNEL, "silu_mul_rows_threads",
+                          [ctypes.c_int, ptr, i64, ptr, i64, i64, ctypes.c_int])
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
@@ -101,7 +102,8 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
         return None
     half = width // 2
     out = torch.empty(*gate_up.shape[:-1], half, dtype=gate_up.dtype)  # (..., I)
-    status = kernel(code, rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], half)
+    status = kernel(code, rows.data_ptr(), rows.stride(0), out.data_ptr(), rows.shape[0], half,
+                    torch.get_num_threads())
     if status:
         raise RuntimeError(f"silu_mul_rows kernel failed with status {status}")
     return out

@@ -134,6 +134,24 @@ def test_a_row_does_not_depend_on_the_batch(fmt, layout):
 @needs_kernel
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_prefill_row_does_not_depend_on_the_span_or_threads(fmt, layout):
+    # 300 rows: a span of 256 (4 row blocks) and one of 44; work items shared dynamically.
+    x, qw = _case(300, 48, 256, fmt, seed=13, layout=layout)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        full = qmatmul.qmatmul(x, qw)
+        torch.set_num_threads(1)
+        assert torch.equal(qmatmul.qmatmul(x, qw), full)
+    finally:
+        torch.set_num_threads(previous)
+    for lo, hi in ((250, 300), (255, 257), (64, 128), (0, 1), (299, 300), (1, 299)):
+        assert torch.equal(qmatmul.qmatmul(x[lo:hi], qw), full[lo:hi]), (lo, hi)
+
+
+@needs_kernel
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_threads_do_not_change_results(fmt, layout):
     x, qw = _case(9, 120, 256, fmt, seed=4, layout=layout)
     previous = torch.get_num_threads()

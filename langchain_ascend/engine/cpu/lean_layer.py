@@ -64,12 +64,40 @@ def _lean_layer_forward(self: Any, hidden_states: Any, attention_mask: Any = Non
     return hidden_states + lean_mlp(self.mlp, normed)  # (1, T, hidden)
 
 
+MLP_CHUNK_BYTES = 16 << 20
+"""The most float32 gate/up intermediate a prefill's MLP makes at a time: at Llama-3.2-1B's
+width 1,024 rows make 64 MB, which leaves the last-level cache between the three steps (about
+11% of the MLP's time, docs/performance.md); 16 MB (256 rows there) stays near. Rows are
+independent, so the bits do not depend on the chunking."""
+
+
+def mlp_row_chunk(gate_up_width: int) -> int:
+    """Rows of a prefill's MLP run at a time for a gate/up product ``gate_up_width`` wide: a
+    multiple of 64 (the product kernel's row block) whose intermediate fits
+    :data:`MLP_CHUNK_BYTES`, at least 64."""
+    return max(64, MLP_CHUNK_BYTES // (4 * max(gate_up_width, 1)) // 64 * 64)
+
+
 def lean_mlp(mlp: Any, x: Any) -> Any:
     """``down(silu(gate(x)) * up(x))`` of a prepared MLP: the fused gate/up product once,
-    split into views (``x (..., hidden)`` -> ``(..., hidden)``). An MLP of quantized products
-    (``lean_native_silu``) computes ``silu(gate) * up`` with the native stack's code
-    (``native.stack_kernel.silu_mul``), so a decoding row computed here equals the same row
-    computed by the stack bit for bit (torch's SiLU differs in the last float32 bit)."""
+    split into views (``x (..., hidden)`` -> ``(..., hidden)``), by :func:`mlp_row_chunk`
+    rows for a long prefill. An MLP of quantized products (``lean_native_silu``) computes
+    ``silu(gate) * up`` with the native stack's code (``native.stack_kernel.silu_mul``), so a
+    decoding row computed here equals the same row computed by the stack bit for bit (torch's
+    SiLU differs in the last float32 bit)."""
+    import torch
+
+    rows = x.numel() // x.shape[-1] if x.dim() else 0
+    chunk = mlp_row_chunk(sum(mlp.lean_gate_up.sizes))
+    if rows <= chunk:
+        return _mlp_rows(mlp, x)
+    flat = x.reshape(rows, x.shape[-1])  # (M, hidden)
+    parts = [_mlp_rows(mlp, part) for part in flat.split(chunk)]  # (<=chunk, hidden)
+    return torch.cat(parts).reshape(*x.shape[:-1], parts[0].shape[-1])  # (..., hidden)
+
+
+def _mlp_rows(mlp: Any, x: Any) -> Any:
+    """:func:`lean_mlp` of ``x (..., hidden)`` in one piece."""
     import torch.nn.functional as F
 
     group = mlp.lean_gate_up

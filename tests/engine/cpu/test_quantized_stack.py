@@ -263,3 +263,28 @@ def test_lean_mlp_of_quantized_products_runs_the_stack_silu(tiny_model_paths):
         assert torch.equal(lean_mlp(mlp, x), mlp.down_proj.forward(act))
     solo = torch.cat([native_stack.silu_mul(gate_up[:, t:t + 1]) for t in range(70)], dim=1)
     assert torch.equal(solo, act)  # each row the same whatever the rows beside it
+
+
+def test_a_long_prefill_mlp_runs_in_row_chunks_with_the_same_bits(tiny_model_paths, monkeypatch):
+    from langchain_ascend.engine.cpu import lean_layer
+
+    runner = _runner(tiny_model_paths["llama"], torch.float32, "q4_0", stack=True)
+    mlp = runner.model.model.layers[0].mlp
+    chunk = lean_layer.mlp_row_chunk(sum(mlp.lean_gate_up.sizes))
+    assert chunk % 64 == 0 and chunk * 4 * sum(mlp.lean_gate_up.sizes) <= lean_layer.MLP_CHUNK_BYTES
+    assert lean_layer.mlp_row_chunk(16384) == 256 and lean_layer.mlp_row_chunk(10**9) == 64
+    monkeypatch.setattr(lean_layer, "MLP_CHUNK_BYTES", 64 * 4 * sum(mlp.lean_gate_up.sizes))
+    rows = 2 * 64 + 37  # three chunks of 64 rows at this (tiny) width, the last one short
+    x = 4 * torch.randn(1, rows, runner.model.config.hidden_size)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with torch.inference_mode():
+            chunked = lean_layer.lean_mlp(mlp, x)  # (1, rows, hidden)
+            whole = lean_layer._mlp_rows(mlp, x)
+            torch.set_num_threads(1)  # the SiLU's rows shared by 2 threads, or not
+            one_thread = lean_layer._mlp_rows(mlp, x)
+    finally:
+        torch.set_num_threads(previous)
+    assert chunked.shape == x.shape
+    assert torch.equal(chunked, whole) and torch.equal(whole, one_thread)
