@@ -89,7 +89,13 @@ static inline int64_t ks_at(const KActs *acts, int64_t m, int64_t s) { return s 
 
 /* Quantized activations for the K-quant products of the x8 layout (qmatmul_k8.h), block-major
    as QActs: block b of row m at index b * rows + m (q: 32 bytes there), d and s (q4_k, q5_k:
-   d_a * sum(q_a)) one value, h32 (q6_k) two: 32 * the sums of q_a over inputs 0..15, 16..31. */
+   d_a * sum(q_a)) one value, h32 (q6_k) two: -32 * the sums of q_a over inputs 0..15, 16..31. */
+/* Byte offsets in a q6_k x8 superblock (quant/formats.py: d[8], scales[16][8], then 256-byte
+   chunks ql 0..7, qh 0..7, ql 8..15, ql 16..23, qh 8..15, ql 24..31): ql words 16 h + 8 u..,
+   qh words 8 h.. */
+#define K6_QL(h, u) ((h) ? ((u) ? 1424 : 912) : ((u) ? 656 : 144))
+#define K6_QH(h) ((h) ? 1168 : 400)
+
 typedef struct {
     const int8_t *q;       /* (nb, rows, 32) */
     const float *d;        /* (nb, rows) d_a */
@@ -490,8 +496,8 @@ static void kgroup8_scalar(int fmt, const uint8_t *W, int64_t group_bytes, const
                 const uint8_t *sb = group + s * SB;
                 float ds[16];
                 if (fmt == QFMT_Q6_K) {
-                    const float d = half_to_float(sb + 1664 + 2 * r);
-                    for (int i = 0; i < 16; i++) ds[i] = d * (float)(int8_t)sb[1536 + 8 * i + r];
+                    const float d = half_to_float(sb + 2 * r);
+                    for (int i = 0; i < 16; i++) ds[i] = d * (float)(int8_t)sb[16 + 8 * i + r];
                 } else {
                     uint8_t packed[16];  /* the row's block header as GGUF has it */
                     for (int w = 0; w < 3; w++) memcpy(packed + 4 + 4 * w, sb + 32 + 32 * w + 4 * r, 4);
@@ -512,8 +518,8 @@ static void kgroup8_scalar(int fmt, const uint8_t *W, int64_t group_bytes, const
                         int32_t q;
                         if (fmt == QFMT_Q6_K) {
                             const int h = j / 4, k = j % 4;
-                            const uint8_t l = sb[32 * (16 * h + 8 * (k % 2)) + o];
-                            const uint8_t hb = sb[1024 + 32 * 8 * h + o];
+                            const uint8_t l = sb[K6_QL(h, k % 2) + o];
+                            const uint8_t hb = sb[K6_QH(h) + o];
                             q = (k < 2 ? l & 0x0F : l >> 4) | ((hb >> (2 * k)) & 3) << 4;
                         } else {
                             const uint8_t b = sb[QS + 32 * 8 * (j / 2) + o];
@@ -524,8 +530,8 @@ static void kgroup8_scalar(int fmt, const uint8_t *W, int64_t group_bytes, const
                     }
                     const float da = acts->d[at];
                     if (fmt == QFMT_Q6_K) {
-                        f = fmaf((float)(half[0] - acts->h32[2 * at]), ds[2 * j] * da, f);
-                        f = fmaf((float)(half[1] - acts->h32[2 * at + 1]), ds[2 * j + 1] * da, f);
+                        f = fmaf((float)(half[0] + acts->h32[2 * at]), ds[2 * j] * da, f);
+                        f = fmaf((float)(half[1] + acts->h32[2 * at + 1]), ds[2 * j + 1] * da, f);
                     } else {
                         f = fmaf((float)(half[0] + half[1]), ds[j] * da, f);
                         f = fmaf(ds[8 + j], acts->s[at], f);
@@ -585,8 +591,8 @@ static int qmatmul_k8(int fmt, int variant, const uint8_t *W, int64_t N, int64_t
                             lo += a[e];
                             hi += a[16 + e];
                         }
-                        h32[2 * (b * rows + r)] = 32 * lo;
-                        h32[2 * (b * rows + r) + 1] = 32 * hi;
+                        h32[2 * (b * rows + r)] = -32 * lo;
+                        h32[2 * (b * rows + r) + 1] = -32 * hi;
                     }
             }
             #pragma omp for schedule(static)

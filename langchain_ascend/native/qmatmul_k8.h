@@ -14,6 +14,7 @@
  *   q4_k, q5_k: f = fma(float(dot(q_j, a_j)), ds_j * d_a, f)
  *               f = fma(dm_j, d_a * sum(a_j), f)
  *   q6_k:       f = fma(float(dot(q, a over inputs 0..15) - 32 sum(a 0..15)), ds_2j * d_a, f)
+ *               (K8Acts.h32 holds -32 sum(a), where the integer sums start)
  *               f = fma(float(the same over inputs 16..31), ds_2j+1 * d_a, f)
  *
  * with the exact integer dot products (any order) and the output f [+ bias]: the scalar path
@@ -97,17 +98,20 @@
 #endif
 
 /* Weight groups g0 (and, K8_ZMM, g0 + group_bytes) of format FMT times activation rows
-   m_begin..m_begin+M-1 -> Y[m * y_stride + n0 + lane] [+ bias]. */
+   m_begin..m_begin+M-1 -> Y[m * y_stride + n0 + lane] [+ bias]. ONE: M is 1, the accumulator
+   in a register. */
 static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
-        const int FMT, const uint8_t *g0, int64_t group_bytes, const K8Acts *acts,
-        const float *bias, float *Y, int64_t y_stride, int64_t m_begin, int64_t M, int64_t n0) {
+        const int FMT, const int ONE, const uint8_t *g0, int64_t group_bytes,
+        const K8Acts *acts, const float *bias, float *Y, int64_t y_stride, int64_t m_begin,
+        int64_t M, int64_t n0) {
     const int64_t ns = acts->nb / 8, stride = acts->rows;
     const int SB = FMT == QFMT_Q4_K ? 1152 : FMT == QFMT_Q5_K ? 1408 : 1680;
     const int QS = FMT == QFMT_Q5_K ? 384 : 128;  /* q4_k / q5_k: the nibbles' words */
     float acc[QROW_BLOCK * K8_LANES] __attribute__((aligned(64)));
-    float ds[16 * K8_LANES] __attribute__((aligned(64)));
+    KF f1 = KF_ZERO;
     (void)group_bytes;
-    for (int64_t m = 0; m < M; m++) KF_STORE(acc + K8_LANES * m, KF_ZERO);
+    if (!ONE)
+        for (int64_t m = 0; m < M; m++) KF_STORE(acc + K8_LANES * m, KF_ZERO);
     for (int64_t s = 0; s < ns; s++) {
         const uint8_t *sb0 = g0 + s * SB;
 #if K8_ZMM
@@ -120,31 +124,35 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
                 _mm_prefetch((const char *)sb1 + K8_PREFETCH + o, _MM_HINT_T0);
 #endif
             }
-        /* the scales, as float32 vectors */
-        if (FMT == QFMT_Q6_K) {
-            const KF vd = KF_HALVES(1664);
-            for (int i = 0; i < 16; i++)
-                KF_STORE(ds + K8_LANES * i, KF_MUL(vd, KF_CVT(KV_BYTES(1536 + 8 * i))));
-        } else {
-            const KF vd = KF_HALVES(0);
-            const KF vm = KF_OF_INT(KV_XOR(KF_AS_INT(KF_HALVES(16)), KV_SET((int)0x80000000u)));
+        /* the scales: d (and -dmin) per lane, q4_k / q5_k's 6-bit sc_j and mn_j as bytes j % 4
+           of the lanes of scl (j < 4) / sch and mnl / mnh */
+        const KF vd = KF_HALVES(0);
+        KF vm = KF_ZERO;
+        KV scl = KV_ZERO, sch = KV_ZERO, mnl = KV_ZERO, mnh = KV_ZERO;
+        if (FMT != QFMT_Q6_K) {
+            vm = KF_OF_INT(KV_XOR(KF_AS_INT(KF_HALVES(16)), KV_SET((int)0x80000000u)));
             const KV u0 = KV_LOAD(32), u1 = KV_LOAD(64), u2 = KV_LOAD(96);
             const KV m6 = KV_SET(0x3F3F3F3F), m4 = KV_SET(0x0F0F0F0F), m2 = KV_SET(0x30303030);
-            const KV byte = KV_SET(0xFF);
-            const KV scl = KV_AND(u0, m6), mnl = KV_AND(u1, m6);
-            const KV sch = KV_OR(KV_AND(u2, m4), KV_AND(KV_SRLI(u0, 2), m2));
-            const KV mnh = KV_OR(KV_AND(KV_SRLI(u2, 4), m4), KV_AND(KV_SRLI(u1, 2), m2));
-#define K8_SCALE(t)                                                                            \
-            KF_STORE(ds + K8_LANES * (t), KF_MUL(vd, KF_CVT(KV_AND(KV_SRLI(scl, 8 * (t)), byte)))); \
-            KF_STORE(ds + K8_LANES * (4 + (t)), KF_MUL(vd, KF_CVT(KV_AND(KV_SRLI(sch, 8 * (t)), byte)))); \
-            KF_STORE(ds + K8_LANES * (8 + (t)), KF_MUL(vm, KF_CVT(KV_AND(KV_SRLI(mnl, 8 * (t)), byte)))); \
-            KF_STORE(ds + K8_LANES * (12 + (t)), KF_MUL(vm, KF_CVT(KV_AND(KV_SRLI(mnh, 8 * (t)), byte))));
-            K8_SCALE(0) K8_SCALE(1) K8_SCALE(2) K8_SCALE(3)
-#undef K8_SCALE
+            scl = KV_AND(u0, m6);
+            mnl = KV_AND(u1, m6);
+            sch = KV_OR(KV_AND(u2, m4), KV_AND(KV_SRLI(u0, 2), m2));
+            mnh = KV_OR(KV_AND(KV_SRLI(u2, 4), m4), KV_AND(KV_SRLI(u1, 2), m2));
         }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            /* sub-block j's 8 word vectors: w_p lane r = inputs 4p..4p+3 of row r */
+            /* sub-block j's scales as float32 (dsa, dsb: q4_k / q5_k ds_j, dm_j; q6_k ds_2j,
+               ds_2j+1) and its 8 word vectors: w_p lane r = inputs 4p..4p+3 of row r */
+            KF dsa, dsb;
+            if (FMT == QFMT_Q6_K) {
+                dsa = KF_MUL(vd, KF_CVT(KV_BYTES(16 + 16 * j)));
+                dsb = KF_MUL(vd, KF_CVT(KV_BYTES(24 + 16 * j)));
+            } else {
+                const KV byte = KV_SET(0xFF);
+                const KV sc = KV_AND(KV_SRLI(j < 4 ? scl : sch, 8 * (j % 4)), byte);
+                const KV mn = KV_AND(KV_SRLI(j < 4 ? mnl : mnh, 8 * (j % 4)), byte);
+                dsa = KF_MUL(vd, KF_CVT(sc));
+                dsb = KF_MUL(vm, KF_CVT(mn));
+            }
             const KV low = KV_SET(0x0F0F0F0F);
             KV w0, w1, w2, w3, w4, w5, w6, w7;
             if (FMT == QFMT_Q6_K) {
@@ -152,8 +160,8 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
                 const KV two = KV_SET(0x30303030);
 #define K8_SIX(p)                                                                              \
                 {                                                                              \
-                    const KV a = KV_LOAD(32 * (16 * h + 8 * (k % 2) + p));                     \
-                    const KV q = KV_LOAD(1024 + 32 * (8 * h + p));                             \
+                    const KV a = KV_LOAD(K6_QL(h, k % 2) + 32 * p);                            \
+                    const KV q = KV_LOAD(K6_QH(h) + 32 * p);                                   \
                     const KV l = k < 2 ? KV_AND(a, low) : KV_AND(KV_SRLI(a, 4), low);          \
                     const KV t = k == 0 ? KV_SLLI(q, 4) : k == 1 ? KV_SLLI(q, 2)               \
                                  : k == 2 ? q : KV_SRLI(q, 2);                                 \
@@ -179,13 +187,15 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
             const int64_t at0 = (8 * s + j) * stride + m_begin;
             const int8_t *qa = acts->q + at0 * QBLOCK;
             const float *da = acts->d + at0;
-            const KF dsa = KF_LOAD(ds + K8_LANES * (FMT == QFMT_Q6_K ? 2 * j : j));
-            const KF dsb = KF_LOAD(ds + K8_LANES * (FMT == QFMT_Q6_K ? 2 * j + 1 : 8 + j));
-            for (int64_t m = 0; m < M; m++, qa += QBLOCK) {
+            for (int64_t m = 0; m < (ONE ? 1 : M); m++, qa += QBLOCK) {
                 KV lo, hi;
+                const int32_t *h32 = acts->h32 + 2 * (at0 + m);
 #if QK_VNNI
-                lo = KV_DP(KV_DP(KV_DP(KV_DP(KV_ZERO, w0, qa), w1, qa + 4), w2, qa + 8), w3, qa + 12);
-                hi = KV_DP(KV_DP(KV_DP(KV_DP(KV_ZERO, w4, qa + 16), w5, qa + 20), w6, qa + 24),
+                /* (q6_k: the sums start at -32 sum(a), the -32 offset of the weights) */
+                const KV lo0 = FMT == QFMT_Q6_K ? KV_SET(h32[0]) : KV_ZERO;
+                const KV hi0 = FMT == QFMT_Q6_K ? KV_SET(h32[1]) : KV_ZERO;
+                lo = KV_DP(KV_DP(KV_DP(KV_DP(lo0, w0, qa), w1, qa + 4), w2, qa + 8), w3, qa + 12);
+                hi = KV_DP(KV_DP(KV_DP(KV_DP(hi0, w4, qa + 16), w5, qa + 20), w6, qa + 24),
                            w7, qa + 28);
 #else
                 {
@@ -214,24 +224,29 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
                                               _mm256_madd_epi16(_mm256_add_epi16(K8_MB(2), K8_MB(3)), ones));
                         hi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(K8_MB(4), K8_MB(5)), ones),
                                               _mm256_madd_epi16(_mm256_add_epi16(K8_MB(6), K8_MB(7)), ones));
+                        lo = _mm256_add_epi32(lo, _mm256_set1_epi32(h32[0]));
+                        hi = _mm256_add_epi32(hi, _mm256_set1_epi32(h32[1]));
                     }
 #undef K8_MB
                 }
 #endif
-                KF f = KF_LOAD(acc + K8_LANES * m);
+                KF f = ONE ? f1 : KF_LOAD(acc + K8_LANES * m);
                 const KF vda = KF_SET(da[m]);
                 if (FMT == QFMT_Q6_K) {
-                    const int32_t *h32 = acts->h32 + 2 * (at0 + m);
-                    f = KF_FMA(KF_CVT(KV_SUB(lo, KV_SET(h32[0]))), KF_MUL(dsa, vda), f);
-                    f = KF_FMA(KF_CVT(KV_SUB(hi, KV_SET(h32[1]))), KF_MUL(dsb, vda), f);
+                    f = KF_FMA(KF_CVT(lo), KF_MUL(dsa, vda), f);
+                    f = KF_FMA(KF_CVT(hi), KF_MUL(dsb, vda), f);
                 } else {
                     f = KF_FMA(KF_CVT(KV_ADD(lo, hi)), KF_MUL(dsa, vda), f);
                     f = KF_FMA(dsb, KF_SET(acts->s[at0 + m]), f);
                 }
-                KF_STORE(acc + K8_LANES * m, f);
+                if (ONE)
+                    f1 = f;
+                else
+                    KF_STORE(acc + K8_LANES * m, f);
             }
         }
     }
+    if (ONE) KF_STORE(acc, f1);
     for (int64_t m = 0; m < M; m++) {
         KF v = KF_LOAD(acc + K8_LANES * m);
         if (bias) v = KF_ADD(v, KF_LOADU(bias + n0));
@@ -244,7 +259,10 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
                                             const K8Acts *acts, const float *bias, float *Y,   \
                                             int64_t y_stride, int64_t m_begin, int64_t M,      \
                                             int64_t n0) {                                      \
-        K8_NAME(kpanel8)(F, g0, group_bytes, acts, bias, Y, y_stride, m_begin, M, n0);         \
+        if (M == 1)                                                                            \
+            K8_NAME(kpanel8)(F, 1, g0, group_bytes, acts, bias, Y, y_stride, m_begin, 1, n0);  \
+        else                                                                                   \
+            K8_NAME(kpanel8)(F, 0, g0, group_bytes, acts, bias, Y, y_stride, m_begin, M, n0);  \
     }
 K8_DEFINE(5) K8_DEFINE(6) K8_DEFINE(7)
 #undef K8_DEFINE

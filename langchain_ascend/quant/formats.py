@@ -44,9 +44,10 @@ load holds 4 inputs of all 8 rows:
   packed 6-bit scales as 3 words x 8 rows, then ``qs`` as 32 words x 8 rows (word ``w`` of row
   ``r`` at ``32 w + 4 r``: bytes ``4w..4w+3``, low nibbles inputs ``4 (w % 8)..`` of
   sub-block ``2 (w // 8)``, high nibbles of the next sub-block), 1152 bytes; ``q5_k`` the same
-  with ``qh`` as 8 words x 8 rows before ``qs``, 1408 bytes; ``q6_k`` ``ql`` 32 words x 8,
-  ``qh`` 16 words x 8, the 16 int8 scales byte by byte (scale ``i`` of row ``r`` at ``8 i +
-  r``), d[8], 1680 bytes.
+  with ``qh`` as 8 words x 8 rows before ``qs``, 1408 bytes; ``q6_k`` d[8], the 16 int8
+  scales byte by byte (scale ``i`` of row ``r`` at ``16 + 8 i + r``), then in 8-word x 8-row
+  chunks of 256 bytes ``ql`` words 0..7, ``qh`` words 0..7, ``ql`` words 8..15, ``ql``
+  16..23, ``qh`` 8..15, ``ql`` 24..31 (the order the product reads them), 1680 bytes.
 
 An ``x8`` weight needs ``out_features % 8 == 0``; its ``blocks`` have the shape ``(N / 8,
 8 * K/32 * bytes_per_block)``, one row per group of 8 output rows (the same bytes in memory
@@ -162,11 +163,16 @@ _X8_FIELDS = {
     "q8_0": (("head", "<u2", 1), ("values", "<u4", 8)),
     "q4_k": (("head", "<u2", 2), ("scales", "<u4", 3), ("qs", "<u4", 32)),
     "q5_k": (("head", "<u2", 2), ("scales", "<u4", 3), ("qh", "<u4", 8), ("qs", "<u4", 32)),
-    "q6_k": (("ql", "<u4", 32), ("qh", "<u4", 16), ("scales", "i1", 16), ("head", "<u2", 1)),
+    "q6_k": (("ql0", "<u4", 8), ("ql1", "<u4", 8), ("ql2", "<u4", 8), ("ql3", "<u4", 8),
+             ("qh0", "<u4", 8), ("qh1", "<u4", 8), ("scales", "i1", 16), ("head", "<u2", 1)),
 }
 """The fields of one block of each :data:`X8_LAYOUT_FORMATS` format, in the file's order, as
 (name, element type, count): what the ``"x8"`` layout interleaves by 8 rows element by
 element (module docstring)."""
+_X8_ORDER = {"q6_k": ("head", "scales", "ql0", "qh0", "ql1", "ql2", "qh1", "ql3")}
+"""The order of the fields in an ``"x8"`` superblock where it is not the file's: ``q6_k``'s
+in the order its product reads them (scales first, then each half's values with their high
+bits), so the weight streams forwards."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -458,9 +464,11 @@ def _block_dtypes(fmt: str) -> tuple[np.dtype, np.dtype]:
     [i, r]`` that element of row ``r``), which is all the re-laying moves."""
     import numpy as np
 
-    fields = _X8_FIELDS[fmt]
-    row = np.dtype([(name, kind, (count,)) for name, kind, count in fields])
-    superblock = np.dtype([(name, kind, (count, ROWS_PER_GROUP)) for name, kind, count in fields])
+    fields = {name: (kind, count) for name, kind, count in _X8_FIELDS[fmt]}
+    row = np.dtype([(name, kind, (count,)) for name, (kind, count) in fields.items()])
+    order = _X8_ORDER.get(fmt, tuple(fields))
+    superblock = np.dtype([(name, fields[name][0], (fields[name][1], ROWS_PER_GROUP))
+                           for name in order])
     return row, superblock
 
 

@@ -149,9 +149,14 @@ def test_x8_layout_is_the_same_bytes_interleaved_by_8_rows(fmt):
     group = x8.blocks.reshape(2, 2, -1)  # (N / 8, superblocks, 8 * bytes)
     r, n, s = 5, 13, 1  # row 13 is row 5 of group 1
     if fmt == "q6_k":
-        assert torch.equal(group[1, s, 1664 + 2 * r:1666 + 2 * r], raw[n, s, 208:210])  # d
-        assert group[1, s, 1536 + 8 * 3 + r] == raw[n, s, 192 + 3]  # scale 3
-        assert torch.equal(group[1, s, 32 * 7 + 4 * r:32 * 7 + 4 * r + 4], raw[n, s, 28:32])
+        assert torch.equal(group[1, s, 2 * r:2 + 2 * r], raw[n, s, 208:210])  # d
+        assert group[1, s, 16 + 8 * 3 + r] == raw[n, s, 192 + 3]  # scale 3
+        assert torch.equal(group[1, s, 144 + 32 * 7 + 4 * r:144 + 32 * 7 + 4 * r + 4],
+                           raw[n, s, 28:32])  # ql word 7
+        assert torch.equal(group[1, s, 912 + 32 * 2 + 4 * r:912 + 32 * 2 + 4 * r + 4],
+                           raw[n, s, 72:76])  # ql word 18
+        assert torch.equal(group[1, s, 1168 + 32 * 1 + 4 * r:1168 + 32 * 1 + 4 * r + 4],
+                           raw[n, s, 128 + 36:128 + 40])  # qh word 9
     else:
         assert torch.equal(group[1, s, 16 + 2 * r:18 + 2 * r], raw[n, s, 2:4])  # dmin
         assert torch.equal(group[1, s, 32 + 32 * 2 + 4 * r:32 + 32 * 2 + 4 * r + 4],
