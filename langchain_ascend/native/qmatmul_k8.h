@@ -92,9 +92,15 @@
 #define KF_ADD _mm256_add_ps
 #endif
 
-/* Bytes ahead in a group's stream fetched into L1 per superblock (0: none). */
-#ifndef K8_PREFETCH
-#define K8_PREFETCH 0
+/* Few rows (at most K8_PREFETCH_ROWS), where the weight streams from memory: per superblock,
+   the same superblock of the next work item (the next group, or two with K8_ZMM, which the
+   thread reads next: its groups are consecutive) is fetched ahead, so its streams start warm
+   (the hardware prefetchers ramp up on each new stream, and a group is only a few KB). */
+#ifndef K8_HINT
+#define K8_HINT _MM_HINT_T1
+#endif
+#ifndef K8_PREFETCH_ROWS
+#define K8_PREFETCH_ROWS 0
 #endif
 
 /* Weight groups g0 (and, K8_ZMM, g0 + group_bytes) of format FMT times activation rows
@@ -109,7 +115,6 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
     const int QS = FMT == QFMT_Q5_K ? 384 : 128;  /* q4_k / q5_k: the nibbles' words */
     float acc[QROW_BLOCK * K8_LANES] __attribute__((aligned(64)));
     KF f1 = KF_ZERO;
-    (void)group_bytes;
     if (!ONE)
         for (int64_t m = 0; m < M; m++) KF_STORE(acc + K8_LANES * m, KF_ZERO);
     for (int64_t s = 0; s < ns; s++) {
@@ -117,11 +122,13 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
 #if K8_ZMM
         const uint8_t *sb1 = sb0 + group_bytes;
 #endif
-        if (K8_PREFETCH)
+        if (M <= K8_PREFETCH_ROWS)
             for (int o = 0; o < SB; o += 64) {
-                _mm_prefetch((const char *)sb0 + K8_PREFETCH + o, _MM_HINT_T0);
 #if K8_ZMM
-                _mm_prefetch((const char *)sb1 + K8_PREFETCH + o, _MM_HINT_T0);
+                _mm_prefetch((const char *)sb0 + 2 * group_bytes + o, K8_HINT);
+                _mm_prefetch((const char *)sb1 + 2 * group_bytes + o, K8_HINT);
+#else
+                _mm_prefetch((const char *)sb0 + group_bytes + o, K8_HINT);
 #endif
             }
         /* the scales: d (and -dmin) per lane, q4_k / q5_k's 6-bit sc_j and mn_j as bytes j % 4
