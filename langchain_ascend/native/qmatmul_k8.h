@@ -202,8 +202,14 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
                 const KV lo0 = FMT == QFMT_Q6_K ? KV_SET(h32[0]) : KV_ZERO;
                 const KV hi0 = FMT == QFMT_Q6_K ? KV_SET(h32[1]) : KV_ZERO;
                 lo = KV_DP(KV_DP(KV_DP(KV_DP(lo0, w0, qa), w1, qa + 4), w2, qa + 8), w3, qa + 12);
-                hi = KV_DP(KV_DP(KV_DP(KV_DP(hi0, w4, qa + 16), w5, qa + 20), w6, qa + 24),
-                           w7, qa + 28);
+                if (FMT == QFMT_Q6_K) {
+                    hi = KV_DP(KV_DP(KV_DP(KV_DP(hi0, w4, qa + 16), w5, qa + 20), w6, qa + 24),
+                               w7, qa + 28);
+                } else {  /* one chain: the rows of the call overlap its latency */
+                    lo = KV_DP(KV_DP(KV_DP(KV_DP(lo, w4, qa + 16), w5, qa + 20), w6, qa + 24),
+                               w7, qa + 28);
+                    hi = KV_ZERO;
+                }
 #else
                 {
                     const __m256i ones = _mm256_set1_epi16(1);
@@ -243,7 +249,7 @@ static inline __attribute__((always_inline)) void K8_NAME(kpanel8)(
                     f = KF_FMA(KF_CVT(lo), KF_MUL(dsa, vda), f);
                     f = KF_FMA(KF_CVT(hi), KF_MUL(dsb, vda), f);
                 } else {
-                    f = KF_FMA(KF_CVT(KV_ADD(lo, hi)), KF_MUL(dsa, vda), f);
+                    f = KF_FMA(KF_CVT(QK_VNNI ? lo : KV_ADD(lo, hi)), KF_MUL(dsa, vda), f);
                     f = KF_FMA(dsb, KF_SET(acts->s[at0 + m]), f);
                 }
                 if (ONE)
