@@ -340,6 +340,9 @@ static void QK_FN(kgroup)(int fmt, const uint8_t *W, int64_t row_bytes, const KA
 #undef K8_ZMM
 #endif
 
+#ifndef K8_ZMM_MIN_ROWS
+#define K8_ZMM_MIN_ROWS 2
+#endif
 typedef void (*QK_FN(kpanel8_fn))(const uint8_t *, int64_t, const K8Acts *, const float *,
                                   float *, int64_t, int64_t, int64_t, int64_t);
 /* Weight rows n0..n0+count-1 (multiples of 8) of an x8 K-quant weight (groups of group_bytes)
@@ -355,6 +358,10 @@ static void QK_FN(kgroup8)(int fmt, const uint8_t *W, int64_t group_bytes, const
 #ifdef QK_ZMM
     static const QK_FN(kpanel8_fn) wide[3] = {QK_FN(kpanel8_5_z), QK_FN(kpanel8_6_z),
                                               QK_FN(kpanel8_7_z)};
+    /* (fewer rows than K8_ZMM_MIN_ROWS: the 256-bit panel, one group after the other, reads
+       a thread's groups as one stream, which memory serves faster than the two of the 512-bit
+       panel) */
+    if (M >= K8_ZMM_MIN_ROWS)
     for (; n + 16 <= n0 + count; n += 16)
         wide[fmt - QFMT_Q4_K](W + n / 8 * group_bytes, group_bytes, acts, bias, Y, y_stride,
                               m_begin, M, n);
