@@ -9,7 +9,8 @@
  * scales are expanded once into float32 vectors (q4_k / q5_k: ds_j = d * sc_j and dm_j =
  * -dmin * mn_j, j = 0..7; q6_k: ds_i = d * scales_i, i = 0..15) and, per 32-input sub-block j,
  * its 8 weight vectors are unpacked once into registers and applied to every activation row of
- * the call (K8Acts, block-major), whose float32 accumulators live in a small array:
+ * the call (K8Acts, block-major), whose float32 accumulators live in a small array (one row:
+ * in a register):
  *
  *   q4_k, q5_k: f = fma(float(dot(q_j, a_j)), ds_j * d_a, f)
  *               f = fma(dm_j, d_a * sum(a_j), f)

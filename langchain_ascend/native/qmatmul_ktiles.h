@@ -23,6 +23,9 @@
  * are unpacked once into 8 vectors of 32 bytes, transposed the same way, and applied to every
  * row of the call (accumulators in a small array): 8 QK_DOTs accumulate group g's dot product
  * in lane g, with no per-row reduction.
+ *
+ * The "x8" layout of the K-quants (8 weight rows interleaved, quant/formats.py) has its own
+ * panels, qmatmul_k8.h, included at the end with kgroup8 choosing between them.
  */
 
 #define QK_CAT2(a, b) a##_##b

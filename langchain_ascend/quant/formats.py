@@ -40,7 +40,7 @@ load holds 4 inputs of all 8 rows:
 * ``q8_0``: 8 chunks of 32 bytes; chunk ``g`` = for each row, its int8 values ``4g..4g+3``.
   272 bytes.
 * the K-quants (:data:`K_X8_FORMATS`), per superblock of 256 inputs: each field of the block
-  interleaved element by element (``_X8_FIELDS``): ``q4_k`` d[8], dmin[8] (halves), then the
+  interleaved element by element (``quant.x8_fields``): ``q4_k`` d[8], dmin[8] (halves), then the
   packed 6-bit scales as 3 words x 8 rows, then ``qs`` as 32 words x 8 rows (word ``w`` of row
   ``r`` at ``32 w + 4 r``: bytes ``4w..4w+3``, low nibbles inputs ``4 (w % 8)..`` of
   sub-block ``2 (w // 8)``, high nibbles of the next sub-block), 1152 bytes; ``q5_k`` the same
@@ -87,9 +87,9 @@ from typing import TYPE_CHECKING
 
 from langchain_ascend.errors import QuantizationError
 from langchain_ascend.quant.file_blocks import dequantize_blocks
+from langchain_ascend.quant.x8_fields import block_dtypes
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
 BLOCK_SIZE = 32
@@ -155,24 +155,6 @@ def header_bytes(fmt: str) -> int:
     if check_format(fmt) not in _HEADER_BYTES:
         raise QuantizationError(f"{fmt}: no x8 header (formats {X8_FORMATS} only)")
     return _HEADER_BYTES[fmt]
-
-
-_X8_FIELDS = {
-    "q4_0": (("head", "<u2", 1), ("values", "<u4", 4)),
-    "q4_1": (("head", "<u2", 2), ("values", "<u4", 4)),
-    "q8_0": (("head", "<u2", 1), ("values", "<u4", 8)),
-    "q4_k": (("head", "<u2", 2), ("scales", "<u4", 3), ("qs", "<u4", 32)),
-    "q5_k": (("head", "<u2", 2), ("scales", "<u4", 3), ("qh", "<u4", 8), ("qs", "<u4", 32)),
-    "q6_k": (("ql0", "<u4", 8), ("ql1", "<u4", 8), ("ql2", "<u4", 8), ("ql3", "<u4", 8),
-             ("qh0", "<u4", 8), ("qh1", "<u4", 8), ("scales", "i1", 16), ("head", "<u2", 1)),
-}
-"""The fields of one block of each :data:`X8_LAYOUT_FORMATS` format, in the file's order, as
-(name, element type, count): what the ``"x8"`` layout interleaves by 8 rows element by
-element (module docstring)."""
-_X8_ORDER = {"q6_k": ("head", "scales", "ql0", "qh0", "ql1", "ql2", "qh1", "ql3")}
-"""The order of the fields in an ``"x8"`` superblock where it is not the file's: ``q6_k``'s
-in the order its product reads them (scales first, then each half's values with their high
-bits), so the weight streams forwards."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -458,20 +440,6 @@ def rows(qw: QuantizedWeight, start: int, stop: int) -> QuantizedWeight:
                            qw.in_features, qw.blocks[start:stop], qw.layout)
 
 
-def _block_dtypes(fmt: str) -> tuple[np.dtype, np.dtype]:
-    """numpy record types of one row's block (``"gguf"``) and of one ``"x8"`` superblock of
-    ``fmt`` (:data:`_X8_FIELDS`: ``row[name][i]`` is element ``i`` of a field, ``superblock[name]
-    [i, r]`` that element of row ``r``), which is all the re-laying moves."""
-    import numpy as np
-
-    fields = {name: (kind, count) for name, kind, count in _X8_FIELDS[fmt]}
-    row = np.dtype([(name, kind, (count,)) for name, (kind, count) in fields.items()])
-    order = _X8_ORDER.get(fmt, tuple(fields))
-    superblock = np.dtype([(name, fields[name][0], (fields[name][1], ROWS_PER_GROUP))
-                           for name in order])
-    return row, superblock
-
-
 def to_layout(qw: QuantizedWeight, layout: str,
               out: torch.Tensor | None = None) -> QuantizedWeight:
     """``qw`` in ``layout`` (``qw`` itself when already there and no ``out`` is given; else a
@@ -503,7 +471,7 @@ def to_layout(qw: QuantizedWeight, layout: str,
         raise QuantizationError(f"{qw.fmt}: the x8 layout takes {X8_LAYOUT_FORMATS} only")
     per_block = bytes_per_block(qw.fmt)
     groups, num_blocks = qw.out_features // ROWS_PER_GROUP, qw.blocks_per_row
-    row, superblock = _block_dtypes(qw.fmt)
+    row, superblock = block_dtypes(qw.fmt, ROWS_PER_GROUP)
     want = ((groups, ROWS_PER_GROUP * num_blocks * per_block) if layout == "x8"
             else (qw.out_features, num_blocks * per_block))
     blocks = torch.empty(want, dtype=torch.uint8) if out is None else out
