@@ -9,7 +9,8 @@ For each weight shape ``(N, K)`` and row count ``M`` it times one product ``(M, 
   (``qmatmul.pack``, what the CPU decode path runs);
 * ``ours q5_0`` / ``ours q5_1`` / ``ours q4_k`` / ``ours q5_k`` / ``ours q6_k``: the formats
   read from files, run from their blocks (random blocks with small scales,
-  ``testing.random_blocks``: the bytes a file of that type streams);
+  ``testing.random_blocks``: the bytes a file of that type streams); ``ours q4_k x8`` ...: the
+  K-quants re-laid by 8 output rows (``qmatmul.pack``, what the engine runs);
 * ``int4pack``: ``torch.ops.aten._weight_int4pack_mm_for_cpu`` with group size 32 (float32
   activations, float32 scales and zeros: the q4_0 / q4_1 weights re-packed for torch);
 * ``int8pack``: ``torch.ops.aten._weight_int8pack_mm`` (per-output-channel int8 scales; torch
@@ -37,7 +38,8 @@ Usage:
         [--context 256] [--steps 8] [--threads N] [--clock wall|thread]
 
 Prints one table (ms per call, or per step) per shape or mode, then for the block formats the
-rate their weight bytes stream at (GB/s) per row count, and one JSON line with every figure.
+rate their weight bytes stream at (GB/s) per row count, the multiply-adds per second (GMAC/s:
+``M * N * K`` per call), and one JSON line with every figure.
 ``--shapes llama`` is Llama-3-8B's products (4096x4096, 1024x4096, 14336x4096, 4096x14336).
 """
 
@@ -54,8 +56,9 @@ SHAPES = ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576))
 LLAMA_8B_SHAPES = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
 """Llama-3-8B's products (N, K): q/o, k/v, gate/up, down."""
 FILE_METHODS = ("ours q5_0", "ours q5_1", "ours q4_k", "ours q5_k", "ours q6_k")
+K_X8_METHODS = ("ours q4_k x8", "ours q5_k x8", "ours q6_k x8")
 METHODS = ("ours q4_0", "ours q4_1", "ours q8_0", "ours q4_0 x8", "ours q4_1 x8", "ours q8_0 x8",
-           *FILE_METHODS, "int4pack", "int8pack", "dyn4bit", "f32", "bf16")
+           *FILE_METHODS, *K_X8_METHODS, "int4pack", "int8pack", "dyn4bit", "f32", "bf16")
 
 
 def best_ms(fn: Callable[[], Any], repeats: int, min_ms: float,
@@ -94,9 +97,11 @@ def products(weight: Any, methods: list[str]) -> dict[str, Callable[[Any], Any]]
         for name, packed in ((f"ours {fmt}", qw), (f"ours {fmt} x8", qmatmul.pack(qw))):
             if name in methods and qmatmul.available():
                 found[name] = lambda x, qw=packed: qmatmul.qmatmul(x, qw)
-    for name in FILE_METHODS:
+    for name in FILE_METHODS + K_X8_METHODS:
         if name in methods and qmatmul.available():
             qw = random_blocks(name.split()[1], n, k, seed=n + k)
+            if name.endswith(" x8"):
+                qw = qmatmul.pack(qw)
             found[name] = lambda x, qw=qw: qmatmul.qmatmul(x, qw)
     if "int4pack" in methods:
         qw = quantize(weight, "q4_1")
@@ -223,6 +228,11 @@ def main() -> None:
             rates = [size / 1e6 / r["ms"] for r in results
                      if (r["n"], r["k"], r["method"]) == (n, k, method)]
             print(f"{method:<14}" + "".join(f"{rate:10.1f}" for rate in rates))
+        print(f"{'GMAC/s':<14}" + "".join(f"{'M=' + str(m):>10}" for m in args.rows))
+        for method in fns:
+            macs = [n * k * r["rows"] / 1e6 / r["ms"] for r in results
+                    if (r["n"], r["k"], r["method"]) == (n, k, method)]
+            print(f"{method:<14}" + "".join(f"{rate:10.1f}" for rate in macs))
     record = {"bench": "qmatmul", "threads": torch.get_num_threads(), "clock": args.clock,
               "kernel": qmatmul.kernel_name() if qmatmul.available() else None,
               "results": results}

@@ -25,7 +25,8 @@
  * Every tensor is float32 (dtype 0) or bfloat16 (dtype 1, each op rounding to bf16 once, as
  * torch does). Each product's weight is either (N/8, K, 8) tiles of the dtype (code 0) or
  * quantized blocks (code 1 + format + 16 * layout: 1..8 q4_0/q4_1/q8_0/q5_0/q5_1/q4_k/q5_k/
- * q6_k in the GGUF layout, 17..19 q4_0/q4_1/q8_0 in the x8 layout, quant/formats.py)
+ * q6_k in the GGUF layout, 17..19 q4_0/q4_1/q8_0 and 22..24 q4_k/q5_k/q6_k in the x8 layout,
+ * quant/formats.py)
  * multiplied by qmatmul.c as they are, with a
  * float32 bias; a bf16 model rounds that product's float32 output to bf16 once -- what the
  * per-op path's QuantizedLinear computes. h is updated in place.

@@ -89,6 +89,23 @@ typedef struct {
 } KActs;
 static inline int64_t ks_at(const KActs *acts, int64_t m, int64_t s) { return s * acts->rows + m; }
 
+/* Quantized activations for the K-quant products of the x8 layout (qmatmul_k8.h), block-major
+   as QActs: block b of row m at index b * rows + m (q: 32 bytes there), d and s (q4_k, q5_k:
+   d_a * sum(q_a)) one value, h32 (q6_k) two: -32 * the sums of q_a over inputs 0..15, 16..31. */
+/* Byte offsets in a q6_k x8 superblock (quant/formats.py: d[8], scales[16][8], then 256-byte
+   chunks ql 0..7, qh 0..7, ql 8..15, ql 16..23, qh 8..15, ql 24..31): ql words 16 h + 8 u..,
+   qh words 8 h.. */
+#define K6_QL(h, u) ((h) ? ((u) ? 1424 : 912) : ((u) ? 656 : 144))
+#define K6_QH(h) ((h) ? 1168 : 400)
+
+typedef struct {
+    const int8_t *q;       /* (nb, rows, 32) */
+    const float *d;        /* (nb, rows) d_a */
+    const float *s;        /* (nb, rows) d_a * sum(q_a) */
+    const int32_t *h32;    /* (nb, rows, 2) */
+    int64_t nb, rows;
+} K8Acts;
+
 static inline int64_t qa_at(const QActs *acts, int64_t m, int64_t b) { return b * acts->rows + m; }
 static inline const int8_t *qa_q(const QActs *acts, int64_t m, int64_t b) {
     return acts->q + qa_at(acts, m, b) * 32;
@@ -464,6 +481,134 @@ static void kgroup_scalar(int fmt, const uint8_t *W, int64_t row_bytes, const KA
 typedef void (*kgroup_fn)(int, const uint8_t *, int64_t, const KActs *, const float *, float *,
                           int64_t, int64_t, int64_t, int64_t, int64_t);
 
+/* The scalar path of the x8 K-quant panels (qmatmul_k8.h): the same integers, and the same
+   float operations lane by lane in the same order. W: groups of 8 rows, group_bytes each. */
+static void kgroup8_scalar(int fmt, const uint8_t *W, int64_t group_bytes, const K8Acts *acts,
+                           const float *bias, float *Y, int64_t y_stride, int64_t m_begin,
+                           int64_t m_end, int64_t n0, int64_t count) {
+    const int SB = fmt == QFMT_Q4_K ? 1152 : fmt == QFMT_Q5_K ? 1408 : 1680;
+    const int QS = fmt == QFMT_Q5_K ? 384 : 128;
+    const int64_t ns = acts->nb / 8, stride = acts->rows;
+    for (int64_t n = n0; n < n0 + count; n++) {
+        const int r = (int)(n % 8);
+        const uint8_t *group = W + n / 8 * group_bytes;
+        for (int64_t m = m_begin; m < m_end; m++) {
+            float f = 0.0f;
+            for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = group + s * SB;
+                float ds[16];
+                if (fmt == QFMT_Q6_K) {
+                    const float d = half_to_float(sb + 2 * r);
+                    for (int i = 0; i < 16; i++) ds[i] = d * (float)(int8_t)sb[16 + 8 * i + r];
+                } else {
+                    uint8_t packed[16];  /* the row's block header as GGUF has it */
+                    for (int w = 0; w < 3; w++) memcpy(packed + 4 + 4 * w, sb + 32 + 32 * w + 4 * r, 4);
+                    const float d = half_to_float(sb + 2 * r), mn = -half_to_float(sb + 16 + 2 * r);
+                    for (int j = 0; j < 8; j++) {
+                        int32_t sc, mj;
+                        k_scale_min(packed, j, &sc, &mj);
+                        ds[j] = d * (float)sc;
+                        ds[8 + j] = mn * (float)mj;
+                    }
+                }
+                for (int j = 0; j < 8; j++) {
+                    const int64_t at = (8 * s + j) * stride + m;
+                    const int8_t *a = acts->q + at * QBLOCK;
+                    int32_t half[2] = {0, 0};
+                    for (int e = 0; e < QBLOCK; e++) {
+                        const int o = 32 * (e / 4) + 4 * r + e % 4;  /* word e / 4, row r */
+                        int32_t q;
+                        if (fmt == QFMT_Q6_K) {
+                            const int h = j / 4, k = j % 4;
+                            const uint8_t l = sb[K6_QL(h, k % 2) + o];
+                            const uint8_t hb = sb[K6_QH(h) + o];
+                            q = (k < 2 ? l & 0x0F : l >> 4) | ((hb >> (2 * k)) & 3) << 4;
+                        } else {
+                            const uint8_t b = sb[QS + 32 * 8 * (j / 2) + o];
+                            q = j % 2 ? b >> 4 : b & 0x0F;
+                            if (fmt == QFMT_Q5_K) q |= ((sb[128 + o] >> j) & 1) << 4;
+                        }
+                        half[e / 16] += q * a[e];
+                    }
+                    const float da = acts->d[at];
+                    if (fmt == QFMT_Q6_K) {
+                        f = fmaf((float)(half[0] + acts->h32[2 * at]), ds[2 * j] * da, f);
+                        f = fmaf((float)(half[1] + acts->h32[2 * at + 1]), ds[2 * j + 1] * da, f);
+                    } else {
+                        f = fmaf((float)(half[0] + half[1]), ds[j] * da, f);
+                        f = fmaf(ds[8 + j], acts->s[at], f);
+                    }
+                }
+            }
+            if (bias) f += bias[n];
+            Y[m * y_stride + n] = f;
+        }
+    }
+}
+
+typedef void (*kgroup8_fn)(int, const uint8_t *, int64_t, const K8Acts *, const float *, float *,
+                           int64_t, int64_t, int64_t, int64_t, int64_t);
+
+/* The x8 K-quant product (qmatmul's contract, N % 8 == 0): activations quantized per block of
+   32 as qmatmul's (block-major, K8Acts), then groups of QGROUP output rows in parallel. */
+static int qmatmul_k8(int fmt, int variant, const uint8_t *W, int64_t N, int64_t K, const void *X,
+                      int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y,
+                      int64_t y_stride, int threads) {
+    static const kgroup8_fn groups[4] = {kgroup8_scalar, kgroup8_avx2, kgroup8_avxvnni,
+                                         kgroup8_avx512vnni};
+    const kgroup8_fn group = groups[variant];
+    const int64_t nb = K / QBLOCK, group_bytes = 8 * (K / QK_SUPER) * qblock_bytes(fmt);
+    const int64_t block_rows = M < QROW_BLOCK ? M : QROW_BLOCK;
+    /* scratch: q (nb, block_rows, 32) int8, then d, s, sums (nb, block_rows) and h32
+       (nb, block_rows, 2), 4 bytes each */
+    const size_t q_bytes = (size_t)(block_rows * K), v_bytes = (size_t)(block_rows * nb) * 4;
+    char *scratch = aligned_alloc(64, (q_bytes + 5 * v_bytes + 63) / 64 * 64);
+    if (!scratch) return 3;
+    int8_t *q = (int8_t *)scratch;
+    float *d = (float *)(scratch + q_bytes), *s = (float *)(scratch + q_bytes + v_bytes);
+    int32_t *sums = (int32_t *)(scratch + q_bytes + 2 * v_bytes);
+    int32_t *h32 = (int32_t *)(scratch + q_bytes + 3 * v_bytes);
+    const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
+    const size_t el = dtype == 0 ? 4 : 2;
+    #pragma omp parallel num_threads(threads)
+    {
+        for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
+            const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
+            const K8Acts acts = {q, d, s, h32, nb, rows};
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; r++) {
+                const void *x = (const char *)X + el * (size_t)((r0 + r) * x_stride);
+                /* (q4_1's quantization: the same q and d, with s = d * sum(q)) */
+                if (variant == QVAR_SCALAR)
+                    quantize_row_scalar(x, dtype, K, QFMT_Q4_1, q + r * QBLOCK, d + r, s + r,
+                                        NULL, sums + r, NULL, rows);
+                else
+                    quantize_row(x, dtype, K, QFMT_Q4_1, q + r * QBLOCK, d + r, s + r, NULL,
+                                 sums + r, NULL, rows);
+                if (fmt == QFMT_Q6_K)
+                    for (int64_t b = 0; b < nb; b++) {
+                        const int8_t *a = q + (b * rows + r) * QBLOCK;
+                        int32_t lo = 0, hi = 0;
+                        for (int e = 0; e < 16; e++) {
+                            lo += a[e];
+                            hi += a[16 + e];
+                        }
+                        h32[2 * (b * rows + r)] = -32 * lo;
+                        h32[2 * (b * rows + r) + 1] = -32 * hi;
+                    }
+            }
+            #pragma omp for schedule(static)
+            for (int64_t g = 0; g < groups_n; g++) {
+                int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
+                group(fmt, W, group_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
+                      count);
+            }
+        }
+    }
+    free(scratch);
+    return 0;
+}
+
 /* The K-quant activations of row m of x (KActs): qmatmul's blocks of 32, quantized into the
    row's staging (q K bytes, d and sums nb values, row-major), then laid superblock-major. */
 static void quantize_row_k(const void *x, int dtype, int64_t K, int fmt, int variant,
@@ -570,18 +715,22 @@ static inline void qmatmul_item(qgroup_fn group, int fmt, const uint8_t *W, int6
 
 /* Y (M, N) float32 = X (M, K) @ W^T [+ bias (N) float32] for W (N, K) in format fmt (0 q4_0,
    1 q4_1, 2 q8_0, 3 q5_0, 4 q5_1, 5 q4_k, 6 q5_k, 7 q6_k) as blocks of layout 0 (GGUF) or 1
-   (x8, formats 0..2, N % 8 == 0); X float32 (dtype 0) or bfloat16 (1), row stride x_stride
+   (x8, formats 0..2 and 5..7, N % 8 == 0); X float32 (dtype 0) or bfloat16 (1), row stride x_stride
    elements; Y row stride y_stride (>= N). */
 int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
                  const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias,
                  float *Y, int64_t y_stride, int threads) {
     if (fmt < 0 || fmt >= QFMT_COUNT || variant < 0 || variant > 3 || (dtype != 0 && dtype != 1)
-        || (layout != 0 && layout != 1) || (layout == 1 && fmt > QFMT_Q8_0))
+        || (layout != 0 && layout != 1)
+        || (layout == 1 && fmt > QFMT_Q8_0 && !is_kquant(fmt)))
         return 4;
     if (N < 1 || M < 1 || K < qblock_values(fmt) || K % qblock_values(fmt) || x_stride < K
         || y_stride < N || (layout == 1 && N % 8))
         return 2;
     if (!qmatmul_supported(variant)) return 5;
+    if (is_kquant(fmt) && layout == 1)
+        return qmatmul_k8(fmt, variant, W, N, K, X, dtype, x_stride, M, bias, Y, y_stride,
+                          threads);
     if (is_kquant(fmt))
         return qmatmul_k(fmt, variant, W, N, K, X, dtype, x_stride, M, bias, Y, y_stride, threads);
     static const qgroup_fn groups[2][4] = {

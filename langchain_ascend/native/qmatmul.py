@@ -25,7 +25,10 @@ per superblock of 256 weights against the same int8 activation blocks of 32 (lla
 quantizes K-quant activations per 256 instead, ``Q8_K``; per 32 keeps each block's own scale,
 and costs nothing at batch 1, where the weights' bytes bound the product): per 32-weight group
 the exact integer dot product times the group's integer scale, the float32 scales applied per
-group in 8 lanes (``qmatmul_ktiles.h``).
+group in 8 lanes (``qmatmul_ktiles.h``). The K-quants also run in ``"x8"`` (:func:`pack`; the
+engine re-lays them at load): 8 output rows per vector lane as for ``q4_0``, the scales
+expanded to float32 once per superblock of 8 rows and every unpacked weight vector applied to
+all rows of the call (``qmatmul_k8.h``), 1.5-2x the file layout's speed (``docs/performance.md``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from langchain_ascend.native import build
 from langchain_ascend.quant.formats import (
     BLOCK_SIZE,
     FILE_FORMATS,
-    X8_FORMATS,
+    X8_LAYOUT_FORMATS,
     QuantizedWeight,
     check_format,
     dequantize,
@@ -194,10 +197,10 @@ def qmatmul(x: torch.Tensor, qw: QuantizedWeight, bias: torch.Tensor | None = No
 
 
 def pack(qw: QuantizedWeight) -> QuantizedWeight:
-    """``qw`` in the faster ``"x8"`` layout where it can be (``quant.formats.X8_FORMATS``,
+    """``qw`` in the faster ``"x8"`` layout where it can be (``quant.formats.X8_LAYOUT_FORMATS``,
     ``out_features % 8 == 0``), else ``qw`` itself (pure function; the same bytes re-laid,
     ``quant.formats.to_layout``)."""
-    if qw.layout == "x8" or qw.out_features % 8 or qw.fmt not in X8_FORMATS:
+    if qw.layout == "x8" or qw.out_features % 8 or qw.fmt not in X8_LAYOUT_FORMATS:
         return qw
     return to_layout(qw, "x8")
 

@@ -23,6 +23,9 @@
  * are unpacked once into 8 vectors of 32 bytes, transposed the same way, and applied to every
  * row of the call (accumulators in a small array): 8 QK_DOTs accumulate group g's dot product
  * in lane g, with no per-row reduction.
+ *
+ * The "x8" layout of the K-quants (8 weight rows interleaved, quant/formats.py) has its own
+ * panels, qmatmul_k8.h, included at the end with kgroup8 choosing between them.
  */
 
 #define QK_CAT2(a, b) a##_##b
@@ -327,6 +330,48 @@ static void QK_FN(kgroup)(int fmt, const uint8_t *W, int64_t row_bytes, const KA
         else
             QK_FN(krow)(QFMT_Q6_K, w_row, acts, bias, Y, y_stride, m_begin, M, n);
     }
+}
+
+/* ---- layout x8 (qmatmul_k8.h) ------------------------------------------------------------ */
+
+#define K8_ZMM 0
+#include "qmatmul_k8.h"
+#undef K8_ZMM
+#ifdef QK_ZMM
+#define K8_ZMM 1
+#include "qmatmul_k8.h"
+#undef K8_ZMM
+#endif
+
+#ifndef K8_ZMM_MIN_ROWS
+#define K8_ZMM_MIN_ROWS 2
+#endif
+typedef void (*QK_FN(kpanel8_fn))(const uint8_t *, int64_t, const K8Acts *, const float *,
+                                  float *, int64_t, int64_t, int64_t, int64_t);
+/* Weight rows n0..n0+count-1 (multiples of 8) of an x8 K-quant weight (groups of group_bytes)
+   times activation rows m_begin..m_end-1: with AVX512 two groups per 512-bit panel, else (and
+   for an odd last group) one per 256-bit panel -- the same operations per lane. */
+static void QK_FN(kgroup8)(int fmt, const uint8_t *W, int64_t group_bytes, const K8Acts *acts,
+                           const float *bias, float *Y, int64_t y_stride, int64_t m_begin,
+                           int64_t m_end, int64_t n0, int64_t count) {
+    static const QK_FN(kpanel8_fn) narrow[3] = {QK_FN(kpanel8_5_y), QK_FN(kpanel8_6_y),
+                                                QK_FN(kpanel8_7_y)};
+    const int64_t M = m_end - m_begin;
+    int64_t n = n0;
+#ifdef QK_ZMM
+    static const QK_FN(kpanel8_fn) wide[3] = {QK_FN(kpanel8_5_z), QK_FN(kpanel8_6_z),
+                                              QK_FN(kpanel8_7_z)};
+    /* (fewer rows than K8_ZMM_MIN_ROWS: the 256-bit panel, one group after the other, reads
+       a thread's groups as one stream, which memory serves faster than the two of the 512-bit
+       panel) */
+    if (M >= K8_ZMM_MIN_ROWS)
+    for (; n + 16 <= n0 + count; n += 16)
+        wide[fmt - QFMT_Q4_K](W + n / 8 * group_bytes, group_bytes, acts, bias, Y, y_stride,
+                              m_begin, M, n);
+#endif
+    for (; n < n0 + count; n += 8)
+        narrow[fmt - QFMT_Q4_K](W + n / 8 * group_bytes, group_bytes, acts, bias, Y, y_stride,
+                                m_begin, M, n);
 }
 
 #undef KT_TRANSPOSE

@@ -39,6 +39,15 @@ load holds 4 inputs of all 8 rows:
   ``16+4p..16+4p+3``). 144 / 160 bytes per superblock.
 * ``q8_0``: 8 chunks of 32 bytes; chunk ``g`` = for each row, its int8 values ``4g..4g+3``.
   272 bytes.
+* the K-quants (:data:`K_X8_FORMATS`), per superblock of 256 inputs: each field of the block
+  interleaved element by element (``quant.x8_fields``): ``q4_k`` d[8], dmin[8] (halves), then the
+  packed 6-bit scales as 3 words x 8 rows, then ``qs`` as 32 words x 8 rows (word ``w`` of row
+  ``r`` at ``32 w + 4 r``: bytes ``4w..4w+3``, low nibbles inputs ``4 (w % 8)..`` of
+  sub-block ``2 (w // 8)``, high nibbles of the next sub-block), 1152 bytes; ``q5_k`` the same
+  with ``qh`` as 8 words x 8 rows before ``qs``, 1408 bytes; ``q6_k`` d[8], the 16 int8
+  scales byte by byte (scale ``i`` of row ``r`` at ``16 + 8 i + r``), then in 8-word x 8-row
+  chunks of 256 bytes ``ql`` words 0..7, ``qh`` words 0..7, ``ql`` words 8..15, ``ql``
+  16..23, ``qh`` 8..15, ``ql`` 24..31 (the order the product reads them), 1680 bytes.
 
 An ``x8`` weight needs ``out_features % 8 == 0``; its ``blocks`` have the shape ``(N / 8,
 8 * K/32 * bytes_per_block)``, one row per group of 8 output rows (the same bytes in memory
@@ -47,7 +56,8 @@ the file's from silently misreading it), so slicing or concatenating whole group
 exact (:func:`rows`, :func:`concatenate`). :func:`to_layout` converts both ways (a
 permutation of bytes).
 
-Formats read from files (:data:`FILE_FORMATS`: the file's ``"gguf"`` layout only, no
+Formats read from files (:data:`FILE_FORMATS`: the file's ``"gguf"`` layout, the K-quants
+``"x8"`` too; no
 :func:`quantize`; :func:`dequantize` as ``gguf.quants.dequantize``, bit for bit). All scales
 are little-endian half floats; ``e`` is the weight's index in its block / sub-block:
 
@@ -78,9 +88,9 @@ from typing import TYPE_CHECKING
 from langchain_ascend.errors import QuantizationError
 from langchain_ascend.native import block_layout
 from langchain_ascend.quant.file_blocks import dequantize_blocks
+from langchain_ascend.quant.x8_fields import block_dtypes
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
 BLOCK_SIZE = 32
@@ -88,9 +98,13 @@ BLOCK_SIZE = 32
 SUPERBLOCK_SIZE = 256
 """Weights per superblock of the K-quants (``q4_k``, ``q5_k``, ``q6_k``)."""
 X8_FORMATS = ("q4_0", "q4_1", "q8_0")
-"""Formats :func:`quantize` writes and the ``"x8"`` layout takes."""
+"""Formats :func:`quantize` writes (one scale per 32 values; the ``"x8"`` layout takes them)."""
 FILE_FORMATS = ("q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
-"""Formats read from GGUF files as they are (``"gguf"`` layout only, no :func:`quantize`)."""
+"""Formats read from GGUF files as they are (no :func:`quantize`)."""
+K_X8_FORMATS = ("q4_k", "q5_k", "q6_k")
+"""The K-quants the ``"x8"`` layout takes too (module docstring)."""
+X8_LAYOUT_FORMATS = X8_FORMATS + K_X8_FORMATS
+"""Every format the ``"x8"`` layout takes."""
 FORMATS = X8_FORMATS + FILE_FORMATS
 """The supported formats."""
 _BYTES_PER_BLOCK = {"q4_0": 2 + BLOCK_SIZE // 2, "q4_1": 4 + BLOCK_SIZE // 2, "q8_0": 2 + BLOCK_SIZE,
@@ -182,8 +196,8 @@ class QuantizedWeight:
         if self.layout not in LAYOUTS:
             raise QuantizationError(f"unknown block layout {self.layout!r}: expected one of "
                                     f"{LAYOUTS}")
-        if self.layout == "x8" and self.fmt not in X8_FORMATS:
-            raise QuantizationError(f"{self.fmt}: the x8 layout takes {X8_FORMATS} only")
+        if self.layout == "x8" and self.fmt not in X8_LAYOUT_FORMATS:
+            raise QuantizationError(f"{self.fmt}: the x8 layout takes {X8_LAYOUT_FORMATS} only")
         if self.layout == "x8" and n % ROWS_PER_GROUP:
             raise QuantizationError(f"{self.fmt}: the x8 layout needs out_features % 8 == 0, "
                                     f"got {n}")
@@ -353,6 +367,7 @@ def dequantize(qw: QuantizedWeight) -> torch.Tensor:
     import torch
 
     if qw.fmt in FILE_FORMATS:
+        qw = to_layout(qw, "gguf")
         raw = qw.blocks.reshape(qw.out_features, qw.blocks_per_row, bytes_per_block(qw.fmt))
         return dequantize_blocks(qw.fmt, raw).reshape(qw.shape)  # (N, K)
     q, d, m = unpack(qw)  # (N, B, 32), (N, B), (N, B)
@@ -426,20 +441,6 @@ def rows(qw: QuantizedWeight, start: int, stop: int) -> QuantizedWeight:
                            qw.in_features, qw.blocks[start:stop], qw.layout)
 
 
-def _block_dtypes(fmt: str) -> tuple[np.dtype, np.dtype]:
-    """numpy record types of one row's block (``"gguf"``) and of one ``"x8"`` superblock of
-    ``fmt``: the header's half floats and the values as 4-byte words, which is all the
-    re-laying moves (``head[h, r]``: half ``h`` of row ``r``; ``values[c, r]``: word ``c``)."""
-    import numpy as np
-
-    halves = header_bytes(fmt) // 2
-    words = (bytes_per_block(fmt) - header_bytes(fmt)) // 4
-    row = np.dtype([("head", "<u2", (halves,)), ("values", "<u4", (words,))])
-    superblock = np.dtype([("head", "<u2", (halves, ROWS_PER_GROUP)),
-                           ("values", "<u4", (words, ROWS_PER_GROUP))])
-    return row, superblock
-
-
 def to_layout(qw: QuantizedWeight, layout: str,
               out: torch.Tensor | None = None) -> QuantizedWeight:
     """``qw`` in ``layout`` (``qw`` itself when already there and no ``out`` is given; else a
@@ -467,11 +468,11 @@ def to_layout(qw: QuantizedWeight, layout: str,
     if qw.out_features % ROWS_PER_GROUP:
         raise QuantizationError(f"{qw.fmt}: the x8 layout needs out_features % 8 == 0, got "
                                 f"{qw.out_features}")
-    if qw.fmt not in X8_FORMATS:
-        raise QuantizationError(f"{qw.fmt}: the x8 layout takes {X8_FORMATS} only")
-    per_block, header = bytes_per_block(qw.fmt), header_bytes(qw.fmt)
+    if qw.fmt not in X8_LAYOUT_FORMATS:
+        raise QuantizationError(f"{qw.fmt}: the x8 layout takes {X8_LAYOUT_FORMATS} only")
+    per_block = bytes_per_block(qw.fmt)
     groups, num_blocks = qw.out_features // ROWS_PER_GROUP, qw.blocks_per_row
-    row, superblock = _block_dtypes(qw.fmt)
+    row, superblock = block_dtypes(qw.fmt, ROWS_PER_GROUP)
     want = ((groups, ROWS_PER_GROUP * num_blocks * per_block) if layout == "x8"
             else (qw.out_features, num_blocks * per_block))
     blocks = torch.empty(want, dtype=torch.uint8) if out is None else out
@@ -479,19 +480,19 @@ def to_layout(qw: QuantizedWeight, layout: str,
         raise QuantizationError(f"{qw.fmt}: out must be a contiguous uint8 tensor of shape "
                                 f"{want}, got {tuple(blocks.shape)} {blocks.dtype}")
     source = qw.blocks.detach().cpu()
-    if layout == "x8" and block_layout.x8_from_rows(source, blocks, block_bytes=per_block,
-                                                    header_bytes=header):
-        pass  # the native pass wrote it: the bytes of the numpy re-laying below
+    if layout == "x8" and qw.fmt in X8_FORMATS and block_layout.x8_from_rows(
+            source, blocks, block_bytes=per_block, header_bytes=header_bytes(qw.fmt)):
+        pass  # the native pass wrote the bytes of the numpy re-laying below
     elif layout == "x8":  # (G, 8, B) row blocks -> (G, B) superblocks
         rows_in = source.contiguous().numpy().view(row).reshape(groups, ROWS_PER_GROUP, -1)
         grouped = blocks.numpy().view(superblock).reshape(groups, num_blocks)
-        for field in ("head", "values"):
-            grouped[field] = rows_in[field].transpose(0, 2, 3, 1)  # (G, B, fields, 8)
+        for field in row.names:
+            grouped[field] = rows_in[field].transpose(0, 2, 3, 1)  # (G, B, count, 8)
     else:  # (G, B) superblocks -> (G, 8, B) row blocks
         grouped = source.contiguous().numpy().view(superblock).reshape(groups, num_blocks)
         rows_out = blocks.numpy().view(row).reshape(groups, ROWS_PER_GROUP, num_blocks)
-        for field in ("head", "values"):
-            rows_out[field] = grouped[field].transpose(0, 3, 1, 2)  # (G, 8, B, fields)
+        for field in row.names:
+            rows_out[field] = grouped[field].transpose(0, 3, 1, 2)  # (G, 8, B, count)
     shape = (groups, -1) if layout == "x8" else (qw.out_features, -1)
     return QuantizedWeight(qw.fmt, qw.out_features, qw.in_features,
                            blocks.reshape(shape).contiguous(), layout)

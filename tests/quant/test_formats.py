@@ -20,6 +20,7 @@ from langchain_ascend.quant.formats import (
     FILE_FORMATS,
     FORMATS,
     GGML_TYPES,
+    K_X8_FORMATS,
     X8_FORMATS,
     block_size,
     rows,
@@ -309,8 +310,13 @@ def test_file_formats_are_read_not_written():
         with pytest.raises(QuantizationError, match="read from GGUF files"):
             quantize(weight, fmt)
         qw = random_blocks(fmt, 8, 256)
-        with pytest.raises(QuantizationError, match="x8"):
-            to_layout(qw, "x8")
+        if fmt in K_X8_FORMATS:  # the K-quants take the x8 layout too, exactly
+            assert torch.equal(dequantize(to_layout(qw, "x8")), dequantize(qw))
+            fused = concatenate([qw, qw], layout="x8")
+            assert torch.equal(dequantize(fused), torch.cat([dequantize(qw)] * 2))
+        else:
+            with pytest.raises(QuantizationError, match="x8"):
+                to_layout(qw, "x8")
         with pytest.raises(QuantizationError, match="dequantize"):
             unpack(qw)
         assert torch.equal(dequantize(rows(qw, 2, 5)), dequantize(qw)[2:5])

@@ -131,6 +131,9 @@ def test_engine_greedy_decode_equals_the_dequantized_model(files: dict[str, Path
         runner = engine.driver.runner
         formats = {m.fmt for m in runner.model.modules() if isinstance(m, QuantizedLinear)}
         assert {"q4_k", "q6_k", "q5_0", "q8_0"} <= formats
+        layouts = {(m.fmt, m.layout) for m in runner.model.modules()
+                   if isinstance(m, QuantizedLinear)}
+        assert {("q4_k", "x8"), ("q6_k", "x8")} <= layouts  # re-laid at load, parts included
         # Both layers run in the native stack, their q/k/v (Q4_K with a Q6_K or Q5_0 member)
         # as one product in parts.
         assert runner.hooks.changes["decode_stack"] == 2

@@ -13,11 +13,12 @@ while it fits :data:`SHARED_PACK_MAX_RAM_SHARE` of the free RAM. Blocks read in 
 GGUF file's map give their pages back once re-laid (``quant.gguf_file.release_pages``).
 
 Fused members in different formats (a Q4_K_M file's q/k in ``Q4_K`` and v in ``Q6_K``) cannot
-share one weight: :class:`QuantizedParts` runs them as one product over their own blocks.
+share one weight: :class:`QuantizedParts` runs them as one product over their own blocks, each
+part re-laid on its own.
 
-A weight with ``out_features % 8 != 0`` (or a group with such a member), and the formats read
-from files (``formats.FILE_FORMATS``: Q5_0/Q5_1 and the K-quants, whose product runs their own
-layout), keep the file's layout; both layouts give a row the same result whatever the batch.
+The layout takes ``formats.X8_LAYOUT_FORMATS`` (the K-quants too). A weight with
+``out_features % 8 != 0`` (or a group with such a member), and Q5_0/Q5_1, keep the file's
+layout; both layouts give a row the same result whatever the batch.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def _packable(qweight: Any, sizes: list[int], readers: int, members: int) -> boo
     """Whether a weight (fused group: its members' ``sizes``) read by ``readers`` modules, of
     which ``members`` are the group's own, is worth re-laying in ``"x8"``."""
     group_rows = formats.ROWS_PER_GROUP
-    if (qweight.layout == "x8" or qweight.fmt not in formats.X8_FORMATS
+    if (qweight.layout == "x8" or qweight.fmt not in formats.X8_LAYOUT_FORMATS
             or qweight.out_features % group_rows
             or any(size % group_rows for size in sizes)):
         return False
@@ -116,7 +117,7 @@ def fused_layout(weights: list[Any]) -> str:
     in: ``"x8"`` where the native product is built and every member is in a format the layout
     takes with whole groups of 8 rows, else the members' own."""
     if (qmatmul.available()
-            and all(w.layout == "gguf" and w.fmt in formats.X8_FORMATS for w in weights)
+            and all(w.layout == "gguf" and w.fmt in formats.X8_LAYOUT_FORMATS for w in weights)
             and all(w.out_features % formats.ROWS_PER_GROUP == 0 for w in weights)):
         return "x8"
     return weights[0].layout
@@ -142,6 +143,8 @@ def pack_quantized_linears(model: Any) -> int:
         group = _group_of(module)
         if group is not None and is_quantized_linear(group.linear):
             groups.setdefault(id(group), group)
+        elif group is not None and isinstance(group.linear, QuantizedParts):
+            singles.extend(part for part in group.linear.parts if part is module)
         elif group is None and is_quantized_linear(module):
             singles.append(module)
     packed = 0
@@ -168,8 +171,11 @@ def pack_quantized_linears(model: Any) -> int:
         storage = qweight.blocks.untyped_storage().data_ptr()
         if not _packable(qweight, [], readers.get(storage, 0), 1):
             continue
-        parent, name = places[id(linear)]
-        setattr(parent, name, QuantizedLinear(formats.to_layout(qweight, "x8"), linear.bias))
+        if _group_of(linear) is not None:  # a part of a QuantizedParts product: in place
+            linear.hold(formats.to_layout(qweight, "x8"))
+        else:
+            parent, name = places[id(linear)]
+            setattr(parent, name, QuantizedLinear(formats.to_layout(qweight, "x8"), linear.bias))
         release_pages(qweight.blocks)  # the GGUF file's pages of what was copied, if any
         packed += 1
     if packed:

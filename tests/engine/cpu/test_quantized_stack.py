@@ -146,7 +146,11 @@ def test_mixed_formats_fuse_into_parts(tiny_model_paths):
     single = group_of([model.model.layers[1].mlp.gate_proj, model.model.layers[1].mlp.up_proj])
     assert isinstance(single.linear, QuantizedLinear)
     assert quantized_layout.pack_quantized_linears(model) > 0
-    assert mlp.up_proj.qweight.layout == "gguf"  # parts keep the file's layout
+    # each part re-laid in place on its own (x8 sums in another float order: close, not equal)
+    assert group.linear.parts == [mlp.gate_proj, mlp.up_proj]
+    assert mlp.gate_proj.qweight.layout == "x8" and mlp.up_proj.qweight.layout == "x8"
+    torch.testing.assert_close(group.linear(x), torch.cat(want, dim=-1), rtol=1e-4, atol=1e-5)
+    assert torch.equal(mlp.up_proj(x), group.linear(x)[:, mlp.gate_proj.out_features:])
 
 
 def test_the_stack_runs_parts_bit_for_bit_as_the_per_op_path(tiny_model_paths, stack_calls):
