@@ -188,13 +188,12 @@ def apply_fallback(
     """Template messages rewritten for a template that knows nothing about tools.
 
     * With ``tools``, their section (:meth:`~langchain_ascend.tool_formats.hermes.
-      HermesFormat.render_tools_section`) is appended to the first message when it is a system
-      message, else a system message holding it is added in front. The user's system prompt
-      comes first (as Qwen2.5's own template orders them), so an agent's long instructions
-      stay in the prefix cache when its tools change. The section keeps its schemas before
-      the call instructions: putting the instructions first (so a new tool set would reuse
-      them too) cost SmolLM2 1.5-4 points of argument accuracy in
-      ``benchmarks/bench_new_tools.py``'s cases.
+      HermesFormat.render_tools_section`) is prepended to the first message when it is a
+      system message, else a system message holding it is added in front. The user's system
+      prompt stays last, next to the conversation: SmolLM2 follows it there (put first, the
+      demo agent's model echoed the section's last line instead of answering), and putting the
+      section's instructions before its schemas cost it 1.5-4 points of argument accuracy in
+      ``benchmarks/bench_new_tools.py``'s cases, so a new tool set recomputes the system turn.
     * An assistant message's ``tool_calls`` are appended to its content in the fallback format
       (and the key dropped).
     * Consecutive ``tool`` messages become one ``user`` message of ``<tool_response>`` blocks,
@@ -224,7 +223,7 @@ def apply_fallback(
         section = FALLBACK.render_tools_section(tools)
         if rewritten and rewritten[0].get("role") == "system":
             first = rewritten[0]
-            first["content"] = "\n\n".join(p for p in (first.get("content") or "", section) if p)
+            first["content"] = "\n\n".join(p for p in (section, first.get("content") or "") if p)
         else:
             rewritten.insert(0, {"role": "system", "content": section})
     return rewritten

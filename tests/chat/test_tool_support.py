@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -117,27 +116,12 @@ def test_bound_tools_go_into_the_system_turn_only_for_the_fallback(plain_tokeniz
         plain_tokenizer, to_template_messages([HumanMessage("Weather?")]), tools=TOOLS)
 
 
-def test_the_tools_section_follows_an_existing_system_message():
+def test_the_tools_section_is_prepended_to_an_existing_system_message():
     messages = apply_fallback([{"role": "system", "content": "Be brief."},
                                {"role": "user", "content": "x"}], TOOLS)
     assert len(messages) == 2 and messages[0]["role"] == "system"
-    assert messages[0]["content"].startswith("Be brief.\n\n# Tools\n")
-    assert messages[0]["content"].endswith("naming the function and the call id.")
-
-
-def test_other_tools_keep_the_system_prompt_as_the_common_prefix():
-    """A new tool set keeps the user's system prompt and the section's opening as a common
-    prefix (what the prefix cache reuses): they differ from the first schema on."""
-    other = [{"type": "function", "function": {
-        "name": "book_flight", "description": "Book a flight.",
-        "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}}}]
-    system = [{"role": "system", "content": "You are a travel agent."},
-              {"role": "user", "content": "x"}]
-    first = apply_fallback(system, TOOLS)[0]["content"]
-    second = apply_fallback(system, other)[0]["content"]
-    shared = first[:len(os.path.commonprefix([first, second]))]
-    assert shared.startswith("You are a travel agent.\n\n# Tools")
-    assert "<tools>\n" in shared and "get_weather" not in shared
+    assert messages[0]["content"].startswith("# Tools\n")
+    assert messages[0]["content"].endswith("\n\nBe brief.")
 
 
 def test_history_of_calls_and_results_is_readable_by_a_tool_less_template(plain_tokenizer):
