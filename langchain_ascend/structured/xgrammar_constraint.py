@@ -73,14 +73,24 @@ DENSE_MASK_FRACTION = 0.9
 disallowed tokens one by one: ~10 us for a nearly open mask, ~200 us for a sparse one)."""
 
 
+def set_bit_ids(packed: np.ndarray, limit: int) -> np.ndarray:
+    """Ids below ``limit`` of the set bits of a packed ``(W,)`` mask, ascending (only the
+    words with a bit set are unpacked)."""
+    words = np.flatnonzero(packed)  # (K,)
+    if words.size == 0:
+        return words
+    bits = np.unpackbits(packed[words].view(np.uint8), bitorder="little").reshape(-1, 32)
+    ids = (words[:, None] * 32 + np.arange(32))[bits.astype(bool)]  # (N,)
+    return ids[ids < limit]
+
+
 def mask_row(row: np.ndarray, packed: np.ndarray, width: int) -> bool:
     """``row[t] = -inf`` for every token ``t < width`` whose bit in ``packed`` ``(W,)`` is
     clear, in place, where the mask is sparse enough that this beats xgrammar's kernel: the
     allowed values are kept, the row filled, the kept values put back (~20-30 us a 49k row
     with a few hundred allowed, one thread). Returns False, changing nothing, for a mask
     with more than :data:`DENSE_MASK_FRACTION` of the row allowed."""
-    allowed = np.unpackbits(packed.view(np.uint8), bitorder="little")[:width]  # (width,)
-    kept = np.flatnonzero(allowed)  # (A,) allowed token ids
+    kept = set_bit_ids(packed, width)  # (A,) allowed token ids
     if len(kept) > DENSE_MASK_FRACTION * width:
         return False
     values = row[kept]  # (A,)
@@ -208,14 +218,6 @@ class XGrammarConstraint:
         matcher.fill_next_token_bitmask(bitmask)
         return bitmask.numpy()[0] & self._base  # (W,)
 
-    def _token_ids(self, packed: np.ndarray) -> np.ndarray:
-        """Ids of the set bits of a packed mask."""
-        words = np.flatnonzero(packed)  # (K,)
-        if words.size == 0:
-            return words
-        bits = np.unpackbits(packed[words].view(np.uint8), bitorder="little").reshape(-1, 32)
-        ids = (words[:, None] * 32 + np.arange(32))[bits.astype(bool)]  # (N,)
-        return ids[ids < self._vocab_size]
 
     def _policy_choice(self, allowed: np.ndarray, in_string: bool) -> int:
         """The closing policy's token among the packed ``allowed`` mask."""
@@ -226,7 +228,7 @@ class XGrammarConstraint:
             if tiered.any():
                 candidates = tiered
                 break
-        ids = self._token_ids(candidates)
+        ids = set_bit_ids(candidates, self._vocab_size)
         if ids.size == 0:
             return self._backend.stop_token_ids[0]
         return int(ids[np.argmax(self._backend.token_lengths[ids])])
@@ -299,7 +301,7 @@ class XGrammarConstraint:
                 return forced
             return allowed
         stop = self._backend.policy_masks["stop"]
-        choices = self._token_ids(allowed & ~stop)
+        choices = set_bit_ids(allowed & ~stop, self._vocab_size)
         total = choices.size + int((allowed & stop).any())
         if total < 2:
             return allowed
@@ -335,7 +337,7 @@ class XGrammarConstraint:
             safe = allowed & masks[f"grows_{bound}_in_string"]  # (W,)
         else:
             safe = allowed & (masks["grows_0_outside"] | masks["stop"])  # (W,)
-        others = self._token_ids(allowed & ~safe & ~masks["stop"])
+        others = set_bit_ids(allowed & ~safe & ~masks["stop"], self._vocab_size)
         if others.size <= _LOOKAHEAD_CHOICES:
             fitting = allowed & ~safe
             self._keep_fitting(fitting, others, limit, remaining)
@@ -350,7 +352,7 @@ class XGrammarConstraint:
 
     def allowed_token_ids(self) -> np.ndarray:
         """Ids of the tokens allowed next (advances nothing; runs the budget guard)."""
-        return self._token_ids(self._next_allowed())
+        return set_bit_ids(self._next_allowed(), self._vocab_size)
 
     def _next_allowed(self) -> np.ndarray:
         allowed = self._allowed_packed(self._matcher, self._bitmask)  # (W,)
