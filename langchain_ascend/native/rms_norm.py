@@ -1,6 +1,6 @@
 """RMSNorm of a few float32 or bfloat16 rows: the native kernels, from torch.
 
-Used by ``engine.cpu.fused_norms`` for decode-sized inputs (``rms_norm.c``; measured there).
+Used by the owned CPU models (``engine.cpu.models.ops.rms_norm``) (``rms_norm.c``; measured there).
 :func:`rms_norm` (float32) and :func:`rms_norm_bf16` (bfloat16, transformers' rounding order)
 return None wherever the kernel does not apply (library not built here,
 another dtype or device, more rows than :data:`MAX_ROWS`), so callers keep their torch path.

@@ -2,7 +2,7 @@
 
 ``rope_kv.c`` rotates ``q`` and ``k`` exactly as transformers' ``apply_rotary_pos_emb`` (same
 rounding, float32 or bfloat16) and stores the rotated keys and the values at their slots of
-the layer's paged cache (of the same dtype, or float16 under float32: rounded to nearest even). Used by ``engine.cpu.lean_attention`` on CPU decode and prefill
+the layer's paged cache (of the same dtype, or float16 under float32: rounded to nearest even). Used by ``engine.cpu.models.ops.attend`` on CPU decode and prefill
 steps; :func:`rope_and_write` returns None wherever the kernel does not apply, so callers keep
 their torch path.
 """

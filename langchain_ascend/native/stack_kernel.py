@@ -4,7 +4,7 @@ The kernel runs the per-op path's own kernels (RMSNorm, tiles products, rotary +
 write, paged attention) layer after layer in C, so a step pays no Python or dispatch time
 between them. :class:`DecodeLayer` is one layer's weights and cache as the kernel reads them;
 :func:`run_stack` checks the step's tensors and calls it. The model-facing side (which
-models, which steps) is ``engine.cpu.decoder`` (its packed layers: ``engine.cpu.packed_layers``).
+models, which steps) is ``engine.cpu.models.llama`` (its packed layers: ``engine.cpu.packed_layers``).
 """
 
 from __future__ import annotations

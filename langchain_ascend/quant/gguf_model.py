@@ -27,7 +27,7 @@ reordering rows is exact): :func:`rotary_row_order`. Gemma's norm weights are st
 (undone on the float values, as transformers does); a block embedding keeps the scale of a
 scaled one (Gemma's ``sqrt(hidden)``: ``QuantizedEmbedding.replacing``). The model is
 transformers' own class: a family the native CPU decoder does not own (Gemma, Phi-3) runs
-transformers' forward over these quantized linears (``engine.cpu.decoder`` logs it).
+transformers' forward over these quantized linears (``engine.cpu.models.llama`` logs it).
 
 ``quantization="none"`` de-quantizes every tensor (the float model transformers would build).
 """

@@ -175,7 +175,7 @@ def test_engine_runs_the_blocks_through_transformers_forward(
     assert weights["quantization"] == "gguf" and weights["format"] == "q4_1+q8_0"
     assert weights["forward"] == families.TRANSFORMERS_FORWARD
     runner = engine.driver.runner
-    assert runner.hooks.decoder is None
+    assert runner.hooks.owned_model is None
     if arch != "phi3":  # Gemma soft-caps its logits: the model's own head, never the screen
         assert isinstance(runner.logits_head, PlainLogitsHead)
         assert runner.hooks.changes["screened_greedy"] is False
@@ -302,7 +302,7 @@ def test_a_native_family_says_native(tmp_path: Path) -> None:
                                   progress=False).path
     runner = ModelRunner.load(str(folder), device="cpu", dtype="float32", num_blocks=8,
                               block_size=16, compile=False)
-    assert runner.hooks.decoder is not None
+    assert runner.hooks.owned_model is not None
     assert runner.weights["forward"] == families.NATIVE_FORWARD
 
 

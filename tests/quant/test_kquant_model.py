@@ -136,7 +136,7 @@ def test_engine_greedy_decode_equals_the_dequantized_model(files: dict[str, Path
         assert {("q4_k", "x8"), ("q6_k", "x8")} <= layouts  # re-laid at load, parts included
         # Both layers run in the native stack, their q/k/v (Q4_K with a Q6_K or Q5_0 member)
         # as one product in parts.
-        assert runner.hooks.changes["decode_stack"] == 2
+        assert runner.hooks.changes["owned_layers"] == 2
         prompt = [5, 17, 300, 4000, 2, 99]
         out = engine.generate(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
 
@@ -195,7 +195,7 @@ def test_bf16_engine_runs_the_parts_and_batches_invariantly(files: dict[str, Pat
     engine = LLMEngine(folder, device="cpu", dtype="bfloat16", num_blocks=32, block_size=16,
                        max_num_batched_tokens=128)
     try:
-        assert engine.driver.runner.hooks.changes["decode_stack"] == 2
+        assert engine.driver.runner.hooks.changes["owned_layers"] == 2
         params = SamplingParams(max_tokens=8, ignore_eos=True)
         prompt = [5, 17, 300, 4000, 2, 99]
         solo = engine.generate(prompt, params)

@@ -357,7 +357,7 @@ class TorchRefBackend(AttentionBackend):
     def attend(self, query, key, value, kv_cache, metadata: TorchRefMetadata, scale: float,
                sliding_window: int | None = None, softcap: float | None = None):
         """:meth:`forward` after the step's keys and values are already in ``kv_cache`` (a
-        caller that wrote them itself, e.g. ``engine.cpu.lean_attention``): ``(T, H, D)``."""
+        caller that wrote them itself, e.g. ``engine.cpu.models.ops.attend``): ``(T, H, D)``."""
         import torch
 
         outputs = []

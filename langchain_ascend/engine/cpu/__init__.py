@@ -2,25 +2,22 @@
 
 Which step goes where:
 
-* Pure-decode steps of a known family (Llama, Mistral, Qwen2, Qwen3) that the native stack
-  takes run through :class:`~langchain_ascend.engine.cpu.decoder.CpuDecoder`, which the model
-  runner calls explicitly (``hooks.decoder``): embedding, rotary tables, every layer in one
-  native call over the packed weights (float32 / bfloat16 tiles or GGUF blocks), the final
-  norm and the LM head.
-* Every other step (prefills, mixed steps, the compiled static step, a family the decoder does
-  not know) runs the HF forward with our attention. For its speed, ``prepare`` lays out the
-  linear weights (``weight_layout``; for ``"dual"`` it then measures up to how many rows the
-  native kernels, bf16 or float32, beat torch -- kernel choice by measurement lives there),
-  fuses sibling projections (``fused_projections``, with the ``"dual"`` layout) and RMSNorms
-  (``fused_norms``), and gives the attention modules (``lean_attention``) and, where all of a
-  layer's pieces were prepared, the decoder layers (``lean_layer``) lean forwards, each by
-  swapping module instances' ``forward`` through ``swap``. Each step hands the next the
-  modules it prepared; the decoder is built from the lean layers. The decoder module itself
-  keeps its class forward.
+* A model of the Llama-style families (Llama, Mistral, Qwen2, Qwen3) whose products are laid
+  out for our kernels gets an owned model (``engine.cpu.models.llama.LlamaModel``): its
+  weights taken once as plain attributes, and EVERY step of the CPU backend's paged path run
+  by it -- a pure-decode step in one native call over all layers, any other step layer by
+  layer through the same kernels. The model runner calls it explicitly
+  (``hooks.owned_model``).
+* Any other family (Gemma 2/3, Phi-3...) runs transformers' forward with our paged attention,
+  and its quantized linears compute from their blocks; ``stats().weights["forward"]`` says
+  ``"transformers"``.
 
-It also makes the screened greedy head (``greedy_head``) the runner's logits-head strategy.
-Values, parameters and the model code are unchanged. The model runner sees only the returned
-:class:`CPUHooks`.
+Before the owned model takes the weights, ``prepare`` lays out the linear weights
+(``weight_layout``; for ``"dual"`` it then measures up to how many rows the native kernels,
+bf16 or float32, beat torch -- kernel choice by measurement lives there) and fuses sibling
+projections (``fused_projections``). It also makes the screened greedy head (``greedy_head``)
+the runner's logits-head strategy. Values and the model code are unchanged. The model runner
+sees only the returned :class:`CPUHooks`.
 """
 
 from __future__ import annotations
@@ -29,14 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import platform
-from langchain_ascend.engine.cpu import decoder as cpu_decoder
-
-# Modules, not their functions: prepare() looks these passes up when it runs (so a caller or
-# test that swaps one out is heard), and `engine.cpu.lean_attention` stays the module.
-from langchain_ascend.engine.cpu import lean_attention, lean_layer
-from langchain_ascend.engine.cpu.fused_norms import fuse_rms_norms
 from langchain_ascend.engine.cpu.fused_projections import fuse_projections
 from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
+from langchain_ascend.engine.cpu.models.llama import LlamaModel
 from langchain_ascend.engine.cpu.weight_layout import (
     apply_layout,
     resolve_layout,
@@ -59,12 +51,12 @@ __all__ = ["CPUHooks", "prepare"]
 @dataclass
 class CPUHooks(ModelHooks):
     """:class:`ModelHooks` of a CPU model; ``changes`` holds ``weight_layout`` (the concrete
-    layout), ``fused_groups`` and ``fused_norms`` (counts), for a bf16 model on the native
+    layout), ``fused_groups`` (a count), for a bf16 model on the native
     bf16 kernel ``bf16_native_max_rows`` (the measured row limit, see
     ``weight_layout.tune_bf16_native_rows``), for a float32 model on the native rows kernel
-    ``f32_native_max_rows`` (``weight_layout.tune_f32_native_rows``), ``lean_attention``
-    and ``lean_layers`` (counts), ``decode_stack`` (layers the native decoder runs, 0: no
-    :attr:`decoder`) and, once the head is made, ``screened_greedy`` (bool).
+    ``f32_native_max_rows`` (``weight_layout.tune_f32_native_rows``), ``owned_layers``
+    (layers the owned model runs, 0: no :attr:`owned_model`) and, once the head is made,
+    ``screened_greedy`` (bool).
 
     Attributes:
         screen_greedy: Whether to try the screened greedy head.
@@ -98,11 +90,6 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         native_max_rows = tune(model) if layout == "dual" else None
         if native_max_rows is not None:
             changes[key] = native_max_rows
-    norms = fuse_rms_norms(model)
-    attention = lean_attention.lean_attention(model)
-    layers = lean_layer.lean_layers(model, attention, norms)
-    decoder = cpu_decoder.CpuDecoder.build(model, layers)
-    changes.update(fused_norms=len(norms), lean_attention=len(attention),
-                   lean_layers=len(layers),
-                   decode_stack=0 if decoder is None else decoder.num_layers)
-    return CPUHooks(changes=changes, decoder=decoder, screen_greedy=options.screen_greedy)
+    owned = LlamaModel.build(model)
+    changes["owned_layers"] = 0 if owned is None else owned.num_layers
+    return CPUHooks(changes=changes, owned_model=owned, screen_greedy=options.screen_greedy)

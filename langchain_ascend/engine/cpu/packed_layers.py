@@ -1,15 +1,16 @@
 """The packed per-layer weights of the native decode stack, and the one call that runs them.
 
-:class:`PackedLayers` holds, for every decoder layer of a prepared Llama-style model, the
-record ``native.stack_kernel`` reads (pointers to the norms, the products' tiles or GGUF
-blocks, the biases, Qwen3's head norms, the layer's paged cache) and runs all layers of a
-pure-decode step on the hidden rows in ONE native call. It is built and called by
-:class:`~langchain_ascend.engine.cpu.decoder.CpuDecoder`, which owns the rest of the step
-(embedding, rotary tables, final norm, LM head) and decides which steps it takes.
+:class:`PackedLayers` holds, for every layer of an owned Llama-style model
+(``engine.cpu.models.llama``), the record ``native.stack_kernel`` reads (pointers to the
+norms, the products' tiles or GGUF blocks, the biases, Qwen3's head norms, the layer's paged
+cache) and runs all layers of a pure-decode step on the hidden rows in ONE native call. The
+owned model builds and calls it, and owns the rest of the step (embedding, rotary tables,
+final norm, LM head) and which steps it takes.
 
-The stack reads the same tiles, norms and caches as the per-op (lean) path and runs the same
-kernels, so its values are the per-op path's up to the SiLU's exponential and, for one float32
-row, the order of the product's sums (``decode_stack.c``); tests compare the two.
+The stack reads the same tiles, norms and caches as the model's per-op path
+(``engine.cpu.models.ops``) and runs the same kernels, so its values are the per-op path's up
+to the SiLU's exponential and, for one float32 row, the order of the product's sums
+(``decode_stack.c``); tests compare the two.
 
 Products whose layers are ``quant.linear.QuantizedLinear`` (fused q/k/v and gate/up groups
 included, ``engine.cpu.fused_projections``) run in the stack from their GGUF blocks with the
@@ -24,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_ascend.engine.cpu.lean_attention import sliding_window
 from langchain_ascend.engine.cpu.quantized_layout import QuantizedParts, is_quantized_linear
 from langchain_ascend.native import paged_attention, qmatmul, stack_kernel
 
@@ -85,7 +85,7 @@ class PackedLayers:
         dtype: The model's dtype (float32 or bfloat16).
         layers: One :class:`~langchain_ascend.native.stack_kernel.DecodeLayer` per layer
             (cache pointers filled on the first step, from the step's caches).
-        modules: The decoder layers, in order.
+        indices: Each record's layer index (its paged cache).
         max_rows: Most rows of a step (every product's native row limit).
         geometry: ``(heads, kv_heads, head_dim, intermediate)``.
         keep: The tensors the records point at (kept alive here).
@@ -93,7 +93,7 @@ class PackedLayers:
 
     dtype: Any
     layers: Any
-    modules: list[Any]
+    indices: list[int]
     max_rows: int
     geometry: tuple[int, int, int, int]
     keep: list[Any] = field(default_factory=list)
@@ -101,52 +101,42 @@ class PackedLayers:
     _scratch: Any = None
 
     @classmethod
-    def for_layers(cls, layers: list[Any]) -> PackedLayers | None:
-        """The packed stack of ``layers`` (decoder layers the lean path prepared, in order,
-        ``engine.cpu.lean_layer``), or None where it does not apply (no layers, a float
-        product without tiles, a dtype or the kernel not built here)."""
+    def for_layers(cls, layers: list[Any], *, dtype: Any, geometry: tuple[int, int, int, int],
+                   scale: float) -> PackedLayers | None:
+        """The packed stack of ``layers`` (an owned model's
+        :class:`~langchain_ascend.engine.cpu.models.llama.LlamaLayer` records, in order) of
+        ``geometry`` ``(heads, kv_heads, head_dim, intermediate)``, or None where it does not
+        apply (no layers, a float product without tiles, a dtype or the kernel not built
+        here)."""
         import torch
 
         if not layers or not stack_kernel.available():
             return None
-        dtype = next(layers[0].parameters()).dtype
         if dtype not in (torch.float32, torch.bfloat16):
             return None
-        first = layers[0].self_attn
-        heads = first.config.num_attention_heads
-        kv_heads = first.config.num_key_value_heads
-        head_dim, intermediate = first.head_dim, layers[0].mlp.lean_gate_up.sizes[0]
         variant = qmatmul.VARIANTS.index(qmatmul.kernel_variant())
         records: list[Any] = []
         keep: list[Any] = []
         max_rows = None
         for layer in layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            qkv, gate_up = attn.lean_qkv.linear, mlp.lean_gate_up.linear
-            found = [_product(linear, dtype) for linear in (qkv, attn.o_proj, gate_up,
-                                                             mlp.down_proj)]
-            if (any(product is None for product in found)
-                    or mlp.lean_gate_up.sizes != [intermediate] * 2):
+            found = [_product(linear, dtype) for linear in (layer.qkv, layer.o, layer.gate_up,
+                                                             layer.down)]
+            if any(product is None for product in found):
                 return None
             products = [product for product in found if product is not None]
             limit = min(product[3] for product in products)
             max_rows = limit if max_rows is None else min(max_rows, limit)
             (qkv_w, qkv_b, qkv_code, *_), (o_w, o_b, o_code, *_) = products[0], products[1]
             (gu_w, gu_b, gu_code, *_), (down_w, down_b, down_code, *_) = products[2], products[3]
-            norms = (attn.q_norm, attn.k_norm) if attn.lean_head_norms else (None, None)
             record = stack_kernel.DecodeLayer(
-                norm1=_ptr(layer.input_layernorm.weight),
-                norm2=_ptr(layer.post_attention_layernorm.weight),
+                norm1=_ptr(layer.input_norm), norm2=_ptr(layer.post_attention_norm),
                 qkv_tiles=_ptr(qkv_w), qkv_bias=_ptr(qkv_b),
-                q_norm=_ptr(None if norms[0] is None else norms[0].weight),
-                k_norm=_ptr(None if norms[1] is None else norms[1].weight),
+                q_norm=_ptr(layer.q_norm), k_norm=_ptr(layer.k_norm),
                 o_tiles=_ptr(o_w), o_bias=_ptr(o_b),
                 gu_tiles=_ptr(gu_w), gu_bias=_ptr(gu_b),
                 down_tiles=_ptr(down_w), down_bias=_ptr(down_b), kv_cache=None,
-                eps1=layer.input_layernorm.variance_epsilon,
-                eps2=layer.post_attention_layernorm.variance_epsilon,
-                head_eps=norms[0].variance_epsilon if norms[0] is not None else 0.0,
-                scale=attn.scaling, window=sliding_window(attn) or 0,
+                eps1=layer.eps, eps2=layer.post_eps, head_eps=layer.head_eps,
+                scale=scale, window=layer.window or 0,
                 qkv_fmt=qkv_code, o_fmt=o_code, gu_fmt=gu_code, down_fmt=down_code,
                 q_variant=variant)
             records.append(record)
@@ -154,8 +144,8 @@ class PackedLayers:
                         if tensor is not None)
             keep.extend(tensor for product in products for tensor in product[4])
         array = (stack_kernel.DecodeLayer * len(records))(*records)
-        return cls(dtype=dtype, layers=array, modules=layers, max_rows=max_rows or 0,
-                   geometry=(heads, kv_heads, head_dim, intermediate), keep=keep)
+        return cls(dtype=dtype, layers=array, indices=[layer.index for layer in layers],
+                   max_rows=max_rows or 0, geometry=geometry, keep=keep)
 
     def takes(self, step: Any, input_ids: Any) -> bool:
         """Whether this call is a pure-decode step the stack runs: the CPU backend's paged
@@ -173,8 +163,8 @@ class PackedLayers:
 
         caches = step.kv_caches
         if self._caches is not caches:  # the runner's caches: fixed for its lifetime
-            for record, module in zip(self.layers, self.modules, strict=True):
-                record.kv_cache = caches[int(module.self_attn.layer_idx)].data_ptr()
+            for record, index in zip(self.layers, self.indices, strict=True):
+                record.kv_cache = caches[index].data_ptr()
             self._caches = caches
         rows, size = hidden.shape
         heads, kv_heads, head_dim, intermediate = self.geometry

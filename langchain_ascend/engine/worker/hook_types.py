@@ -47,13 +47,13 @@ class PlainLogitsHead:
         return None, runner.compute_logits(*packed)
 
 
-class StepDecoder(Protocol):
-    """Runs some steps of a model natively instead of its HF forward (the CPU's
-    ``engine.cpu.decoder.CpuDecoder``); the runner calls it for the steps it accepts."""
+class OwnedModel(Protocol):
+    """Our own forward of a model over its weights, run instead of the HF forward (the CPU's
+    ``engine.cpu.models.llama.LlamaModel``); the runner calls it for the steps it accepts."""
 
     def can_run(self, input_ids: torch.Tensor, step: Any) -> bool:
         """Whether the step of ``input_ids`` ``(1, T)`` (paged attention ``step``) is one
-        this decoder runs."""
+        this model runs."""
         ...
 
     def hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -91,12 +91,12 @@ class ModelHooks:
 
     Attributes:
         changes: What was done to the model, for logs and tests (empty: nothing).
-        decoder: The step decoder the runner calls for the steps it can run (None: every
-            step runs the HF forward).
+        owned_model: Our forward of the model, which the runner calls for the steps it can
+            run (None: every step runs the HF forward).
     """
 
     changes: dict[str, Any] = field(default_factory=dict)
-    decoder: StepDecoder | None = None
+    owned_model: OwnedModel | None = None
 
     def make_logits_head(self, model: Any) -> LogitsHead:
         """The runner's logits-head strategy for ``model``; built by the runner once its KV

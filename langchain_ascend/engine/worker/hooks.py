@@ -17,7 +17,7 @@ from langchain_ascend.engine.worker.hook_types import (
     LogitsHead,
     ModelHooks,
     PlainLogitsHead,
-    StepDecoder,
+    OwnedModel,
 )
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from langchain_ascend.engine.worker.hook_types import PackedStep as PackedStep
 
 __all__ = ["WEIGHT_LAYOUTS", "HookOptions", "LogitsHead", "ModelHooks", "PlainLogitsHead",
-           "StepDecoder", "prepare_hooks"]
+           "OwnedModel", "prepare_hooks"]
 
 
 def prepare_hooks(model: Any, *, device: torch.device, dtype: torch.dtype,

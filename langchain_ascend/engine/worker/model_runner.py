@@ -10,10 +10,11 @@ driven by the step metadata passed as a keyword argument. Only the hidden states
 positions that sample reach the LM head (``logits_to_keep``), so a long prefill never builds
 a ``(T, vocab)`` logits matrix.
 
-Where preparing the model gave a step decoder (``hooks.decoder``: on the CPU the native
-``engine.cpu.decoder.CpuDecoder``), the steps it accepts (pure decodes) run through it
-instead of the HF forward, explicitly: :meth:`ModelRunner.compute_hidden` and the eager
-:meth:`ModelRunner.compute_logits` ask it first.
+Where preparing the model gave an owned model (``hooks.owned_model``: on the CPU
+``engine.cpu.models.llama.LlamaModel`` for the Llama-style families), the steps it accepts
+(every step of the CPU backend's paged path) run through it instead of the HF forward,
+explicitly: :meth:`ModelRunner.compute_hidden` and the eager :meth:`ModelRunner.compute_logits`
+ask it first.
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ class ModelRunner:
         logits_head: Turns a packed step into logits or tokens (``hooks.make_logits_head``:
             the model's own head, or a device's cheaper one for some rows).
         weights: The weights' format and bytes (``quant.quantize_model.weight_summary``), the
-            KV cache dtype and ``forward``: ``"native"`` where the native CPU decoder runs the
-            decode steps, ``"transformers"`` where transformers' forward runs every step
+            KV cache dtype and ``forward``: ``"native"`` where our owned CPU model runs the
+            steps, ``"transformers"`` where transformers' forward runs every step
             (``langchain_ascend.families``).
     """
 
@@ -241,7 +242,7 @@ class ModelRunner:
                      max_batch_size=max_batch_size, compile=compile, hooks=hooks)
         runner.weights = weights
         runner.weights["kv_cache_dtype"] = str(backend.cache_dtype).removeprefix("torch.")
-        runner.weights["forward"] = (families.NATIVE_FORWARD if hooks.decoder is not None
+        runner.weights["forward"] = (families.NATIVE_FORWARD if hooks.owned_model is not None
                                      else families.TRANSFORMERS_FORWARD)  # what decodes
         return runner
 
@@ -323,21 +324,21 @@ class ModelRunner:
 
         ints, rows, step = self._step_inputs(layout, input_ids, positions, sample_rows)
         with torch.inference_mode(), _without_autocast(self.device.type):
-            hidden = self._decoded_hidden(ints[0:1], ints[1:2], step)
+            hidden = self._owned_hidden(ints[0:1], ints[1:2], step)
             if hidden is None:
                 hidden = self.model.get_decoder()(
                     input_ids=ints[0:1], position_ids=ints[1:2], use_cache=False,
                     **{registry.STEP_KWARG: step}).last_hidden_state  # (1, T, hidden)
             return hidden[0, rows]  # (S, hidden)
 
-    def _decoded_hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                        step: registry.PagedAttentionStep) -> torch.Tensor | None:
-        """``(1, T, hidden)`` from the step decoder (``hooks.decoder``) where it runs this step
-        (``(1, T)`` ids and positions), else None: the HF forward runs it."""
-        decoder = self.hooks.decoder
-        if decoder is None or not decoder.can_run(input_ids, step):
+    def _owned_hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                      step: registry.PagedAttentionStep) -> torch.Tensor | None:
+        """``(1, T, hidden)`` from the owned model (``hooks.owned_model``) where it runs this
+        step (``(1, T)`` ids and positions), else None: the HF forward runs it."""
+        owned = self.hooks.owned_model
+        if owned is None or not owned.can_run(input_ids, step):
             return None
-        return decoder.hidden(input_ids, position_ids, step)
+        return owned.hidden(input_ids, position_ids, step)
 
     def compute_logits(self, layout: BatchLayout, input_ids: list[int], positions: list[int],
                        sample_rows: list[int]) -> torch.Tensor:
@@ -369,11 +370,11 @@ class ModelRunner:
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                  sample_rows: torch.Tensor, step: registry.PagedAttentionStep) -> torch.Tensor:
         """The model call itself: ``(1, T)`` ids and positions -> ``(S, V)`` logits (the step
-        decoder's where it runs the step)."""
-        hidden = self._decoded_hidden(input_ids, position_ids, step)  # (1, T, hidden)
+        owned model's where it runs the step)."""
+        hidden = self._owned_hidden(input_ids, position_ids, step)  # (1, T, hidden)
         if hidden is not None:
-            assert self.hooks.decoder is not None
-            return self.hooks.decoder.logits(hidden, sample_rows)  # (S, V)
+            assert self.hooks.owned_model is not None
+            return self.hooks.owned_model.logits(hidden, sample_rows)  # (S, V)
         kwargs = {registry.STEP_KWARG: step}
         if self._keeps_logits:
             out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,

@@ -1,5 +1,5 @@
-"""Shared pieces of the lean-path tests (lean attention, lean layers, the native stack): a
-runner with one product choice, the decode prompts and a mixed step."""
+"""Shared pieces of the owned-model tests (its per-op path, the native stack): a runner with
+one product choice, the decode prompts and a mixed step."""
 
 from __future__ import annotations
 
@@ -19,18 +19,26 @@ PROMPTS = [[5, 17, 300, 41, 9, 2, 77], [8, 8, 100], [3] * 13]
 
 
 def prepared_runner(path: Any, dtype: Any, *, without: Sequence[tuple[Any, str, Any]] = (),
-                    weight_layout_name: str = "auto") -> ModelRunner:
+                    weight_layout_name: str = "auto", stack: bool = True) -> ModelRunner:
     """A CPU runner of the model at ``path`` whose native row limit is 64 for every product
     (the measured one may differ between two runners and change their rounding), with each
     ``(owner, function, nothing)`` of ``without`` made to prepare nothing (return
-    ``nothing``)."""
+    ``nothing``); ``stack=False``: its owned model runs every step per op (no native stack)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
         for owner, name, nothing in without:
             patch.setattr(owner, name, lambda *args, nothing=nothing: nothing)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        return ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False,
-                                      weight_layout=weight_layout_name)
+        runner = ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False,
+                                        weight_layout=weight_layout_name)
+    return runner if stack else without_stack(runner)
+
+
+def without_stack(runner: ModelRunner) -> ModelRunner:
+    """``runner`` with its owned model's native stack taking no step (every step per op)."""
+    assert runner.hooks.owned_model is not None
+    runner.hooks.owned_model.stack.max_rows = 0
+    return runner
 
 
 def mixed_step_logits(runner: ModelRunner) -> Any:

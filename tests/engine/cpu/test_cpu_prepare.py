@@ -1,4 +1,5 @@
-"""The CPU seam: one prepare() does the model surgery through one swap with one marker."""
+"""The CPU seam: one prepare() lays out the products (one swap, one marker) and builds the owned
+model."""
 
 from __future__ import annotations
 
@@ -37,23 +38,19 @@ def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_pat
     assert hooks.changes["weight_layout"] == "dual"
     layers = model.config.num_hidden_layers
     assert hooks.changes["fused_groups"] == 2 * layers  # q/k/v and gate/up of every layer
-    assert hooks.changes["fused_norms"] == 2 * layers + 1
-    lean = hooks.changes["lean_attention"]
-    assert lean == (layers if rope_kv.available(torch.float32) else 0)
-    assert hooks.changes["lean_layers"] == lean  # every layer's pieces are prepared
+    kernels = rope_kv.available(torch.float32)
     tiled = all(linear.f32_tiles is not None for linear in dual_linears(model))
-    stacked = hooks.changes["decode_stack"]  # the native stack needs every product's tiles,
-    assert stacked == (lean if tiled else 0)  # which the row-limit measurement may drop
+    owned = hooks.changes["owned_layers"]  # the owned model's stack needs every product's
+    assert owned == (layers if kernels and tiled else 0)  # tiles (the measurement may drop)
     swapped = [m for m in model.modules() if is_swapped(m)]
     assert swapped and all(MARKER in m.__dict__ and "forward" in m.__dict__ for m in swapped)
     owners = {type(swapped_by(m)).__name__ if not isinstance(swapped_by(m), str)
               else swapped_by(m) for m in swapped}
-    assert owners == {DUAL, "fused_norms", FusedProjections.__name__} | (
-        {"lean_attention", "lean_layer"} if lean else set())
-    # the native stack is no swap: the decoder keeps its class forward, the runner calls
-    # the CpuDecoder (hooks.decoder) explicitly
-    assert not is_swapped(model.get_decoder())
-    assert (hooks.decoder is not None) == bool(stacked)
+    assert owners == {DUAL, FusedProjections.__name__}  # the products only
+    # the owned model is no swap: the layers, norms and attention keep their class
+    # forwards, the runner calls the owned model (hooks.owned_model) explicitly
+    assert not any(is_swapped(m) for m in model.get_decoder().layers)
+    assert (hooks.owned_model is not None) == bool(owned)
     with torch.inference_mode():
         after = [model(ids).logits, model(ids[:, :1]).logits]
     for got, want in zip(after, before, strict=True):
@@ -122,7 +119,6 @@ def test_prepared_bf16_model_matches_the_unprepared_one(tiny_model_paths, arch, 
     layers = model.config.num_hidden_layers
     assert hooks.changes["weight_layout"] == "dual"
     assert hooks.changes["fused_groups"] == 2 * layers  # fused in bf16 too
-    assert hooks.changes["fused_norms"] == 2 * layers + 1
     assert hooks.changes["bf16_native_max_rows"] in (0, *BF16_PROBE_ROWS)
     linears = bf16_tiled_linears(model)
     assert len(linears) == 4 * layers + 1  # qkv, o, gate/up, down per layer; the head

@@ -8,7 +8,6 @@ from _lean_steps import PROMPTS, prepared_runner
 
 from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.cpu.decoder import CpuDecoder
 from langchain_ascend.native import stack_kernel as native_stack
 from langchain_ascend.testing import needs_native_kernels
 from langchain_ascend.testing.runner_steps import greedy_decode
@@ -19,8 +18,7 @@ GREEDY = SamplingParams(max_tokens=8)
 
 
 def _runner(path, dtype, *, stack):
-    return prepared_runner(path, dtype,
-                           without=() if stack else [(CpuDecoder, "build", None)])
+    return prepared_runner(path, dtype, stack=stack)
 
 
 def _decode_logits(runner, prompts, tables):
@@ -38,8 +36,8 @@ def test_stack_equals_the_per_op_path(tiny_model_paths, arch, dtype,
     stacked = _runner(tiny_model_paths[arch], dtype, stack=True)
     plain = _runner(tiny_model_paths[arch], dtype, stack=False)
     layers = stacked.model.config.num_hidden_layers
-    assert stacked.hooks.changes["decode_stack"] == layers
-    assert plain.hooks.changes["decode_stack"] == 0
+    assert stacked.hooks.changes["owned_layers"] == layers
+    assert plain.hooks.owned_model.stack.max_rows == 0
     prompts = PROMPTS
     tokens = {}
     for name, runner in (("stack", stacked), ("plain", plain)):
@@ -89,7 +87,7 @@ def test_steps_the_stack_does_not_take_run_the_per_op_path(tiny_model_paths,
     assert stack_calls == [3, 4]
     stack_calls.clear()
     # more rows than the stack's limit: per-op
-    runner.hooks.decoder.stack.max_rows = 1
+    runner.hooks.owned_model.stack.max_rows = 1
     runner.forward_batch([ScheduledSegment("a", [6], 5, [0, 1], True, GREEDY),
                           ScheduledSegment("b", [10], 3, [2], True, GREEDY)])
     assert stack_calls == []
@@ -99,7 +97,7 @@ def test_steps_the_stack_does_not_take_run_the_per_op_path(tiny_model_paths,
 
 def test_stack_refuses_bad_tensors_with_typed_errors(tiny_model_paths):
     runner = _runner(tiny_model_paths["qwen2"], torch.float32, stack=True)
-    stack = runner.hooks.decoder.stack
+    stack = runner.hooks.owned_model.stack
     heads, kv_heads, head_dim, intermediate = stack.geometry
     size = runner.model.config.hidden_size
     cache = runner.kv_cache.tensors[0]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _lean_steps import PROMPTS
+from _lean_steps import PROMPTS, without_stack
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu import quantized_layout, weight_layout
-from langchain_ascend.engine.cpu.decoder import CpuDecoder
+from langchain_ascend.engine.cpu.models import ops
 from langchain_ascend.engine.cpu.fused_projections import fuse_projections, group_of
 from langchain_ascend.engine.cpu.quantized_layout import fused_layout
 from langchain_ascend.engine.worker.model_runner import ModelRunner
@@ -40,10 +40,9 @@ def _quantized_model(path, dtype, fmt, only=None):
 def _runner(path, dtype, fmt, *, stack, only=None):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
-        if not stack:
-            patch.setattr(CpuDecoder, "build", lambda model, layers: None)
         model = _quantized_model(path, dtype, fmt, only)
-        return ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
+        runner = ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
+    return runner if stack else without_stack(runner)
 
 
 def _decode_logits(runner, prompts, tables, first=0):
@@ -158,13 +157,11 @@ def test_the_stack_runs_parts_bit_for_bit_as_the_per_op_path(tiny_model_paths, s
     for stack in (True, False):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(weight_layout, "measure_native_max_rows", lambda linear: 64)
-            if not stack:
-                patch.setattr(CpuDecoder, "build", lambda model, layers: None)
             model = _mixed(_quantized_model(tiny_model_paths["llama"], torch.float32, "q8_0"))
-            runners[stack] = ModelRunner.from_model(model, num_blocks=64, block_size=4,
-                                                    compile=False)
+            runner = ModelRunner.from_model(model, num_blocks=64, block_size=4, compile=False)
+            runners[stack] = runner if stack else without_stack(runner)
     layers = runners[True].model.config.num_hidden_layers
-    assert runners[True].hooks.changes["decode_stack"] == layers
+    assert runners[True].hooks.changes["owned_layers"] == layers
     tables = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
     got = _decode_logits(runners[True], PROMPTS, tables)  # (3, V), the stack
     assert stack_calls == [3]
@@ -180,9 +177,8 @@ def test_quantized_stack_equals_the_per_op_path(tiny_model_paths, arch, dtype, f
     stacked = _runner(tiny_model_paths[arch], dtype, fmt, stack=True)
     plain = _runner(tiny_model_paths[arch], dtype, fmt, stack=False)
     layers = stacked.model.config.num_hidden_layers
-    assert stacked.hooks.changes["decode_stack"] == layers
-    assert stacked.hooks.changes["lean_layers"] == layers
-    assert plain.hooks.changes["decode_stack"] == 0
+    assert stacked.hooks.changes["owned_layers"] == layers
+    assert plain.hooks.owned_model.stack.max_rows == 0
     head = stacked.model.get_output_embeddings()
     assert isinstance(head, QuantizedLinear) and head.qweight.layout == "x8"  # the head too
     attention = stacked.model.model.layers[0].self_attn
@@ -219,8 +215,8 @@ def test_stack_mixes_quantized_and_float_products(tiny_model_paths, stack_calls)
     layer = stacked.model.model.layers[0]
     assert isinstance(layer.mlp.down_proj, QuantizedLinear)
     assert isinstance(layer.self_attn.o_proj, torch.nn.Linear)
-    assert stacked.hooks.changes["decode_stack"] == stacked.model.config.num_hidden_layers
-    assert stacked.hooks.decoder.stack.max_rows == 64  # the float products' limit
+    assert stacked.hooks.changes["owned_layers"] == stacked.model.config.num_hidden_layers
+    assert stacked.hooks.owned_model.stack.max_rows == 64  # the float products' limit
     assert (greedy_decode(stacked, PROMPTS, 5, blocks_per_request=6)
             == greedy_decode(plain, PROMPTS, 5, blocks_per_request=6))
     assert stack_calls == [3] * 5
@@ -235,8 +231,8 @@ def test_per_op_decode_rows_equal_the_stack_bit_for_bit(tiny_model_paths, arch, 
     decode-sized row limit (the per-op path then runs every row, the decode's included)."""
     stacked = _runner(tiny_model_paths[arch], torch.float32, fmt, stack=True)
     plain = _runner(tiny_model_paths[arch], torch.float32, fmt, stack=False)
-    mlp = stacked.model.model.layers[0].mlp
-    assert mlp.lean_native_silu and plain.model.model.layers[0].mlp.lean_native_silu
+    assert all(layer.native_silu for layer in stacked.hooks.owned_model.layers)
+    assert all(layer.native_silu for layer in plain.hooks.owned_model.layers)
     tables = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
     got = _decode_logits(stacked, PROMPTS, tables)  # (3, V), the stack
     assert stack_calls == [3]
@@ -253,41 +249,40 @@ def test_per_op_decode_rows_equal_the_stack_bit_for_bit(tiny_model_paths, arch, 
     assert stack_calls == [3]  # the mixed steps ran per op
 
 
-def test_lean_mlp_of_quantized_products_runs_the_stack_silu(tiny_model_paths):
-    from langchain_ascend.engine.cpu.lean_layer import lean_mlp
-
+def test_the_mlp_of_quantized_products_runs_the_stack_silu(tiny_model_paths):
     runner = _runner(tiny_model_paths["llama"], torch.float32, "q4_1", stack=True)
-    mlp = runner.model.model.layers[0].mlp
-    x = 4 * torch.randn(1, 70, runner.model.config.hidden_size)
-    gate_up = mlp.lean_gate_up.linear.forward(x)  # (1, 70, 2I)
-    act = native_stack.silu_mul(gate_up)  # (1, 70, I)
-    gate, up = gate_up.split(mlp.lean_gate_up.sizes, dim=-1)
+    layer = runner.hooks.owned_model.layers[0]
+    width = layer.intermediate
+    x = 4 * torch.randn(70, runner.model.config.hidden_size)
+    gate_up = layer.gate_up.forward(x)  # (70, 2I)
+    act = native_stack.silu_mul(gate_up)  # (70, I)
+    gate, up = gate_up.split([width, width], dim=-1)
     torch.testing.assert_close(act, torch.nn.functional.silu(gate) * up)  # same up to a bit
     with torch.inference_mode():
-        assert torch.equal(lean_mlp(mlp, x), mlp.down_proj.forward(act))
-    solo = torch.cat([native_stack.silu_mul(gate_up[:, t:t + 1]) for t in range(70)], dim=1)
+        assert torch.equal(ops.mlp(x, layer.gate_up, layer.down, width, True),
+                           layer.down.forward(act))
+    solo = torch.cat([native_stack.silu_mul(gate_up[t:t + 1]) for t in range(70)])
     assert torch.equal(solo, act)  # each row the same whatever the rows beside it
 
 
 def test_a_long_prefill_mlp_runs_in_row_chunks_with_the_same_bits(tiny_model_paths, monkeypatch):
-    from langchain_ascend.engine.cpu import lean_layer
-
     runner = _runner(tiny_model_paths["llama"], torch.float32, "q4_0", stack=True)
-    mlp = runner.model.model.layers[0].mlp
-    chunk = lean_layer.mlp_row_chunk(sum(mlp.lean_gate_up.sizes))
-    assert chunk % 64 == 0 and chunk * 4 * sum(mlp.lean_gate_up.sizes) <= lean_layer.MLP_CHUNK_BYTES
-    assert lean_layer.mlp_row_chunk(16384) == 256 and lean_layer.mlp_row_chunk(10**9) == 64
-    monkeypatch.setattr(lean_layer, "MLP_CHUNK_BYTES", 64 * 4 * sum(mlp.lean_gate_up.sizes))
+    layer = runner.hooks.owned_model.layers[0]
+    width = layer.intermediate
+    chunk = ops.mlp_row_chunk(2 * width)
+    assert chunk % 64 == 0 and chunk * 4 * 2 * width <= ops.MLP_CHUNK_BYTES
+    assert ops.mlp_row_chunk(16384) == 256 and ops.mlp_row_chunk(10**9) == 64
+    monkeypatch.setattr(ops, "MLP_CHUNK_BYTES", 64 * 4 * 2 * width)
     rows = 2 * 64 + 37  # three chunks of 64 rows at this (tiny) width, the last one short
-    x = 4 * torch.randn(1, rows, runner.model.config.hidden_size)
+    x = 4 * torch.randn(rows, runner.model.config.hidden_size)
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         with torch.inference_mode():
-            chunked = lean_layer.lean_mlp(mlp, x)  # (1, rows, hidden)
-            whole = lean_layer._mlp_rows(mlp, x)
+            chunked = ops.mlp(x, layer.gate_up, layer.down, width, True)  # (rows, hidden)
+            whole = ops._mlp_rows(x, layer.gate_up, layer.down, width, True)
             torch.set_num_threads(1)  # the SiLU's rows shared by 2 threads, or not
-            one_thread = lean_layer._mlp_rows(mlp, x)
+            one_thread = ops._mlp_rows(x, layer.gate_up, layer.down, width, True)
     finally:
         torch.set_num_threads(previous)
     assert chunked.shape == x.shape

@@ -83,7 +83,7 @@ def test_decode_pieces_come_first_and_samples_the_last_row():
 def test_forced_tokens_in_one_pass_equal_one_at_a_time(tiny_model_paths, monkeypatch):
     runner = ModelRunner.load(str(tiny_model_paths["qwen2"]), device="cpu", dtype="float32",
                               block_size=4, num_blocks=64, compile=False)
-    if runner.hooks.decoder is None:
+    if runner.hooks.owned_model is None:
         pytest.skip("no native CPU decode stack on this runner")
     prompt = torch.randint(0, 4000, (11,), generator=torch.Generator().manual_seed(3)).tolist()
     outputs = [17, 230, 5, 901, 42]

@@ -1,18 +1,14 @@
-"""The lean attention forward: rotary + cache write in one native call, same results."""
+"""The rotary + cache-write kernel the owned model's attention calls: transformers' rotary bit
+for bit, the right slots written, refusals that write nothing."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from _lean_steps import PROMPTS, mixed_step_logits, prepared_runner
-from transformers import AutoModelForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from langchain_ascend.engine.cpu import lean_attention as lean_module
-from langchain_ascend.engine.cpu.swap import swapped_by
 from langchain_ascend.native import rope_kv
 from langchain_ascend.testing import needs_native_kernels
-from langchain_ascend.testing.runner_steps import greedy_decode
 
 pytestmark = needs_native_kernels()
 
@@ -54,31 +50,3 @@ def test_rope_and_write_refuses_what_it_cannot_read():
     assert rope_kv.rope_and_write(q[:, :, :24], k[:, :, :24], v[:, :, :24], cos[:, :24],
                                   sin[:, :24], torch.tensor([0, 1]), cache[..., :24]) is None
     assert not cache.any()  # nothing written by refused calls
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
-def test_lean_runner_gives_the_same_logits_and_tokens(tiny_model_paths, arch, dtype):
-    lean = prepared_runner(tiny_model_paths[arch], dtype)
-    plain = prepared_runner(tiny_model_paths[arch], dtype,
-                            without=[(lean_module, "lean_attention", [])])
-    attention = [m for m in lean.model.modules() if type(m).__name__.endswith("Attention")]
-    assert attention and all(swapped_by(m) == "lean_attention" for m in attention)
-    assert lean.hooks.changes["lean_attention"] == len(attention)
-    assert plain.hooks.changes["lean_attention"] == 0
-    tokens = {name: greedy_decode(r, PROMPTS, 6, blocks_per_request=6)
-              for name, r in (("lean", lean), ("plain", plain))}
-    assert tokens["lean"] == tokens["plain"]
-    logits = {name: mixed_step_logits(r) for name, r in (("lean", lean), ("plain", plain))}
-    tol = 1e-5 if dtype == torch.float32 else 0.0
-    torch.testing.assert_close(logits["lean"], logits["plain"], atol=tol, rtol=tol)
-
-
-def test_plain_transformers_calls_keep_the_class_forward(tiny_model_paths):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["qwen3"], dtype=torch.float32)
-    ids = torch.tensor([[5, 17, 300, 41, 9]])
-    with torch.inference_mode():
-        before = model(ids).logits
-        assert len(lean_module.lean_attention(model)) == model.config.num_hidden_layers
-        after = model(ids).logits  # no paged step: the class forward runs
-    torch.testing.assert_close(after, before)

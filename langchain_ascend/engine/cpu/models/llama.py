@@ -1,0 +1,259 @@
+"""The owned CPU model of the Llama-style families: Llama, Mistral, Qwen2, Qwen3.
+
+One layer, for ``T`` packed rows of a step (hidden ``D``, ``H`` query and ``KVH`` key/value
+heads of width ``Dh``, MLP width ``I``)::
+
+    x (T, D)
+    h = rms_norm(x, input_norm)                         (T, D)
+    q, k, v = split(qkv(h))                             (T, H*Dh), (T, KVH*Dh) x2  [Qwen2: + bias]
+    q, k = rms_norm(q, q_norm), rms_norm(k, k_norm)     per head                   [Qwen3 only]
+    q, k = rope(q, k); cache[slots] = k, v              one native call
+    x = x + o(attention(q, paged cache))                (T, D)   [Mistral: sliding window]
+    h = rms_norm(x, post_attention_norm)
+    x = x + down(silu(gate(h)) * up(h))                 gate/up one product (T, 2I)
+
+then the final norm and the LM head on the rows that sample. :class:`LlamaModel` holds every
+weight as a plain attribute (norm vectors, the fused products -- GGUF blocks, int8/int4 blocks
+or float tiles -- the rotary inverse frequencies, the embedding and the head) and runs EVERY
+step of the CPU backend's paged path: a pure-decode step of at most the stack's rows in one
+native call over all layers (``engine.cpu.packed_layers``, ``native/decode_stack.c``), any
+other step (prefills, mixed steps) layer by layer through the same kernels
+(``engine.cpu.models.ops``). The two compute a row with the same kernels in the same order, so
+a row's bits do not depend on what shared its step (tested).
+
+:meth:`LlamaModel.build` takes the weights of a loaded transformers model of one of these
+families once (after ``engine.cpu.prepare`` fused and laid out its products); from then on the
+model's modules are not called on this path.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend import families
+from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
+from langchain_ascend.engine.cpu.fused_projections import group_of
+from langchain_ascend.engine.cpu.models import ops
+from langchain_ascend.engine.cpu.packed_layers import PackedLayers
+from langchain_ascend.engine.cpu.quantized_layout import is_quantized_product
+from langchain_ascend.native import rms_norm as native_rms_norm
+from langchain_ascend.native import rope_kv
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+NORM_CLASSES = families.native_classes("RMSNorm")
+"""transformers' RMSNorm classes of these families: ``weight * x * rsqrt(mean(x^2) + eps)``."""
+
+
+@dataclass
+class LlamaLayer:
+    """One decoder layer's weights (module docstring), each a plain attribute.
+
+    Attributes:
+        index: The layer's position (its paged cache).
+        input_norm, post_attention_norm: ``(D,)`` RMSNorm weights; ``eps``, ``post_eps``
+            theirs.
+        qkv: The fused q/k/v product (``forward(x (M, D)) -> (M, (H + 2 KVH) Dh)``).
+        o: The output projection ``(M, H Dh) -> (M, D)``.
+        gate_up: The fused gate/up product ``(M, D) -> (M, 2I)``.
+        down: ``(M, I) -> (M, D)``.
+        q_norm, k_norm: Qwen3's ``(Dh,)`` per-head norms (None elsewhere); ``head_eps``.
+        window: The attention's sliding window (Mistral; Qwen2's sliding layers), or None.
+        native_silu: The MLP takes the stack's SiLU code (quantized products).
+    """
+
+    index: int
+    input_norm: Any
+    post_attention_norm: Any
+    eps: float
+    post_eps: float
+    qkv: Any
+    o: Any
+    gate_up: Any
+    down: Any
+    q_norm: Any = None
+    k_norm: Any = None
+    head_eps: float = 0.0
+    window: int | None = None
+    native_silu: bool = False
+
+    @property
+    def intermediate(self) -> int:
+        """The MLP's width ``I`` (half the gate/up product's outputs)."""
+        return int(self.down.in_features)
+
+
+class LlamaModel:
+    """A Llama-style model's CPU forward over its own weights (module docstring).
+
+    Attributes:
+        embed_tokens: The token embedding (``(1, T) -> (1, T, D)``: float or quantized rows).
+        inv_freq: ``(Dh/2,)`` rotary inverse frequencies (rope scaling applied);
+            ``rope_scaling``: the rope's attention factor.
+        layers: One :class:`LlamaLayer` per decoder layer.
+        norm, norm_eps: The final RMSNorm.
+        head: The LM head (``(..., D) -> (..., V)``).
+        heads, kv_heads, head_dim, intermediate: The geometry.
+        scale: The attention's softmax scale.
+        dtype: The activations' dtype (float32 or bfloat16).
+        stack: The native decode stack over :attr:`layers`.
+    """
+
+    def __init__(self, *, embed_tokens: Any, inv_freq: Any, rope_scaling: float,
+                 layers: list[LlamaLayer], norm: Any, norm_eps: float, head: Any,
+                 heads: int, kv_heads: int, head_dim: int, intermediate: int, scale: float,
+                 dtype: Any, stack: PackedLayers) -> None:
+        self.embed_tokens = embed_tokens
+        self.inv_freq = inv_freq
+        self.rope_scaling = rope_scaling
+        self.layers = layers
+        self.norm = norm
+        self.norm_eps = norm_eps
+        self.head = head
+        self.heads, self.kv_heads = heads, kv_heads
+        self.head_dim, self.intermediate = head_dim, intermediate
+        self.scale = scale
+        self.dtype = dtype
+        self.stack = stack
+
+    @classmethod
+    def build(cls, model: Any) -> LlamaModel | None:
+        """The owned model of a prepared transformers ``model`` of these families, or None
+        where it does not apply (another family, a product not fused or laid out for our
+        kernels, a dtype the native kernels do not take); logs why."""
+        import torch
+
+        config = getattr(model, "config", None)
+        model_type = getattr(config, "model_type", None)
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+        if (decoder is None or model_type not in families.NATIVE_MODEL_TYPES
+                or type(decoder).__name__ not in families.NATIVE_DECODER_CLASSES):
+            logger.info("no owned CPU model for a %s model (%s): transformers' forward runs "
+                        "every step", model_type, type(decoder).__name__)
+            return None
+        dtype = next(model.parameters()).dtype
+        if (dtype not in (torch.float32, torch.bfloat16) or not rope_kv.available(dtype)
+                or (dtype == torch.bfloat16 and not native_rms_norm.available())):
+            logger.info("no owned CPU model for %s weights here", dtype)
+            return None
+        layers = [_layer(module, index) for index, module in enumerate(decoder.layers)]
+        if any(layer is None for layer in layers) or len(layers) != config.num_hidden_layers:
+            logger.info("no owned CPU model: a layer's products are not fused for our kernels")
+            return None
+        owned = [layer for layer in layers if layer is not None]
+        attention = decoder.layers[0].self_attn
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        head_dim, intermediate = attention.head_dim, owned[0].intermediate
+        if head_dim % 16:
+            logger.info("no owned CPU model: head width %d (the rotary kernel takes multiples "
+                        "of 16)", head_dim)
+            return None
+        stack = PackedLayers.for_layers(owned, dtype=dtype, geometry=(
+            heads, kv_heads, head_dim, intermediate), scale=attention.scaling)
+        if stack is None:
+            logger.info("no owned CPU model: the native stack does not take its products")
+            return None
+        rotary = decoder.rotary_emb
+        logger.info("owned CPU model over %d layers (decode stack up to %d rows)",
+                    len(owned), stack.max_rows)
+        return cls(embed_tokens=decoder.embed_tokens, inv_freq=rotary.inv_freq,
+                   rope_scaling=float(rotary.attention_scaling), layers=owned,
+                   norm=decoder.norm.weight, norm_eps=float(decoder.norm.variance_epsilon),
+                   head=model.get_output_embeddings(), heads=heads, kv_heads=kv_heads,
+                   head_dim=head_dim, intermediate=intermediate, scale=attention.scaling,
+                   dtype=dtype, stack=stack)
+
+    @property
+    def num_layers(self) -> int:
+        """How many layers it runs."""
+        return len(self.layers)
+
+    def can_run(self, input_ids: torch.Tensor, step: Any) -> bool:
+        """Whether this model runs the step of ``input_ids`` ``(1, T)``: any step of the CPU
+        backend's paged path (other backends' steps run transformers' forward)."""
+        return (step is not None and isinstance(step.backend, TorchRefBackend)
+                and input_ids.dim() == 2 and input_ids.shape[0] == 1
+                and rope_kv.available(self.dtype, step.kv_caches[0].dtype))
+
+    def hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+               step: Any) -> torch.Tensor:
+        """``(1, T, D)`` final-normed hidden states of the step (``input_ids``,
+        ``position_ids`` ``(1, T)``), writing every layer's K/V."""
+        x = self.embed_tokens(input_ids)[0].contiguous()  # (T, D)
+        cos, sin = ops.rotary_tables(position_ids[0], self.inv_freq, self.rope_scaling,
+                                     self.dtype)  # (T, Dh) each
+        if self.stack.takes(step, input_ids):
+            self.stack.run(x, cos, sin, step)  # every layer in one native call, in place
+        else:
+            for layer in self.layers:
+                x = self._layer(layer, x, cos, sin, step)
+        return ops.rms_norm(x, self.norm, self.norm_eps)[None]  # (1, T, D)
+
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``(S, V)`` logits of the ``rows`` ``(S,)`` of ``hidden`` ``(1, T, D)``."""
+        return self.head(hidden[:, rows])[0]  # (S, V)
+
+    def _layer(self, layer: LlamaLayer, x: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor, step: Any) -> torch.Tensor:
+        """One layer on ``x`` ``(T, D)`` (module docstring's pseudo-code)."""
+        tokens, dim = x.shape[0], self.head_dim
+        h = ops.rms_norm(x, layer.input_norm, layer.eps)  # (T, D)
+        q, k, v = layer.qkv.forward(h).split(
+            [self.heads * dim, self.kv_heads * dim, self.kv_heads * dim], dim=-1)
+        q = q.view(tokens, self.heads, dim)  # (T, H, Dh)
+        k = k.view(tokens, self.kv_heads, dim)  # (T, KVH, Dh)
+        v = v.view(tokens, self.kv_heads, dim)  # (T, KVH, Dh)
+        if layer.q_norm is not None:
+            q = ops.rms_norm(q, layer.q_norm, layer.head_eps)
+            k = ops.rms_norm(k, layer.k_norm, layer.head_eps)  # contiguous (T, KVH, Dh)
+            v = v.contiguous()  # the rotary kernel reads k and v with one token stride
+        out = ops.attend(q, k, v, cos, sin, step, layer.index, self.scale,
+                         layer.window)  # (T, H, Dh)
+        x = x + layer.o.forward(out.reshape(tokens, -1))  # (T, D)
+        h = ops.rms_norm(x, layer.post_attention_norm, layer.post_eps)
+        return x + ops.mlp(h, layer.gate_up, layer.down, self.intermediate, layer.native_silu)
+
+
+def _sliding_window(attention: Any) -> int | None:
+    """The window transformers' attention module passes to its attention function."""
+    if type(attention).__name__ == "MistralAttention":
+        return getattr(attention.config, "sliding_window", None)
+    return getattr(attention, "sliding_window", None)
+
+
+def _norm(module: Any) -> tuple[Any, float] | None:
+    """``(weight, eps)`` of a transformers RMSNorm of these families, or None."""
+    if type(module).__name__ not in NORM_CLASSES or getattr(module, "weight", None) is None:
+        return None
+    eps = getattr(module, "variance_epsilon", None)
+    return (module.weight.detach(), float(eps)) if isinstance(eps, float) else None
+
+
+def _layer(module: Any, index: int) -> LlamaLayer | None:
+    """The weights of transformers' decoder layer ``module``, or None where its products are
+    not fused groups (``engine.cpu.fused_projections``) or its MLP is not ``silu``."""
+    attention, mlp = module.self_attn, module.mlp
+    qkv = group_of([attention.q_proj, attention.k_proj, attention.v_proj])
+    gate_up = group_of([mlp.gate_proj, mlp.up_proj])
+    norms = [_norm(module.input_layernorm), _norm(module.post_attention_layernorm)]
+    if (qkv is None or gate_up is None or None in norms or gate_up.sizes[0] != gate_up.sizes[1]
+            or getattr(mlp.config, "hidden_act", None) != "silu"):
+        return None
+    (norm1, eps), (norm2, post_eps) = norms  # type: ignore[misc]
+    head_norms = [None, None]
+    head_eps = 0.0
+    if hasattr(attention, "q_norm"):  # Qwen3
+        found = [_norm(attention.q_norm), _norm(attention.k_norm)]
+        if None in found:
+            return None
+        (q_w, head_eps), (k_w, _) = found  # type: ignore[misc]
+        head_norms = [q_w, k_w]
+    return LlamaLayer(index=index, input_norm=norm1, post_attention_norm=norm2, eps=eps,
+                      post_eps=post_eps,                      qkv=qkv.linear, o=attention.o_proj, gate_up=gate_up.linear,
+                      down=mlp.down_proj, q_norm=head_norms[0], k_norm=head_norms[1],
+                      head_eps=head_eps, window=_sliding_window(attention), native_silu=is_quantized_product(gate_up.linear))

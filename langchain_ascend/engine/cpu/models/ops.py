@@ -1,0 +1,122 @@
+"""The per-op pieces of an owned CPU model's layer, over our native kernels: pure functions.
+
+Every step an owned model runs outside the native decode stack (prefills, mixed steps, more rows
+than the stack takes) goes through these, layer by layer; the stack (``native.decode_stack.c``)
+runs the same kernels for a pure-decode step, so a row's values do not depend on which of the
+two ran its step:
+
+* :func:`rms_norm`: the native one-pass RMSNorm (float32), or the bf16 kernel in transformers'
+  rounding order; ``F.rms_norm`` where neither is built;
+* :func:`rotary_tables`: ``cos``/``sin`` of the positions, as transformers' rotary embedding
+  computes them (an outer product of the positions and the inverse frequencies, exact);
+* :func:`attend`: rotate q/k and write k/v into the paged cache in one native call
+  (``native.rope_kv``), then the CPU backend's paged attention;
+* :func:`mlp`: ``down(silu(gate(x)) * up(x))`` over a fused gate/up product, in row chunks for
+  a long prefill; a quantized product's SiLU is the stack's own code (``stack_kernel.silu_mul``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from langchain_ascend.native import rms_norm as native_rms_norm
+from langchain_ascend.native import rope_kv
+from langchain_ascend.native import stack_kernel as native_stack
+
+if TYPE_CHECKING:
+    import torch
+
+MLP_CHUNK_BYTES = 16 << 20
+"""The most float32 gate/up intermediate a prefill's MLP makes at a time: at Llama-3.2-1B's
+width 1,024 rows make 64 MB, which leaves the last-level cache between the three steps (about
+11% of the MLP's time, docs/performance.md); 16 MB (256 rows there) stays near. Rows are
+independent, so the bits do not depend on the chunking."""
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``weight * x * rsqrt(mean(x^2) + eps)`` over the last dim of ``x`` ``(..., D)``: every
+    row through the native kernel (a decoding row gets the stack's bits even beside a
+    prefill), in ``x``'s dtype."""
+    import torch
+    import torch.nn.functional as F
+
+    if weight.dtype == torch.bfloat16:
+        out = native_rms_norm.rms_norm_bf16(x, weight, eps, max_rows=None)
+        if out is not None:
+            return out
+        # transformers' rounding: normalise in float32, round, scale by the bf16 weight
+        x32 = x.to(torch.float32)
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * normed.to(x.dtype)
+    out = native_rms_norm.rms_norm(x, weight, eps, max_rows=None)
+    if out is not None:
+        return out
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, scaling: float,
+                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, sin)`` ``(T, Dh)`` of ``positions`` ``(T,)``: ``freqs = positions x inv_freq``
+    ``(T, Dh/2)`` (one product each: exact, as transformers' batched matmul over a 1-wide
+    inner dim), repeated twice, times the rope's attention ``scaling``, cast to ``dtype``."""
+    import torch
+
+    freqs = positions.to(torch.float32)[:, None] * inv_freq.to(torch.float32)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)  # (T, Dh)
+    return (emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype)
+
+
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor,
+           sin: torch.Tensor, step: Any, layer: int, scale: float,
+           window: int | None) -> torch.Tensor:
+    """Attention of one layer within the paged ``step``: ``query`` ``(T, H, D)``, ``key`` /
+    ``value`` ``(T, KVH, D)`` (un-rotated), ``cos`` / ``sin`` ``(T, D)``; writes the layer's
+    K/V and returns ``(T, H, D)``.
+
+    Raises:
+        RuntimeError: The native rotary kernel does not take these tensors (the owned model
+            is only built where it does: ``rope_kv.available``).
+    """
+    kv_cache = step.kv_caches[layer]
+    rotated = rope_kv.rope_and_write(query, key, value, cos, sin, step.metadata.slot_mapping,
+                                     kv_cache)
+    if rotated is None:
+        raise RuntimeError(f"the native rotary kernel does not take layer {layer}'s "
+                           f"{query.dtype} rows with a {kv_cache.dtype} cache")
+    query, key = rotated
+    return step.backend.attend(query, key, value, kv_cache, step.metadata, scale, window)
+
+
+def mlp_row_chunk(gate_up_width: int) -> int:
+    """Rows of a prefill's MLP run at a time for a gate/up product ``gate_up_width`` wide: a
+    multiple of 64 (the product kernel's row block) whose intermediate fits
+    :data:`MLP_CHUNK_BYTES`, at least 64."""
+    return max(64, MLP_CHUNK_BYTES // (4 * max(gate_up_width, 1)) // 64 * 64)
+
+
+def mlp(x: torch.Tensor, gate_up: Any, down: Any, intermediate: int,
+        native_silu: bool) -> torch.Tensor:
+    """``down(silu(gate) * up)`` of ``x`` ``(M, D)`` with ``gate_up(x)`` ``(M, 2I)`` (gate
+    rows first), by :func:`mlp_row_chunk` rows; ``native_silu``: the stack's SiLU code
+    (a quantized product's row then has the stack's bits; torch's SiLU differs in the last
+    float32 bit)."""
+    import torch
+
+    chunk = mlp_row_chunk(2 * intermediate)
+    if x.shape[0] <= chunk:
+        return _mlp_rows(x, gate_up, down, intermediate, native_silu)
+    return torch.cat([_mlp_rows(part, gate_up, down, intermediate, native_silu)
+                      for part in x.split(chunk)])  # (M, D)
+
+
+def _mlp_rows(x: torch.Tensor, gate_up: Any, down: Any, intermediate: int,
+              native_silu: bool) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    both = gate_up.forward(x)  # (M, 2I)
+    if native_silu:
+        act = native_stack.silu_mul(both)  # (M, I)
+        if act is not None:
+            return down.forward(act)
+    gate, up = both.split([intermediate, intermediate], dim=-1)  # (M, I) each
+    return down.forward(F.silu(gate) * up)
