@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     """``(layout, input_ids, positions, sample_rows)`` of one packed step."""
 
 __all__ = ["WEIGHT_LAYOUTS", "HookOptions", "LogitsHead", "ModelHooks", "PlainLogitsHead",
-           "StepDecoder"]
+           "OwnedModel"]
 
 WEIGHT_LAYOUTS = ("auto", "row", "column", "dual")
 """Accepted ``weight_layout`` values (applied on the CPU, see ``engine.cpu.weight_layout``)."""

@@ -16,8 +16,8 @@ from langchain_ascend.engine.worker.hook_types import (
     HookOptions,
     LogitsHead,
     ModelHooks,
-    PlainLogitsHead,
     OwnedModel,
+    PlainLogitsHead,
 )
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM
 from langchain_ascend.engine.core.batch import ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu import quantized_layout, weight_layout
-from langchain_ascend.engine.cpu.models import ops
 from langchain_ascend.engine.cpu.fused_projections import fuse_projections, group_of
+from langchain_ascend.engine.cpu.models import ops
 from langchain_ascend.engine.cpu.quantized_layout import fused_layout
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import stack_kernel as native_stack
