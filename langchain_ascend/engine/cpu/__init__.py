@@ -12,10 +12,12 @@ Which step goes where:
   and its quantized linears compute from their blocks; ``stats().weights["forward"]`` says
   ``"transformers"``.
 
-Before the owned model takes the weights, ``prepare`` lays out the linear weights
-(``weight_layout``; for ``"dual"`` it then measures up to how many rows the native kernels,
-bf16 or float32, beat torch -- kernel choice by measurement lives there) and fuses sibling
-projections (``fused_projections``). It also makes the screened greedy head (``greedy_head``)
+Before the owned model takes the weights, ``prepare`` fuses sibling projections for it
+(``fused_projections``: the owned families only) and lays out the linear weights
+(``weight_layout``: ``"dual"`` puts our ``DualLinear`` in place of each ``nn.Linear`` and then
+measures up to how many rows the native kernels, bf16 or float32, beat torch -- kernel choice
+by measurement lives there; quantized linears are re-laid for the native product). No
+module's ``forward`` is replaced. It also makes the screened greedy head (``greedy_head``)
 the runner's logits-head strategy. Values and the model code are unchanged. The model runner
 sees only the returned :class:`CPUHooks`.
 """
@@ -31,6 +33,7 @@ from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
 from langchain_ascend.engine.cpu.models.llama import LlamaModel
 from langchain_ascend.engine.cpu.weight_layout import (
     apply_layout,
+    dual_linears,
     resolve_layout,
     tune_bf16_native_rows,
     tune_f32_native_rows,
@@ -82,14 +85,16 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         return ModelHooks()
 
     layout = resolve_layout(options.weight_layout, model)
-    fused_groups = fuse_projections(model) if layout == "dual" else 0
-    apply_layout(model, layout)
-    changes: dict[str, Any] = {"weight_layout": layout, "fused_groups": fused_groups}
+    groups = fuse_projections(model) if layout == "dual" and LlamaModel.owns(model) else []
+    members = [member for group in groups for member in group.members]
+    apply_layout(model, layout, skip=members, fused=groups)
+    changes: dict[str, Any] = {"weight_layout": layout, "fused_groups": len(groups)}
+    dual = dual_linears(model, [group.linear for group in groups])
     for key, tune in (("bf16_native_max_rows", tune_bf16_native_rows),
                       ("f32_native_max_rows", tune_f32_native_rows)):
-        native_max_rows = tune(model) if layout == "dual" else None
+        native_max_rows = tune(dual) if layout == "dual" else None
         if native_max_rows is not None:
             changes[key] = native_max_rows
-    owned = LlamaModel.build(model)
+    owned = LlamaModel.build(model, groups)
     changes["owned_layers"] = 0 if owned is None else owned.num_layers
     return CPUHooks(changes=changes, owned_model=owned, screen_greedy=options.screen_greedy)

@@ -1,18 +1,17 @@
 """Sibling projections on the same input as one product (CPU, ``"dual"`` weight layout, float32
-or bfloat16).
+or bfloat16), for the owned CPU model.
 
-Decoder layers call ``q_proj``, ``k_proj`` and ``v_proj`` one after another on the same hidden
-states, and ``gate_proj`` then ``up_proj`` on the same MLP input. A CPU decode step pays per
-call, and the small K/V projections stream their weights badly, so each group runs as ONE
-linear over the concatenated weight: the first member computes it and returns its slice, the
-others return theirs when called on that same input (any other input computes its own product,
-so any call order stays correct).
+Decoder layers compute ``q_proj``, ``k_proj`` and ``v_proj`` on the same hidden states, and
+``gate_proj`` and ``up_proj`` on the same MLP input. A CPU decode step pays per call, and the
+small K/V projections stream their weights badly, so the owned model
+(``engine.cpu.models.llama``) runs each group as ONE product over the concatenated weight: a
+:class:`FusedProjections` holds it, the sizes to split it by and its members.
 
 The members' weights and biases become views of the concatenated tensors (nothing is held
-twice); only the members' ``forward`` is swapped (``engine.cpu.swap``, marked with their
-group, so the weight layout leaves them alone); the fused linear gets the ``"dual"`` layout
-(for bf16 its row limit for the native kernel is set later, with the model's other linears,
-by ``weight_layout.tune_bf16_native_rows``, which finds it through the members' marker).
+twice) and keep their own ``forward`` (transformers' forward, where it still runs, computes
+each member's product on its view); the fused linear is a
+``dual_linear.DualLinear`` (for bf16 its row limit for the native kernel is set later, with
+the model's other linears, by ``weight_layout.tune_bf16_native_rows``).
 
 Members that are ``quant.linear.QuantizedLinear`` layers of one block format fuse the same way
 into one ``QuantizedLinear`` over the concatenated blocks (exact: every output row is its own
@@ -30,13 +29,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_ascend.engine.cpu.dual_linear import DualLinear
 from langchain_ascend.engine.cpu.quantized_layout import (
     QuantizedParts,
     fused_layout,
     is_quantized_linear,
 )
-from langchain_ascend.engine.cpu.swap import is_swapped, swap_forward, swapped_by
-from langchain_ascend.engine.cpu.weight_layout import make_dual
 from langchain_ascend.quant.formats import concatenate, rows
 from langchain_ascend.quant.gguf_file import release_pages
 
@@ -47,51 +45,26 @@ GROUPS: tuple[tuple[str, ...], ...] = (("q_proj", "k_proj", "v_proj"), ("gate_pr
 
 
 class FusedProjections:
-    """One linear over several members' concatenated weights, split back per member.
+    """One product over several members' concatenated weights.
 
     Args:
-        linear: The fused ``nn.Linear`` or ``QuantizedLinear`` (``out`` = the members'
-            outputs, in order).
+        linear: The fused ``DualLinear``, ``QuantizedLinear`` or ``QuantizedParts``
+            (``out`` = the members' outputs, in order).
         sizes: Output features of each member.
+        members: The member modules, in order (their weights are views of ``linear``'s).
     """
 
-    def __init__(self, linear: Any, sizes: Sequence[int]) -> None:
+    def __init__(self, linear: Any, sizes: Sequence[int], members: Sequence[Any]) -> None:
         self.linear = linear
         self.sizes = list(sizes)
-        self.members: list[Any] = []
-        self._input: Any = None
-        self._parts: tuple[Any, ...] = ()
-
-    def wire(self, members: Sequence[Any]) -> None:
-        """Swap the ``forward`` of ``members`` (in call order; the group's sizes) to this
-        group's: the first computes the fused product, the others take their slices."""
         self.members = list(members)
-        swap_forward(self.members[0], lambda module, x: self.first(x), self)
-        for index, member in enumerate(self.members[1:], start=1):
-            swap_forward(member, lambda module, x, index=index: self.part(index, module, x),
-                         self)
-
-    def first(self, x: Any) -> Any:
-        """The first member's output; keeps the others' for their calls on the same ``x``."""
-        parts = self.linear(x).split(self.sizes, dim=-1)  # views of (..., sum(sizes))
-        self._input, self._parts = x, parts
-        return parts[0]
-
-    def part(self, index: int, member: Any, x: Any) -> Any:
-        """Member ``index``'s output: the kept slice when ``x`` is the first member's input."""
-        if x is self._input and self._parts:
-            out = self._parts[index]
-            if index == len(self.sizes) - 1:
-                self._input, self._parts = None, ()
-            return out
-        return type(member).forward(member, x)  # its own product (F.linear or blocks)
 
 
 def fusable(members: Sequence[Any]) -> bool:
     """Whether these modules can share one product: plain linears on the same input size,
     device and dtype, or quantized linears on the same input size and device (one block
-    format, or any formats on the CPU: :class:`QuantizedParts`); all with or all without bias,
-    not already fused or re-wired."""
+    format, or any formats on the CPU: :class:`QuantizedParts`); all with or all without
+    bias."""
     import torch
 
     if members and all(is_quantized_linear(m) for m in members):
@@ -102,16 +75,14 @@ def fusable(members: Sequence[Any]) -> bool:
                 and (one_format or first.blocks.device.type == "cpu")
                 and all((m.bias is None) == (first.bias is None) for m in members)
                 and (first.bias is None
-                     or all(m.bias.dtype == first.bias.dtype for m in members))
-                and not any(is_swapped(m) for m in members))
+                     or all(m.bias.dtype == first.bias.dtype for m in members)))
     if not members or not all(isinstance(m, torch.nn.Linear) for m in members):
         return False
     first = members[0]
     return (all(m.in_features == first.in_features for m in members)
             and all((m.bias is None) == (first.bias is None) for m in members)
             and all(m.weight.dtype == first.weight.dtype for m in members)
-            and all(m.weight.device == first.weight.device for m in members)
-            and not any(is_swapped(m) for m in members))
+            and all(m.weight.device == first.weight.device for m in members))
 
 
 def fuse_group(members: Sequence[Any]) -> FusedProjections:
@@ -119,9 +90,7 @@ def fuse_group(members: Sequence[Any]) -> FusedProjections:
     into one product."""
     first = members[0]
     linear = _fuse_quantized(members) if is_quantized_linear(first) else _fuse_float(members)
-    group = FusedProjections(linear, [m.out_features for m in members])
-    group.wire(members)
-    return group
+    return FusedProjections(linear, [m.out_features for m in members], members)
 
 
 def _fuse_quantized(members: Sequence[Any]) -> Any:
@@ -152,8 +121,8 @@ def _fuse_quantized(members: Sequence[Any]) -> Any:
 
 
 def _fuse_float(members: Sequence[Any]) -> Any:
-    """One ``nn.Linear`` over the members' concatenated weights (and biases), in the
-    ``"dual"`` layout; the members keep views of them."""
+    """One ``DualLinear`` over the members' concatenated weights (and biases); the members
+    keep views of them."""
     import torch
 
     first = members[0]
@@ -172,32 +141,31 @@ def _fuse_float(members: Sequence[Any]) -> Any:
             if bias is not None:
                 m.bias.data = bias[start:end]
             start = end
-    make_dual(linear)
-    return linear
+    return DualLinear.of(linear)
 
 
-def group_of(members: Sequence[Any]) -> FusedProjections | None:
-    """The group ``members`` were fused into, exactly these and in this order, or None."""
-    group = swapped_by(members[0]) if members else None
-    if (isinstance(group, FusedProjections) and len(group.sizes) == len(members)
-            and all(swapped_by(m) is group for m in members)):
-        return group
+def group_of(groups: Sequence[FusedProjections],
+             members: Sequence[Any]) -> FusedProjections | None:
+    """The group of ``groups`` whose members are exactly ``members``, in order, or None."""
+    for group in groups:
+        if len(group.members) == len(members) and all(
+                a is b for a, b in zip(group.members, members, strict=True)):
+            return group
     return None
 
 
-def fuse_projections(model: Any) -> int:
+def fuse_projections(model: Any) -> list[FusedProjections]:
     """Fuse every group of :data:`GROUPS` found in ``model``'s modules.
 
     Returns:
-        How many groups were fused.
+        The groups fused, in module order.
     """
-    count = 0
+    groups = []
     for module in list(model.modules()):
         for names in GROUPS:
             members = [getattr(module, name, None) for name in names]
             if fusable(members):
-                fuse_group(members)
-                count += 1
-    if count:
-        logger.info("fused %d groups of sibling projections", count)
-    return count
+                groups.append(fuse_group(members))
+    if groups:
+        logger.info("fused %d groups of sibling projections", len(groups))
+    return groups

@@ -27,7 +27,6 @@ import logging
 from typing import Any
 
 from langchain_ascend import platform
-from langchain_ascend.engine.cpu.swap import swapped_by
 from langchain_ascend.native import qmatmul
 from langchain_ascend.quant import formats
 from langchain_ascend.quant.gguf_file import release_pages
@@ -64,11 +63,10 @@ class QuantizedParts:
         self.out_features = sum(part.out_features for part in self.parts)
 
     def forward(self, x: Any) -> Any:
-        """``x (..., K)`` -> ``(..., out_features)``: the parts' own products (their class's
-        ``forward``, whatever is swapped on the instances), concatenated."""
+        """``x (..., K)`` -> ``(..., out_features)``: the parts' own products, concatenated."""
         import torch
 
-        return torch.cat([type(part).forward(part, x) for part in self.parts], dim=-1)
+        return torch.cat([part.forward(x) for part in self.parts], dim=-1)
 
     __call__ = forward
 
@@ -76,12 +74,6 @@ class QuantizedParts:
 def is_quantized_product(linear: Any) -> bool:
     """Whether ``linear`` multiplies blocks: a ``QuantizedLinear`` or :class:`QuantizedParts`."""
     return is_quantized_linear(linear) or isinstance(linear, QuantizedParts)
-
-
-def _group_of(module: Any) -> Any:
-    """The fused projection group whose member ``module`` is (its swap marker), or None."""
-    owner = swapped_by(module)
-    return owner if hasattr(owner, "linear") and hasattr(owner, "sizes") else None
 
 
 def _block_readers(model: Any) -> dict[int, int]:
@@ -123,9 +115,10 @@ def fused_layout(weights: list[Any]) -> str:
     return weights[0].layout
 
 
-def pack_quantized_linears(model: Any) -> int:
-    """Re-lay every quantized linear of ``model`` (fused groups included) in the ``"x8"``
-    layout where it can be (module docstring), where the native product is built.
+def pack_quantized_linears(model: Any, fused: Any = ()) -> int:
+    """Re-lay every quantized linear of ``model`` and of its ``fused`` projection groups
+    (``fused_projections.FusedProjections``) in the ``"x8"`` layout where it can be (module
+    docstring), where the native product is built.
 
     Returns:
         How many weights were re-laid (a fused group counts once).
@@ -137,10 +130,11 @@ def pack_quantized_linears(model: Any) -> int:
     readers = _block_readers(model)
     places = {id(module): (parent, name) for parent in model.modules()
               for name, module in parent.named_children()}
+    group_of = {id(member): group for group in fused for member in group.members}
     groups: dict[int, Any] = {}
     singles = []
     for module in model.modules():
-        group = _group_of(module)
+        group = group_of.get(id(module))
         if group is not None and is_quantized_linear(group.linear):
             groups.setdefault(id(group), group)
         elif group is not None and isinstance(group.linear, QuantizedParts):
@@ -164,14 +158,14 @@ def pack_quantized_linears(model: Any) -> int:
             parent, name = places[id(member)]
             setattr(parent, name, replaced[-1])
             start = end
-        group.wire(replaced)
+        group.members = replaced
         packed += 1
     for linear in singles:
         qweight = linear.qweight
         storage = qweight.blocks.untyped_storage().data_ptr()
         if not _packable(qweight, [], readers.get(storage, 0), 1):
             continue
-        if _group_of(linear) is not None:  # a part of a QuantizedParts product: in place
+        if id(linear) in group_of:  # a part of a QuantizedParts product: in place
             linear.hold(formats.to_layout(qweight, "x8"))
         else:
             parent, name = places[id(linear)]

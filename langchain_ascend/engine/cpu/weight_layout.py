@@ -38,9 +38,10 @@ Layouts:
   RAM, else ``"row"``; ``"row"`` elsewhere (oneDNN is far slower on column-major bf16
   weights).
 
-Values, shapes, parameters and the model code are unchanged; ``"dual"`` only swaps the
-``forward`` of each ``nn.Linear`` instance (``engine.cpu.swap``; results equal ``F.linear`` up
-to float rounding).
+Values, shapes, parameters and the model code are unchanged; ``"dual"`` puts a
+:class:`~langchain_ascend.engine.cpu.dual_linear.DualLinear` (our ``nn.Linear`` subclass over
+the same parameters, which holds the copies and picks the product) in place of each
+``nn.Linear``; results equal ``F.linear`` up to float rounding.
 
 Quantized linears (``quant.linear.QuantizedLinear``, weights kept as GGUF blocks) take no
 float layout; whatever the layout, :func:`apply_layout` has ``engine.cpu.quantized_layout``
@@ -55,44 +56,40 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_ascend import platform
+from langchain_ascend.engine.cpu.dual_linear import (
+    BF16_TILES,
+    SMALL_BATCH_ROWS,
+    DualLinear,
+    output_heavy,
+    takes_f32_tiles,
+    torch_rows_product,
+)
 from langchain_ascend.engine.cpu.quantized_layout import pack_quantized_linears
-from langchain_ascend.engine.cpu.swap import restore_forward, swap_forward, swapped_by
 from langchain_ascend.engine.worker.hook_types import WEIGHT_LAYOUTS
 from langchain_ascend.native import matvec
 
 logger = logging.getLogger(__name__)
 
 LAYOUTS = WEIGHT_LAYOUTS
-DUAL = "weight_layout.dual"
-"""The swap marker of a linear layer in the ``"dual"`` layout."""
 DUAL_MAX_RAM_SHARE = 0.25
 """``"auto"`` picks ``"dual"`` only while the copies take at most this share of free RAM."""
-SMALL_BATCH_ROWS = 8
-"""``"dual"`` computes products of 2 to this many rows as ``W @ x^T``."""
-PACKED_FOR_ROWS = 64
-"""Row count the oneDNN weight copy is packed for (it serves any row count)."""
-OUTPUT_HEAVY_RATIO = 4
-"""``"dual"`` keeps a transposed copy for single rows of layers with ``out >= ratio * in``."""
-BF16_TILES = "bf16_tiles"
-"""``single_row_mode`` of a bf16 linear whose products go to the native bf16 kernel."""
 BF16_PROBE_ROWS = (1, 16, 64, 256)
 """Row counts :func:`tune_bf16_native_rows` times, ascending (it stops at the first loss)."""
 F32_PROBE_ROWS = (2, 8, 16, 32, 64)
 """Row counts :func:`tune_f32_native_rows` times, ascending (it stops at the first loss)."""
 BF16_PROBE_REPEATS = 3
 """Timed runs of each product per probe after one warm-up run; the fastest counts."""
-DUAL_ATTRIBUTES = ("single_row_mode", "single_row_weight", "single_row_transposed",
-                   "packed_weight", "f32_tiles", "bf16_tiles", "native_max_rows")
-"""Instance attributes ``make_dual`` may set (removed when the layout changes again)."""
 
 
-def _linears(model: Any) -> list[Any]:
-    """The model's ``nn.Linear`` layers, except those another preparation swapped (members of
-    a fused group: their product is the group's, see ``engine.cpu.fused_projections``)."""
+def _linears(model: Any, skip: Any = ()) -> list[Any]:
+    """The model's ``nn.Linear`` layers (``DualLinear`` ones included), except the modules in
+    ``skip`` (members of fused groups: their product is the group's,
+    ``engine.cpu.fused_projections``)."""
     import torch
 
+    skipped = {id(module) for module in skip}
     return [m for m in model.modules()
-            if isinstance(m, torch.nn.Linear) and swapped_by(m) in (None, DUAL)]
+            if isinstance(m, torch.nn.Linear) and id(m) not in skipped]
 
 
 def resolve_layout(layout: str, model: Any) -> str:
@@ -112,7 +109,7 @@ def resolve_layout(layout: str, model: Any) -> str:
         return "row"
     if first.dtype == torch.float32:  # the oneDNN copy, and the tiles or a transposed copy
         copy_bytes = sum(m.weight.numel() * m.weight.element_size()
-                         * (2 if _output_heavy(m.weight) or m.out_features % 8 == 0 else 1)
+                         * (2 if output_heavy(m.weight) or m.out_features % 8 == 0 else 1)
                          for m in _linears(model))
     elif first.dtype == torch.bfloat16 and matvec.bf16_available():
         copy_bytes = sum(m.weight.numel() * m.weight.element_size() for m in _linears(model))
@@ -122,242 +119,76 @@ def resolve_layout(layout: str, model: Any) -> str:
     return "dual" if copy_bytes <= DUAL_MAX_RAM_SHARE * free else "row"
 
 
-def _output_heavy(weight: Any) -> bool:
-    out_features, in_features = weight.shape
-    return bool(out_features >= OUTPUT_HEAVY_RATIO * in_features)
-
-
-def single_row_weight(weight: Any) -> tuple[Any, bool]:
-    """The weight as two halves for a one-row ``torch.bmm`` (pure function).
-
-    Args:
-        weight: A row-major ``(out, in)`` linear weight.
-
-    Returns:
-        ``(halves, transposed)``: ``(2, out/2, in)`` (a view of ``weight``) with
-        ``transposed=False``, or for output-heavy weights a ``(2, in, out/2)`` contiguous copy
-        with ``transposed=True``. A weight with an odd ``out`` comes back as one ``(1, out,
-        in)`` view.
-    """
-    out_features, in_features = weight.shape
-    if out_features % 2:
-        return weight.view(1, out_features, in_features), False
-    half = out_features // 2
-    if _output_heavy(weight):
-        halves = weight.t().reshape(in_features, 2, half).permute(1, 0, 2).contiguous()
-        return halves, True  # (2, in, out/2)
-    return weight.view(2, half, in_features), False  # (2, out/2, in)
-
-
-def packed_weight(weight: Any) -> Any:
-    """The weight pre-packed for oneDNN's linear, or None where torch lacks the ops."""
-    import torch
-
-    try:
-        return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
-    except (AttributeError, RuntimeError) as exc:
-        logger.debug("no oneDNN-packed weight: %s", exc)
-        return None
-
-
-def _small_batch_forward(self: Any, x: Any) -> Any:
-    """``nn.Linear.forward`` with the fastest product for the number of input rows.
-
-    One row: the native mat-vec where it is built (``native.matvec``: on the row-major
-    weight, or on its tiles copy for output-heavy layers), else a batched product over the
-    weight's halves (see :func:`single_row_weight`). 2 to ``native_max_rows`` rows: the native
-    kernel on the tiles copy where there is one (each tile read once for all rows). Other
-    products: :func:`_torch_rows_product`.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    in_features = x.shape[-1]
-    num_rows = x.numel() // in_features
-    if num_rows == 1 and self.single_row_mode != "halves":
-        row = x.reshape(in_features)
-        if self.single_row_mode == "tiles":
-            out = matvec.matvec_tiles(self.single_row_weight, row, self.bias)  # (out,)
-        else:
-            out = matvec.matvec(self.weight, row, self.bias)  # (out,)
-        if out is None:  # not expected: the kernel was checked when the layout was made
-            return F.linear(x, self.weight, self.bias)
-        return out.view(*x.shape[:-1], -1)  # (..., out)
-    if num_rows == 1:
-        halves = self.single_row_weight
-        row = x.reshape(1, in_features)
-        if self.single_row_transposed:
-            out = torch.bmm(row.expand(halves.shape[0], 1, in_features), halves)  # (P, 1, out/P)
-        else:
-            out = torch.bmm(halves, row.t().expand(halves.shape[0], in_features, 1))  # (P,out/P,1)
-        out = out.view(*x.shape[:-1], -1)  # (..., out)
-        return out if self.bias is None else out.add_(self.bias)
-    rows = x.reshape(num_rows, in_features)  # (M, in)
-    out = None
-    if self.f32_tiles is not None and num_rows <= self.native_max_rows:
-        out = matvec.matvec_tiles_rows(self.f32_tiles, rows, self.bias)  # (M, out)
-    if out is None:
-        out = _torch_rows_product(self, rows)  # (M, out)
-    return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
-
-
-def _torch_rows_product(linear: Any, rows: Any) -> Any:
-    """``rows (M, in) @ W^T [+ bias]`` -> ``(M, out)`` in torch for a float32 ``"dual"`` layer:
-    up to :data:`SMALL_BATCH_ROWS` rows as ``W @ x^T`` on the row-major weight (MKL's small-M
-    path of ``x @ W^T`` is far slower here), more through oneDNN on the packed copy."""
-    import torch
-    import torch.nn.functional as F
-
-    if rows.shape[0] > SMALL_BATCH_ROWS:
-        if linear.packed_weight is None:
-            return F.linear(rows, linear.weight, linear.bias)
-        return torch.ops.mkldnn._linear_pointwise(rows, linear.packed_weight, linear.bias,
-                                                  "none", [], "")
-    if linear.bias is None:
-        out_t = torch.mm(linear.weight, rows.t())  # (out, M)
-    else:
-        out_t = torch.addmm(linear.bias[:, None], linear.weight, rows.t())  # (out, M)
-    return out_t.t().contiguous()  # (M, out)
-
-
-def _bf16_tiles_forward(self: Any, x: Any) -> Any:
-    """``nn.Linear.forward`` of a bf16 linear: up to ``native_max_rows`` rows through the
-    native bf16 kernel on the tiles copy, anything else (more rows, another input dtype, a
-    layer without tiles) through ``F.linear``."""
-    import torch.nn.functional as F
-
-    in_features = x.shape[-1]
-    num_rows = x.numel() // in_features if in_features else 0
-    if self.bf16_tiles is not None and 0 < num_rows <= self.native_max_rows:
-        rows = x.reshape(num_rows, in_features)  # (M, in)
-        out = matvec.matvec_tiles_rows_bf16(self.bf16_tiles, rows, self.bias)  # (M, out)
-        if out is not None:
-            return out.view(*x.shape[:-1], out.shape[-1])  # (..., out)
-    return F.linear(x, self.weight, self.bias)
-
-
-def uses_bf16_kernel(weight: Any) -> bool:
-    """Whether ``"dual"`` lays out this weight for the native bf16 kernel: bfloat16 on CPU,
-    2-D, with the kernel built here (layers it cannot take then run ``F.linear``)."""
-    import torch
-
-    return (weight.dim() == 2 and weight.dtype == torch.bfloat16
-            and weight.device.type == "cpu" and matvec.bf16_available())
-
-
-def takes_bf16_tiles(weight: Any, bias: Any) -> bool:
-    """Whether a linear layer can use the native bf16 kernel (:func:`uses_bf16_kernel`, and
-    ``out % 8 == 0``, ``in > 0``, a contiguous bf16 bias or none)."""
-    import torch
-
-    return (uses_bf16_kernel(weight) and weight.shape[0] % 8 == 0 and weight.shape[1] > 0
-            and (bias is None or (bias.dtype == torch.bfloat16 and bias.is_contiguous())))
-
-
-def takes_f32_tiles(weight: Any, bias: Any) -> bool:
-    """Whether a float32 linear layer can use the native rows kernel on a tiles copy
-    (``matvec.applies_to`` it, and ``out % 8 == 0``)."""
-    return matvec.applies_to(weight, bias) and weight.shape[0] % 8 == 0
-
-
 def current_layout(module: Any) -> str:
     """The layout one ``nn.Linear`` is in now."""
-    if swapped_by(module) == DUAL:
+    if isinstance(module, DualLinear):
         return "dual"
     weight = module.weight
     return "column" if weight.dim() == 2 and weight.stride() == (1, weight.shape[0]) else "row"
 
 
-def make_dual(module: Any, native_max_rows: int = 0) -> None:
-    """Give one row-major ``nn.Linear`` the ``"dual"`` layout (its copies and ``forward``).
-
-    Args:
-        module: The linear layer.
-        native_max_rows: For a bf16 layer on the native kernel: the most rows it sends to
-            the kernel (0: none, until :func:`tune_bf16_native_rows` sets it). A float32
-            layer starts at :data:`SMALL_BATCH_ROWS` where it has tiles (output-heavy), else
-            0, until :func:`tune_f32_native_rows` sets it.
-    """
-    import torch
-
-    with torch.no_grad():
-        weight = module.weight.data
-        if uses_bf16_kernel(weight):
-            tiles = matvec.pack_tiles(weight) if takes_bf16_tiles(weight, module.bias) else None
-            module.single_row_mode = BF16_TILES
-            module.bf16_tiles = tiles  # (out/8, in, 8), or None: F.linear only
-            module.native_max_rows = native_max_rows
-            swap_forward(module, _bf16_tiles_forward, DUAL)
-            return
-        mode, single, transposed = "halves", None, False
-        if matvec.applies_to(weight, module.bias):
-            if _output_heavy(weight) and weight.shape[0] % 8 == 0:
-                mode, single = "tiles", matvec.pack_tiles(weight)  # (out/8, in, 8)
-            else:
-                mode, single = "rows", weight  # the weight itself
-        if mode == "halves":
-            single, transposed = single_row_weight(weight)
-        module.single_row_mode, module.single_row_weight = mode, single
-        module.single_row_transposed = transposed
-        module.packed_weight = packed_weight(weight)
-        module.f32_tiles = single if mode == "tiles" else None  # (out/8, in, 8), or None
-        module.native_max_rows = SMALL_BATCH_ROWS if mode == "tiles" else 0
-    swap_forward(module, _small_batch_forward, DUAL)
+def make_dual(module: Any) -> DualLinear:
+    """The ``"dual"`` layer over one row-major ``nn.Linear``'s parameters (itself if it is
+    one already)."""
+    return module if isinstance(module, DualLinear) else DualLinear.of(module)
 
 
-def apply_layout(model: Any, layout: str) -> int:
-    """Lay out every ``nn.Linear`` of ``model`` as ``"row"``, ``"column"`` or ``"dual"``, and
-    re-lay every quantized linear (``quantized_layout.pack_quantized_linears``, any layout).
+def apply_layout(model: Any, layout: str, skip: Any = (), fused: Any = ()) -> int:
+    """Lay out every ``nn.Linear`` of ``model`` but those in ``skip`` as ``"row"``,
+    ``"column"`` or ``"dual"`` (a :class:`DualLinear` in its place), and re-lay every quantized
+    linear, the ``fused`` groups' included (``quantized_layout.pack_quantized_linears``, any
+    layout).
 
     Returns:
         How many linear layers changed layout.
     """
     import torch
 
-    changed = pack_quantized_linears(model)
+    changed = pack_quantized_linears(model, fused)
+    places = {id(module): (parent, name) for parent in model.modules()
+              for name, module in parent.named_children()}
     with torch.no_grad():
-        for module in _linears(model):
+        for module in _linears(model, skip):
             before = current_layout(module)
             if before == layout:
                 continue
+            replacement = module
             if before == "dual":
-                for name in DUAL_ATTRIBUTES:
-                    module.__dict__.pop(name, None)
-                restore_forward(module)  # back to nn.Linear.forward
+                replacement = module.plain()  # back to nn.Linear over the same parameters
             elif before == "column":
                 module.weight.data = module.weight.data.contiguous()  # (out, in), row-major
             if layout == "column":
-                module.weight.data = module.weight.data.t().contiguous().t()  # column-major
+                replacement.weight.data = replacement.weight.data.t().contiguous().t()
             elif layout == "dual":
-                make_dual(module)
+                replacement = make_dual(module)
+            if replacement is not module and id(module) in places:
+                parent, name = places[id(module)]
+                setattr(parent, name, replacement)
             changed += 1
     if changed:
         logger.info("laid out %d linear layers as %r", changed, layout)
     return changed
 
 
-def dual_linears(model: Any) -> list[Any]:
-    """The ``"dual"`` linears of ``model``, including fused projection groups' (held by their
-    members' swap marker, not registered as modules), each once."""
+def dual_linears(model: Any, extra: Any = ()) -> list[Any]:
+    """The :class:`DualLinear` layers of ``model`` and of ``extra`` (fused groups' products,
+    not registered as modules), each once."""
     found: dict[int, Any] = {}
-    for module in model.modules():
-        owner = swapped_by(module)
-        linear = module if owner == DUAL else getattr(owner, "linear", None)
-        if linear is not None and swapped_by(linear) == DUAL:
-            found.setdefault(id(linear), linear)
+    for module in [*model.modules(), *extra]:
+        if isinstance(module, DualLinear):
+            found.setdefault(id(module), module)
     return list(found.values())
 
 
-def bf16_tiled_linears(model: Any) -> list[Any]:
-    """The ``"dual"`` linears of ``model`` on the native bf16 kernel (:func:`dual_linears`)."""
-    return [m for m in dual_linears(model)
-            if m.single_row_mode == BF16_TILES and m.bf16_tiles is not None]
+def bf16_tiled_linears(linears: Any) -> list[Any]:
+    """The ``"dual"`` ``linears`` on the native bf16 kernel."""
+    return [m for m in linears if m.single_row_mode == BF16_TILES and m.bf16_tiles is not None]
 
 
-def f32_tileable_linears(model: Any) -> list[Any]:
-    """The float32 ``"dual"`` linears of ``model`` the native rows kernel can take
-    (:func:`takes_f32_tiles`)."""
-    return [m for m in dual_linears(model)
+def f32_tileable_linears(linears: Any) -> list[Any]:
+    """The float32 ``"dual"`` ``linears`` the native rows kernel can take
+    (:func:`~langchain_ascend.engine.cpu.dual_linear.takes_f32_tiles`)."""
+    return [m for m in linears
             if m.single_row_mode != BF16_TILES and takes_f32_tiles(m.weight, m.bias)]
 
 
@@ -416,7 +247,7 @@ def measure_native_max_rows(linear: Any, probe_rows: Sequence[int] | None = None
         tiles = matvec.pack_tiles(linear.weight.detach())  # (out/8, in, 8)
     return largest_winning_rows(
         lambda rows: matvec.matvec_tiles_rows(tiles, rows, linear.bias),
-        lambda rows: _torch_rows_product(linear, rows), linear.in_features, torch.float32,
+        lambda rows: torch_rows_product(linear, rows), linear.in_features, torch.float32,
         F32_PROBE_ROWS if probe_rows is None else probe_rows)
 
 
@@ -437,15 +268,15 @@ def _measure_on_representative(linears: Sequence[Any], kind: str) -> int:
     return limit
 
 
-def tune_bf16_native_rows(model: Any) -> int | None:
+def tune_bf16_native_rows(dual: Any) -> int | None:
     """Measure where the native bf16 kernel wins (:func:`measure_native_max_rows` on
-    :func:`representative_linear`) and set that as ``native_max_rows`` of every bf16
-    ``"dual"`` layer of ``model``.
+    :func:`representative_linear`) and set that as ``native_max_rows`` of every bf16 layer of
+    the ``dual`` linears (:func:`dual_linears`).
 
     Returns:
         The row limit chosen, or None when no layer is on the native bf16 kernel.
     """
-    linears = bf16_tiled_linears(model)
+    linears = bf16_tiled_linears(dual)
     if not linears:
         return None
     limit = _measure_on_representative(linears, "bf16")
@@ -470,15 +301,16 @@ def set_f32_native_rows(linear: Any, limit: int) -> None:
     linear.native_max_rows = max(limit, SMALL_BATCH_ROWS if single_row_tiles else 0)
 
 
-def tune_f32_native_rows(model: Any) -> int | None:
+def tune_f32_native_rows(dual: Any) -> int | None:
     """Measure up to how many rows the native float32 rows kernel beats torch
     (:func:`measure_native_max_rows` on :func:`representative_linear`) and apply that limit
-    to every float32 ``"dual"`` layer the kernel can take (:func:`set_f32_native_rows`).
+    to every float32 layer of the ``dual`` linears the kernel can take
+    (:func:`set_f32_native_rows`).
 
     Returns:
         The row limit measured, or None when no layer can take the kernel.
     """
-    linears = f32_tileable_linears(model)
+    linears = f32_tileable_linears(dual)
     if not linears:
         return None
     limit = _measure_on_representative(linears, "float32")

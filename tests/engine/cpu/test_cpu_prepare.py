@@ -1,5 +1,5 @@
-"""The CPU seam: one prepare() lays out the products (one swap, one marker) and builds the owned
-model."""
+"""The CPU seam: one prepare() fuses and lays out the products (our own linear classes in the
+tree, no forward replaced) and builds the owned model."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from _product_spies import f32_product_calls
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.cpu import CPUHooks, prepare
-from langchain_ascend.engine.cpu.fused_projections import FusedProjections
+from langchain_ascend.engine.cpu.dual_linear import DualLinear
 from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
-from langchain_ascend.engine.cpu.swap import MARKER, is_swapped, restore_forward, swapped_by
-from langchain_ascend.engine.cpu.weight_layout import DUAL, dual_linears
+from langchain_ascend.engine.cpu.weight_layout import apply_layout, dual_linears
 from langchain_ascend.engine.worker.hooks import (
     HookOptions,
     ModelHooks,
@@ -27,7 +26,7 @@ def load(tiny_model_paths, arch="qwen2"):
     return AutoModelForCausalLM.from_pretrained(tiny_model_paths[arch], dtype=torch.float32)
 
 
-def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_paths):
+def test_prepare_replaces_no_forward_and_builds_the_owned_model(tiny_model_paths):
     model = load(tiny_model_paths)
     ids = torch.tensor([[5, 17, 300, 41, 9]])
     with torch.inference_mode():
@@ -39,18 +38,18 @@ def test_prepare_swaps_every_prepared_module_under_the_one_marker(tiny_model_pat
     layers = model.config.num_hidden_layers
     assert hooks.changes["fused_groups"] == 2 * layers  # q/k/v and gate/up of every layer
     kernels = rope_kv.available(torch.float32)
-    tiled = all(linear.f32_tiles is not None for linear in dual_linears(model))
-    owned = hooks.changes["owned_layers"]  # the owned model's stack needs every product's
-    assert owned == (layers if kernels and tiled else 0)  # tiles (the measurement may drop)
-    swapped = [m for m in model.modules() if is_swapped(m)]
-    assert swapped and all(MARKER in m.__dict__ and "forward" in m.__dict__ for m in swapped)
-    owners = {type(swapped_by(m)).__name__ if not isinstance(swapped_by(m), str)
-              else swapped_by(m) for m in swapped}
-    assert owners == {DUAL, FusedProjections.__name__}  # the products only
-    # the owned model is no swap: the layers, norms and attention keep their class
-    # forwards, the runner calls the owned model (hooks.owned_model) explicitly
-    assert not any(is_swapped(m) for m in model.get_decoder().layers)
+    owned = hooks.changes["owned_layers"]
     assert (hooks.owned_model is not None) == bool(owned)
+    if owned:
+        products = [product for layer in hooks.owned_model.layers
+                    for product in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        tiled = all(product.f32_tiles is not None for product in products)
+        assert owned == (layers if kernels and tiled else 0)  # the stack reads every tile
+    # no instance forward anywhere: the runner calls the owned model explicitly, and the
+    # linears outside the groups are our DualLinear in the tree (members stay nn.Linear)
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    attention = model.get_decoder().layers[0].self_attn
+    assert type(attention.o_proj) is DualLinear and type(attention.q_proj) is torch.nn.Linear
     with torch.inference_mode():
         after = [model(ids).logits, model(ids[:, :1]).logits]
     for got, want in zip(after, before, strict=True):
@@ -68,7 +67,7 @@ def test_options_pick_the_layout_and_the_head(tiny_model_paths):
                     options=HookOptions(weight_layout="row", screen_greedy=False))
     assert hooks.changes["weight_layout"] == "row" and hooks.changes["fused_groups"] == 0
     assert isinstance(hooks.make_logits_head(model), PlainLogitsHead)
-    assert not any(swapped_by(m) == DUAL for m in model.modules())
+    assert not dual_linears(model)
     with pytest.raises(ValueError, match="weight_layout"):
         HookOptions(weight_layout="diagonal")
 
@@ -80,19 +79,20 @@ def test_other_devices_get_plain_hooks_and_an_untouched_model(tiny_model_paths):
                            options=HookOptions())
         assert type(hooks) is ModelHooks and hooks.changes == {}
         assert isinstance(hooks.make_logits_head(model), PlainLogitsHead)
-    assert not any(is_swapped(m) for m in model.modules())
+    assert not dual_linears(model)
 
 
-def test_restore_forward_drops_the_swap_and_its_marker():
-    linear = torch.nn.Linear(4, 4)
+def test_the_row_layout_puts_plain_linears_back():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     x = torch.randn(1, 4)
-    expected = linear(x)
-    prepare(torch.nn.Sequential(linear), device=torch.device("cpu"), dtype=torch.float32,
+    expected = model(x)
+    prepare(model, device=torch.device("cpu"), dtype=torch.float32,
             options=HookOptions(weight_layout="dual"))
-    assert swapped_by(linear) == DUAL
-    restore_forward(linear)
-    assert not is_swapped(linear)
-    torch.testing.assert_close(linear(x), expected)
+    assert type(model[0]) is DualLinear
+    torch.testing.assert_close(model(x), expected)
+    apply_layout(model, "row")
+    assert type(model[0]) is torch.nn.Linear
+    torch.testing.assert_close(model(x), expected)
 
 
 def greedy_tokens(model, ids, steps: int) -> list[int]:
@@ -120,8 +120,12 @@ def test_prepared_bf16_model_matches_the_unprepared_one(tiny_model_paths, arch, 
     assert hooks.changes["weight_layout"] == "dual"
     assert hooks.changes["fused_groups"] == 2 * layers  # fused in bf16 too
     assert hooks.changes["bf16_native_max_rows"] in (0, *BF16_PROBE_ROWS)
-    linears = bf16_tiled_linears(model)
-    assert len(linears) == 4 * layers + 1  # qkv, o, gate/up, down per layer; the head
+    owned = hooks.owned_model
+    assert owned is not None and owned.num_layers == layers
+    linears = bf16_tiled_linears(dual_linears(model))
+    assert len(linears) == 2 * layers + 1  # o, down per layer; the head (transformers' calls)
+    fused = bf16_tiled_linears([p for layer in owned.layers for p in (layer.qkv, layer.gate_up)])
+    assert len(fused) == 2 * layers  # q/k/v and gate/up, held by the owned model
     for linear in linears:
         linear.native_max_rows = 16  # whatever this host measured: the kernel for <= 16 rows
     calls = []
@@ -154,8 +158,8 @@ def test_prepared_f32_model_sends_batched_rows_to_the_native_kernel(tiny_model_p
                     options=HookOptions())
     assert hooks.changes["f32_native_max_rows"] in (0, *F32_PROBE_ROWS)
     layers = model.config.num_hidden_layers
-    linears = f32_tileable_linears(model)
-    assert len(linears) == 4 * layers + 1  # fused qkv, o, fused gate/up, down; the head
+    linears = f32_tileable_linears(dual_linears(model))
+    assert len(linears) == 2 * layers + 1  # o, down per layer; the head (transformers' calls)
     ids = torch.tensor([[5, 17, 300, 41, 9, 1000, 77, 3, 250, 12, 8, 640]])  # 12 rows
     calls = f32_product_calls(monkeypatch)
     with torch.inference_mode():

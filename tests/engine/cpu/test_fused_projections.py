@@ -1,4 +1,5 @@
-"""Fused sibling projections: same outputs as the separate layers, in any call order."""
+"""Fused sibling projections: one product with the separate layers' outputs, the members
+views of it and left with their own forward."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from langchain_ascend.engine.cpu.fused_projections import fusable, fuse_projections  # noqa: E402
-from langchain_ascend.engine.cpu.swap import swapped_by  # noqa: E402
-from langchain_ascend.engine.cpu.weight_layout import _linears, make_dual  # noqa: E402
+from langchain_ascend.engine.cpu.dual_linear import DualLinear  # noqa: E402
+from langchain_ascend.engine.cpu.fused_projections import (  # noqa: E402
+    fusable,
+    fuse_projections,
+    group_of,
+)
+from langchain_ascend.engine.cpu.weight_layout import _linears  # noqa: E402
 
 
 class Attention(torch.nn.Module):
@@ -35,35 +40,25 @@ def test_fused_group_gives_each_member_its_own_output(bias, rows):
     module = Attention(bias)
     x = torch.randn(1, rows, 64)
     expected = separate_outputs(module, x)
-    assert fuse_projections(module) == 1
+    groups = fuse_projections(module)
+    members = [module.q_proj, module.k_proj, module.v_proj]
+    assert len(groups) == 1 and group_of(groups, members) is groups[0]
+    assert group_of(groups, members[:2]) is None and group_of(groups, members[::-1]) is None
+    group = groups[0]
+    assert isinstance(group.linear, DualLinear) and group.sizes == [64, 16, 16]
     with torch.inference_mode():
-        got = module(x)
-    for g, e in zip(got, expected, strict=True):
+        got = group.linear(x).split(group.sizes, dim=-1)
+        own = module(x)  # the members' own forwards, on their views
+    for g, o, e in zip(got, own, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(o, e, rtol=1e-5, atol=1e-6)
     # The members' parameters are views of the fused weight: nothing is held twice.
-    fused = swapped_by(module.q_proj).linear
-    base = fused.weight.data_ptr()
+    base = group.linear.weight.data_ptr()
     assert module.k_proj.weight.data_ptr() == base + 64 * 64 * 4
     assert module.v_proj.weight.data_ptr() == base + 80 * 64 * 4
+    assert all(type(m) is torch.nn.Linear and "forward" not in m.__dict__ for m in members)
     # Members are left out of the layout pass; o_proj is not part of a group.
-    assert [m for m in _linears(module)] == [module.o_proj]
-
-
-def test_members_called_alone_or_out_of_order_compute_their_own_product():
-    torch.manual_seed(1)
-    module = Attention(True)
-    x, y = torch.randn(1, 1, 64), torch.randn(1, 1, 64)
-    expected_x, expected_y = separate_outputs(module, x), separate_outputs(module, y)
-    fuse_projections(module)
-    with torch.inference_mode():
-        k_first = module.k_proj(y)  # before any q_proj call
-        q = module.q_proj(x)
-        v_other = module.v_proj(y)  # another input than q_proj's
-        k = module.k_proj(x)
-    torch.testing.assert_close(k_first, expected_y[1], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(q, expected_x[0], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(v_other, expected_y[2], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(k, expected_x[1], rtol=1e-5, atol=1e-6)
+    assert [m for m in _linears(module, skip=members)] == [module.o_proj]
 
 
 def test_only_matching_plain_linears_are_fused():
@@ -73,6 +68,3 @@ def test_only_matching_plain_linears_are_fused():
     assert not fusable([a, torch.nn.Linear(6, 4)])  # other input size
     assert not fusable([a, torch.nn.Linear(8, 4, dtype=torch.float64)])
     assert not fusable([a, None])
-    rewired = torch.nn.Linear(8, 4)
-    make_dual(rewired)  # its forward is already swapped
-    assert not fusable([a, rewired])

@@ -61,8 +61,9 @@ def test_quantized_groups_fuse_into_one_product_over_views(tiny_model_paths):
     x = torch.randn(3, model.config.hidden_size)
     layout = fused_layout([m.qweight for m in members])  # "x8" where the native product is
     want = [QuantizedLinear(formats.to_layout(m.qweight, layout), m.bias)(x) for m in members]
-    assert fuse_projections(model) == 2 * model.config.num_hidden_layers
-    group = group_of(members)
+    groups = fuse_projections(model)
+    assert len(groups) == 2 * model.config.num_hidden_layers
+    group = group_of(groups, members)
     assert isinstance(group.linear, QuantizedLinear) and group.linear.fmt == "q4_1"
     assert group.linear.out_features == sum(m.out_features for m in members)
     assert group.linear.layout == layout and all(m.layout == layout for m in members)
@@ -70,12 +71,10 @@ def test_quantized_groups_fuse_into_one_product_over_views(tiny_model_paths):
     for m in members:  # the members' blocks and biases are views of the fused ones
         assert m.qweight.blocks.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
         assert m.bias.untyped_storage().data_ptr() == group.linear.bias.untyped_storage().data_ptr()
-    got = [m(x) for m in members]  # the first computes the group, the others take slices
-    for a, b in zip(got, want, strict=True):
+    got = group.linear(x).split(group.sizes, dim=-1)  # one product, split
+    for a, b, m in zip(got, want, members, strict=True):
         assert torch.equal(a, b)
-    other = torch.randn(2, model.config.hidden_size)  # a member on another input: its own
-    assert torch.equal(attention.v_proj(other), type(attention.v_proj).forward(attention.v_proj,
-                                                                               other))
+        assert torch.equal(m(x), b)  # each member's own product on its view
 
 
 def test_packing_relays_blocks_in_place_and_copies_shared_ones(tiny_model_paths):
@@ -92,14 +91,14 @@ def test_packing_relays_blocks_in_place_and_copies_shared_ones(tiny_model_paths)
     want = {"head": model.get_output_embeddings()(x),
             "o": model.model.layers[0].self_attn.o_proj(x),
             **{name: getattr(attention, name)(x) for name in names}}
-    fuse_projections(model)
-    group = group_of([getattr(attention, name) for name in names])
+    groups = fuse_projections(model)
+    group = group_of(groups, [getattr(attention, name) for name in names])
     assert group.linear.qweight.layout == "x8"  # concatenated straight into the x8 layout
     before = group.linear.qweight.blocks.untyped_storage().data_ptr()
-    assert quantized_layout.pack_quantized_linears(model) == 2 * 2 + 1  # o/down, the head
-    assert quantized_layout.pack_quantized_linears(model) == 0  # then none
+    assert quantized_layout.pack_quantized_linears(model, groups) == 2 * 2 + 1  # o/down, head
+    assert quantized_layout.pack_quantized_linears(model, groups) == 0  # then none
     members = [getattr(attention, name) for name in names]
-    assert group_of(members) is group and group.linear.qweight.layout == "x8"
+    assert group_of(groups, members) is group and group.linear.qweight.layout == "x8"
     fused = group.linear.qweight.blocks.untyped_storage().data_ptr()
     assert fused == before  # the groups were not re-laid again
     for member in members:  # views of the re-laid fused blocks
@@ -136,15 +135,16 @@ def test_mixed_formats_fuse_into_parts(tiny_model_paths):
     mlp = model.model.layers[0].mlp
     x = torch.randn(3, model.config.hidden_size)
     want = [mlp.gate_proj(x), mlp.up_proj(x)]
-    fuse_projections(model)
-    group = group_of([mlp.gate_proj, mlp.up_proj])
+    groups = fuse_projections(model)
+    group = group_of(groups, [mlp.gate_proj, mlp.up_proj])
     assert isinstance(group.linear, quantized_layout.QuantizedParts)
     assert group.linear.parts == [mlp.gate_proj, mlp.up_proj]  # their own blocks
     assert torch.equal(group.linear(x), torch.cat(want, dim=-1))
     assert torch.equal(mlp.gate_proj(x), want[0]) and torch.equal(mlp.up_proj(x), want[1])
-    single = group_of([model.model.layers[1].mlp.gate_proj, model.model.layers[1].mlp.up_proj])
+    single = group_of(groups, [model.model.layers[1].mlp.gate_proj,
+                               model.model.layers[1].mlp.up_proj])
     assert isinstance(single.linear, QuantizedLinear)
-    assert quantized_layout.pack_quantized_linears(model) > 0
+    assert quantized_layout.pack_quantized_linears(model, groups) > 0
     # each part re-laid in place on its own (x8 sums in another float order: close, not equal)
     assert group.linear.parts == [mlp.gate_proj, mlp.up_proj]
     assert mlp.gate_proj.qweight.layout == "x8" and mlp.up_proj.qweight.layout == "x8"
@@ -182,7 +182,7 @@ def test_quantized_stack_equals_the_per_op_path(tiny_model_paths, arch, dtype, f
     head = stacked.model.get_output_embeddings()
     assert isinstance(head, QuantizedLinear) and head.qweight.layout == "x8"  # the head too
     attention = stacked.model.model.layers[0].self_attn
-    fused = group_of([attention.q_proj, attention.k_proj, attention.v_proj]).linear
+    fused = stacked.hooks.owned_model.layers[0].qkv
     assert fused.qweight.layout == "x8" and attention.k_proj.qweight.layout == "x8"
     tokens = {}
     for name, runner in (("stack", stacked), ("plain", plain)):

@@ -7,6 +7,7 @@ import torch
 from _product_spies import f32_product_calls
 from transformers import AutoModelForCausalLM
 
+from langchain_ascend.engine.cpu.dual_linear import DualLinear
 from langchain_ascend.native import matvec
 from langchain_ascend.testing import needs_native_kernels
 
@@ -31,18 +32,21 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
     model.float()
     with pytest.raises(ValueError, match="weight_layout"):
         resolve_layout("diagonal", model)
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    def linears():
+        return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+    n = len(linears())
     ids = torch.tensor([prompt(70, 12)])
     with torch.inference_mode():
         full_before = model(ids).logits
         last_before = model(ids[:, :1]).logits  # single-row products
         few_before = model(ids[:, :4]).logits  # small-batch products (2-8 rows)
         weights = {name: p.clone() for name, p in model.named_parameters()}
-        n = len(linears)
         for layout, expected in (("column", n), ("dual", n), ("dual", 0), ("row", n),
                                  ("dual", n), ("column", n)):
             assert apply_layout(model, layout) == expected
-            assert all(current_layout(m) == layout for m in linears)
+            assert len(linears()) == n and all(current_layout(m) == layout for m in linears())
+            assert all((type(m) is DualLinear) == (layout == "dual") for m in linears())
             for name, p in model.named_parameters():
                 assert torch.equal(p, weights[name]), name
             torch.testing.assert_close(model(ids).logits, full_before, atol=1e-5, rtol=1e-5)
@@ -51,9 +55,9 @@ def test_weight_layouts_keep_values_and_outputs(tiny_model_paths):
             torch.testing.assert_close(model(ids[:, :4]).logits, few_before, atol=1e-5,
                                        rtol=1e-5)
         apply_layout(model, "row")
-        assert all(m.weight.is_contiguous() and "forward" not in m.__dict__ for m in linears)
+        assert all(m.weight.is_contiguous() and type(m) is torch.nn.Linear for m in linears())
     apply_layout(model, "dual")
-    layer, head = linears[0], model.lm_head  # llama tiny: (128, 128) and (4096, 128)
+    layer, head = linears()[0], model.lm_head  # llama tiny: (128, 128) and (4096, 128)
     assert layer.single_row_transposed is False
     assert layer.single_row_weight.data_ptr() == layer.weight.data_ptr()  # a view, no copy
     if matvec.available():  # native mat-vec: the weight itself, and tiles for the head
@@ -87,7 +91,7 @@ def test_dual_layout_without_the_native_kernel_keeps_outputs(tiny_model_paths, m
 
 
 def test_single_row_weight_halves_reproduce_the_product():
-    from langchain_ascend.engine.cpu.weight_layout import single_row_weight
+    from langchain_ascend.engine.cpu.dual_linear import single_row_weight
 
     torch.manual_seed(0)
     row = torch.randn(1, 6)
@@ -118,29 +122,32 @@ def bf16_linear_calls(monkeypatch) -> list[tuple[int, ...]]:
 
 @needs_native_kernels()
 def test_bf16_dual_layout_keeps_the_weights_and_matches_torch(tiny_model_paths, monkeypatch):
+    from langchain_ascend.engine.cpu.dual_linear import BF16_TILES
     from langchain_ascend.engine.cpu.weight_layout import (
         BF16_PROBE_ROWS,
-        BF16_TILES,
         apply_layout,
         bf16_tiled_linears,
         current_layout,
+        dual_linears,
         tune_bf16_native_rows,
     )
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.bfloat16)
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    count = len([m for m in model.modules() if isinstance(m, torch.nn.Linear)])
     ids = torch.tensor([prompt(72, 12)])
     with torch.inference_mode():
         before = [model(ids).logits, model(ids[:, :1]).logits]
         weights = {name: p.clone() for name, p in model.named_parameters()}
-        assert apply_layout(model, "dual") == len(linears)
+        assert apply_layout(model, "dual") == count
+        linears = dual_linears(model)
+        assert len(linears) == count
         assert all(current_layout(m) == "dual" and m.single_row_mode == BF16_TILES
                    for m in linears)
         assert all(m.native_max_rows == 0 for m in linears)  # torch only until measured
-        limit = tune_bf16_native_rows(model)
+        limit = tune_bf16_native_rows(linears)
         assert limit in (0, *BF16_PROBE_ROWS)
         assert all(m.native_max_rows == limit for m in linears)
-        for m in bf16_tiled_linears(model):
+        for m in bf16_tiled_linears(linears):
             m.native_max_rows = 64  # every product of this test through the kernel
         calls = bf16_linear_calls(monkeypatch)
         after = [model(ids).logits, model(ids[:, :1]).logits]
@@ -154,18 +161,18 @@ def test_bf16_dual_layout_keeps_the_weights_and_matches_torch(tiny_model_paths, 
         torch.testing.assert_close(got.float(), want.float(), atol=0.1, rtol=0.05)
         assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
     apply_layout(model, "row")
-    assert all("forward" not in m.__dict__ and "bf16_tiles" not in m.__dict__ for m in linears)
+    assert not dual_linears(model)
+    assert all(type(m) is torch.nn.Linear for m in model.modules()
+               if isinstance(m, torch.nn.Linear))
 
 
 @needs_native_kernels()
 def test_bf16_layers_the_kernel_cannot_take_run_torch(monkeypatch):
-    from langchain_ascend.engine.cpu.weight_layout import make_dual
-
     torch.manual_seed(5)
-    odd = torch.nn.Linear(16, 12, dtype=torch.bfloat16)  # out % 8 != 0: no tiles
-    even = torch.nn.Linear(16, 24, dtype=torch.bfloat16)
-    make_dual(odd, native_max_rows=8)
-    make_dual(even, native_max_rows=8)
+    odd_linear = torch.nn.Linear(16, 12, dtype=torch.bfloat16)  # out % 8 != 0: no tiles
+    even_linear = torch.nn.Linear(16, 24, dtype=torch.bfloat16)
+    odd = DualLinear(odd_linear.weight, odd_linear.bias, native_max_rows=8)
+    even = DualLinear(even_linear.weight, even_linear.bias, native_max_rows=8)
     assert odd.bf16_tiles is None and even.bf16_tiles is not None
     calls = bf16_linear_calls(monkeypatch)
     x = torch.randn(3, 16).bfloat16()
@@ -183,8 +190,7 @@ def test_bf16_layers_the_kernel_cannot_take_run_torch(monkeypatch):
 def test_measured_row_limit_is_the_largest_probe_the_kernel_wins(monkeypatch):
     from langchain_ascend.engine.cpu import weight_layout
 
-    linear = torch.nn.Linear(32, 64, dtype=torch.bfloat16)
-    weight_layout.make_dual(linear)
+    linear = weight_layout.make_dual(torch.nn.Linear(32, 64, dtype=torch.bfloat16))
     native_s = {1: 1.0, 16: 2.0, 64: 9.0, 256: 1.0}  # loses at 64: 256 is never timed
     torch_s = {1: 3.0, 16: 4.0, 64: 5.0, 256: 9.0}
     timed: list[int] = []
@@ -216,6 +222,7 @@ def test_f32_dual_layout_sends_rows_up_to_the_measured_limit_to_the_native_kerne
     from langchain_ascend.engine.cpu.weight_layout import (
         F32_PROBE_ROWS,
         apply_layout,
+        dual_linears,
         f32_tileable_linears,
         set_f32_native_rows,
         tune_f32_native_rows,
@@ -226,11 +233,12 @@ def test_f32_dual_layout_sends_rows_up_to_the_measured_limit_to_the_native_kerne
     with torch.inference_mode():
         before = [model(ids).logits, model(ids[:, :1]).logits]
         apply_layout(model, "dual")
-        linears = f32_tileable_linears(model)
+        dual = dual_linears(model)
+        linears = f32_tileable_linears(dual)
         assert linears and all(m.out_features % 8 == 0 for m in linears)
         heavy = [m for m in linears if m.single_row_mode == "tiles"]  # the head
         assert heavy and all(m.native_max_rows == 8 and m.f32_tiles is not None for m in heavy)
-        limit = tune_f32_native_rows(model)
+        limit = tune_f32_native_rows(dual)
         assert limit in (0, *F32_PROBE_ROWS)
         for linear in linears:
             set_f32_native_rows(linear, 16)  # whatever this host measured
@@ -249,15 +257,14 @@ def test_f32_dual_layout_sends_rows_up_to_the_measured_limit_to_the_native_kerne
     for got, want in zip([*after, eight], [*before, before[0]], strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     apply_layout(model, "row")
-    assert all("f32_tiles" not in m.__dict__ for m in linears)
+    assert not dual_linears(model)
 
 
 @needs_native_kernels()
 def test_f32_measured_row_limit_stops_at_the_first_loss(monkeypatch):
     from langchain_ascend.engine.cpu import weight_layout
 
-    linear = torch.nn.Linear(32, 64)
-    weight_layout.make_dual(linear)
+    linear = weight_layout.make_dual(torch.nn.Linear(32, 64))
     assert linear.f32_tiles is None and linear.native_max_rows == 0  # not output-heavy
     native_s = {2: 1.0, 8: 1.0, 16: 2.0, 32: 9.0, 64: 1.0}  # loses at 32: 64 is never timed
     timed: list[int] = []

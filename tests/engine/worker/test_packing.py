@@ -13,7 +13,6 @@ import torch
 
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.worker import model_runner as model_runner_module
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.engine.worker.packing import (
     MAX_OUTPUT_DECODE_ROWS,
@@ -84,7 +83,7 @@ def test_forced_tokens_in_one_pass_equal_one_at_a_time(tiny_model_paths, monkeyp
     runner = ModelRunner.load(str(tiny_model_paths["qwen2"]), device="cpu", dtype="float32",
                               block_size=4, num_blocks=64, compile=False)
     if runner.hooks.owned_model is None:
-        pytest.skip("no native CPU decode stack on this runner")
+        pytest.skip("no owned CPU model (and its native decode stack) on this runner")
     prompt = torch.randint(0, 4000, (11,), generator=torch.Generator().manual_seed(3)).tolist()
     outputs = [17, 230, 5, 901, 42]
     blocks_a, blocks_b = list(range(0, 8)), list(range(8, 16))
@@ -98,16 +97,16 @@ def test_forced_tokens_in_one_pass_equal_one_at_a_time(tiny_model_paths, monkeyp
     for k, token in enumerate(outputs):  # one decode pass per output token
         one_at_a_time = step("a", [token], len(prompt) + k, blocks_a)
     step("b", prompt, 0, blocks_b)
+    stack = runner.hooks.owned_model.stack
     taken = []
-    original = model_runner_module.ModelRunner._decoded_hidden
+    original = stack.run
 
-    def spy(self, ids, positions, step_meta):
-        hidden = original(self, ids, positions, step_meta)
-        taken.append(hidden is not None)
-        return hidden
+    def spy(x, cos, sin, step_meta):
+        taken.append(x.shape[0])
+        return original(x, cos, sin, step_meta)
 
-    monkeypatch.setattr(model_runner_module.ModelRunner, "_decoded_hidden", spy)
+    monkeypatch.setattr(stack, "run", spy)
     together = step("b", outputs, len(prompt), blocks_b)  # one pass, like jump-forward
-    assert taken == [True]  # the decode stack ran the pass
+    assert taken == [len(outputs)]  # the decode stack ran the pass, every row
     assert torch.equal(together, one_at_a_time)
     runner.execute(ScheduledBatch(finished_ids=["a", "b"]))

@@ -171,7 +171,7 @@ def test_static_step_is_one_graph_under_fullgraph_compile(tiny_model_paths):
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3", "llama"])
 def test_prepared_static_step_is_one_graph(tiny_model_paths, arch):
     """The CPU-prepared model (native fused linears) traces as one graph: under
-    ``torch.compile`` its swapped products run their class forwards (``engine.cpu.swap``), and
+    ``torch.compile`` its ``DualLinear`` products run ``F.linear`` (``engine.cpu.dual_linear``), and
     the compiled step matches the eager one, which took the native kernels."""
     runner = ModelRunner.load(tiny_model_paths[arch], device="cpu", block_size=BLOCK,
                               num_blocks=40, compile="static", max_batch_size=4)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import families
 from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
-from langchain_ascend.engine.cpu.fused_projections import group_of
+from langchain_ascend.engine.cpu.fused_projections import FusedProjections, group_of
 from langchain_ascend.engine.cpu.models import ops
 from langchain_ascend.engine.cpu.packed_layers import PackedLayers
 from langchain_ascend.engine.cpu.quantized_layout import is_quantized_product
@@ -121,27 +121,34 @@ class LlamaModel:
         self.dtype = dtype
         self.stack = stack
 
+    @staticmethod
+    def owns(model: Any) -> bool:
+        """Whether ``model`` is a transformers model of these families."""
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+        return (decoder is not None and model_type in families.NATIVE_MODEL_TYPES
+                and type(decoder).__name__ in families.NATIVE_DECODER_CLASSES)
+
     @classmethod
-    def build(cls, model: Any) -> LlamaModel | None:
-        """The owned model of a prepared transformers ``model`` of these families, or None
-        where it does not apply (another family, a product not fused or laid out for our
+    def build(cls, model: Any, groups: list[FusedProjections]) -> LlamaModel | None:
+        """The owned model of a prepared transformers ``model`` of these families whose
+        sibling projections were fused into ``groups`` (``engine.cpu.fused_projections``), or
+        None where it does not apply (another family, a product not fused or laid out for our
         kernels, a dtype the native kernels do not take); logs why."""
         import torch
 
         config = getattr(model, "config", None)
-        model_type = getattr(config, "model_type", None)
-        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-        if (decoder is None or model_type not in families.NATIVE_MODEL_TYPES
-                or type(decoder).__name__ not in families.NATIVE_DECODER_CLASSES):
-            logger.info("no owned CPU model for a %s model (%s): transformers' forward runs "
-                        "every step", model_type, type(decoder).__name__)
+        if not cls.owns(model):
+            logger.info("no owned CPU model for a %s model: transformers' forward runs every "
+                        "step", getattr(config, "model_type", None))
             return None
+        decoder = model.get_decoder()
         dtype = next(model.parameters()).dtype
         if (dtype not in (torch.float32, torch.bfloat16) or not rope_kv.available(dtype)
                 or (dtype == torch.bfloat16 and not native_rms_norm.available())):
             logger.info("no owned CPU model for %s weights here", dtype)
             return None
-        layers = [_layer(module, index) for index, module in enumerate(decoder.layers)]
+        layers = [_layer(module, index, groups) for index, module in enumerate(decoder.layers)]
         if any(layer is None for layer in layers) or len(layers) != config.num_hidden_layers:
             logger.info("no owned CPU model: a layer's products are not fused for our kernels")
             return None
@@ -234,12 +241,12 @@ def _norm(module: Any) -> tuple[Any, float] | None:
     return (module.weight.detach(), float(eps)) if isinstance(eps, float) else None
 
 
-def _layer(module: Any, index: int) -> LlamaLayer | None:
+def _layer(module: Any, index: int, groups: list[FusedProjections]) -> LlamaLayer | None:
     """The weights of transformers' decoder layer ``module``, or None where its products are
     not fused groups (``engine.cpu.fused_projections``) or its MLP is not ``silu``."""
     attention, mlp = module.self_attn, module.mlp
-    qkv = group_of([attention.q_proj, attention.k_proj, attention.v_proj])
-    gate_up = group_of([mlp.gate_proj, mlp.up_proj])
+    qkv = group_of(groups, [attention.q_proj, attention.k_proj, attention.v_proj])
+    gate_up = group_of(groups, [mlp.gate_proj, mlp.up_proj])
     norms = [_norm(module.input_layernorm), _norm(module.post_attention_layernorm)]
     if (qkv is None or gate_up is None or None in norms or gate_up.sizes[0] != gate_up.sizes[1]
             or getattr(mlp.config, "hidden_act", None) != "silu"):
