@@ -6,10 +6,10 @@ Each cache is one sub-folder of it::
 
     <root>/models           the tiny test models and tokenizers (langchain_ascend.testing)
     <root>/gguf             GGUF files' configs, tokenizers and de-quantized copies
-    <root>/compile_choice   warm-up's compiled-vs-eager decisions
+    <root>/measured         warm-up's measurements of a model on this machine
     <root>/native           the C kernels built for this machine
 
-A cache that has a variable of its own (``LANGCHAIN_ASCEND_COMPILE_CACHE``,
+A cache that has a variable of its own (``LANGCHAIN_ASCEND_MEASURED_CACHE``,
 ``LANGCHAIN_ASCEND_NATIVE_CACHE``) takes that folder as is instead.
 
 A leaf module: standard library only, so every layer (engine, testing, native) may use it.
@@ -27,7 +27,7 @@ PACKAGE_DIR_NAME = "langchain_ascend"
 
 MODELS = "models"
 GGUF = "gguf"
-COMPILE_CHOICE = "compile_choice"
+MEASURED = "measured"
 NATIVE = "native"
 
 

@@ -7,17 +7,11 @@ set, as ``.ci/run`` does: ``.cache/`` of the clone; else ``$XDG_CACHE_HOME/langc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from langchain_ascend.testing import ARCHITECTURES, build_model
-
-# compile="auto" on the CPU compiles and times the decode step at warm-up (inductor: seconds for
-# the tiny models, minutes for a real one); the suite's warm-ups skip that unless a test opts
-# in (tests/engine/worker/test_compile_choice.py sets its own budget and cache).
-os.environ.setdefault("LANGCHAIN_ASCEND_COMPILE_BUDGET_S", "0")
 
 
 @pytest.fixture(scope="session")

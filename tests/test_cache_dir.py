@@ -49,7 +49,7 @@ def test_a_cache_with_its_own_variable_takes_that_folder(clean_env, monkeypatch)
 
 def test_every_cache_lives_under_the_one_root(clean_env, monkeypatch):
     from langchain_ascend.engine.model_source import gguf_cache_dir
-    from langchain_ascend.engine.worker.compile_choice import cache_dir as compile_cache_dir
+    from langchain_ascend.engine.worker.measured import cache_dir as measured_cache_dir
     from langchain_ascend.native.build import cache_dir as native_cache_dir
     from langchain_ascend.testing import resolve_cache_dir
 
@@ -57,7 +57,7 @@ def test_every_cache_lives_under_the_one_root(clean_env, monkeypatch):
     monkeypatch.setenv(CACHE_ENV_VAR, str(root))
     assert resolve_cache_dir() == root / "models"
     assert gguf_cache_dir() == root / "gguf"
-    assert compile_cache_dir() == root / "compile_choice"
+    assert measured_cache_dir() == root / "measured"
     assert native_cache_dir() == root / "native"
 
 

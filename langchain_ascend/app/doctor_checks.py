@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from langchain_ascend.cache_dir import COMPILE_CHOICE, NATIVE, cache_subdir
+from langchain_ascend.cache_dir import NATIVE, cache_subdir
 from langchain_ascend.engine.worker.kv_cache import (
     CPU_KV_CACHE_CAP_BYTES,
     DEFAULT_MAX_KV_TOKENS,
@@ -33,8 +33,7 @@ TORCH_NPU_PAIRS: dict[str, tuple[str, tuple[str, ...]]] = {
 #: The transformers range when the installed package metadata cannot be read (pyproject's pin).
 TRANSFORMERS_RANGE = ">=5.0,<5.24"
 #: The CPU kernels of :mod:`langchain_ascend.native`.
-NATIVE_KERNELS = ("decode_attention", "paged_attention", "rope_kv", "matvec", "rms_norm",
-                  "decode_stack")
+NATIVE_KERNELS = ("paged_attention", "rope_kv", "matvec", "rms_norm", "decode_stack")
 #: Allocator keys torch (CUDA) and torch_npu (NPU) read from ``PYTORCH_*_ALLOC_CONF``.
 ALLOC_KEYS = {
     "expandable_segments": "bool", "max_split_size_mb": "mb",
@@ -341,16 +340,11 @@ def check_compile(*, device_type: str, plan: str, compile_backend: str | None,
     and why."""
     name = "graph capture / compile"
     if device_type == "cpu":
-        if compile_backend is None:
-            return Finding(name, "ok", f"plan {plan}: the CPU has no graphs and no C++ compiler "
-                           "for inductor, so compile='auto' and compile=True run eager",
-                           "install g++ to let compile='auto' measure a compiled step")
-        return Finding(name, "ok", f"plan {plan}: compile='auto' compiles the static decode "
-                       f"step for one bucket at warm-up with {compile_backend} and keeps it "
-                       "only where it measured faster than eager with identical greedy tokens "
-                       "(decision cached in "
-                       f"{cache_subdir(COMPILE_CHOICE, override_env='LANGCHAIN_ASCEND_COMPILE_CACHE')}; "
-                       "engine.stats().decode_step says which); compile=True always compiles")
+        compiled = ("compile=True compiles the static step with " + compile_backend
+                    if compile_backend is not None
+                    else "no C++ compiler for inductor, so compile=True runs eager too")
+        return Finding(name, "ok", f"plan {plan}: compile='auto' runs decode steps eagerly on "
+                       f"the CPU (the owned model's native decode stack); {compiled}")
     if plan == "graphs":
         if device_type == "npu" and env.get("ASCEND_LAUNCH_BLOCKING") == "1":
             return Finding(name, "warn", "decode steps are captured as NPU graphs, but "

@@ -2,5 +2,7 @@
 
 - ``build``: compiles ``<name>.c`` from this folder once per machine and loads it, where the
   host allows (see its docstring); otherwise reports why and callers keep their torch path.
-- ``decode_attention``: the decode-step attention of the CPU attention backend.
+- ``paged_attention`` / ``prefill_attention``: the CPU attention backend's decode and prefill
+  attention straight from the paged cache; ``decode_stack``: every layer of an owned model's
+  pure-decode step in one call (``matvec``, ``qmatmul``, ``rms_norm``, ``rope_kv`` inside it).
 """

@@ -37,10 +37,10 @@ def test_the_installed_script_prints_the_version():
 
 def test_the_version_has_one_source():
     import langchain_ascend
-    from langchain_ascend.engine.worker import compile_choice
+    from langchain_ascend.engine.worker import measured
 
     assert langchain_ascend.__version__ == __version__
-    text = (Path(compile_choice.__file__)).read_text(encoding="utf-8")
+    text = (Path(measured.__file__)).read_text(encoding="utf-8")
     assert "from langchain_ascend._version import __version__" in text
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8")
     assert 'dynamic = ["version"]' in pyproject

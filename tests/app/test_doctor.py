@@ -191,12 +191,12 @@ def test_check_native() -> None:
 
 
 def test_check_compile() -> None:
-    cpu = doctor.check_compile(device_type="cpu", plan="measure", compile_backend="inductor",
+    cpu = doctor.check_compile(device_type="cpu", plan="eager", compile_backend="inductor",
                                has_graph_api=False, env={})
-    assert cpu.status == "ok" and "measure" in cpu.detail and "inductor" in cpu.detail
+    assert cpu.status == "ok" and "eager" in cpu.detail and "inductor" in cpu.detail
     no_cxx = doctor.check_compile(device_type="cpu", plan="eager", compile_backend=None,
                                   has_graph_api=False, env={})
-    assert "g++" in no_cxx.fix
+    assert no_cxx.status == "ok" and "no C++ compiler" in no_cxx.detail
     npu = doctor.check_compile(device_type="npu", plan="graphs", compile_backend="npugraph_ex",
                                has_graph_api=True, env={})
     assert npu.status == "ok" and "NPUGraph" in npu.detail

@@ -7,7 +7,7 @@ import torch
 from _paged_attention_cases import make_case
 
 from langchain_ascend.attention.backends.cpu import CPUBackend, CPUMetadata
-from langchain_ascend.native import decode_attention, paged_attention, prefill_attention
+from langchain_ascend.native import paged_attention, prefill_attention
 from langchain_ascend.testing import needs_native_kernels
 
 needs_kernel = needs_native_kernels()
@@ -25,9 +25,6 @@ def paged_calls(monkeypatch):
 
 @needs_kernel
 def test_every_decode_step_runs_the_paged_kernel_in_one_call(monkeypatch, paged_calls):
-    shared = []
-    attend = decode_attention.attend
-    monkeypatch.setattr(decode_attention, "attend", lambda *a: shared.append(1) or attend(*a))
     # Decodes over a shared prefix (one span of blocks, or the prefix plus separate tails),
     # unrelated contexts, single requests: every request over exactly its own keys.
     steps = [(dict(segments=[(40, 1), (41, 1), (0, 5)], shared_prefix=32,
@@ -50,7 +47,6 @@ def test_every_decode_step_runs_the_paged_kernel_in_one_call(monkeypatch, paged_
         out, metadata = case.run(window)
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
         assert len(paged_calls) == 1
-    assert not shared  # the shared-prefix kernel only stands in for a missing paged kernel
 
 
 @needs_kernel
@@ -73,43 +69,24 @@ def test_decodes_sharing_a_prefix_get_the_bits_of_each_alone(dtype):
 
 
 @needs_kernel
-def test_without_the_paged_kernel_shared_prefixes_run_the_shared_kernel(monkeypatch):
-    calls = []
-    attend = decode_attention.attend
-    monkeypatch.setattr(decode_attention, "attend",
-                        lambda *a: calls.append(a[1].shape[1]) or attend(*a))
-    monkeypatch.setattr(paged_attention, "available", lambda *dtypes: False)
-    for allocation in ("contiguous", "gapped"):
-        calls.clear()
-        case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, allocation=allocation,
-                         shared_prefix=32, backend_cls=CPUBackend)
-        assert case.backend.native and not case.backend.paged_native
-        out, metadata = case.run()
-        torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        expected_calls = 1 if allocation == "contiguous" else len(metadata.decodes.runs)
-        assert len(calls) == expected_calls
-
-
-@needs_kernel
 def test_cpu_backend_runs_bfloat16_decodes_through_the_paged_kernel(paged_calls):
     for shared in (0, 32):
         paged_calls.clear()
         case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, shared_prefix=shared,
                          dtype=torch.bfloat16, backend_cls=CPUBackend)
-        assert case.backend.paged_native and not case.backend.native
+        assert case.backend.paged_native
         out, _ = case.run()
         torch.testing.assert_close(out.float(), case.expected.float(), atol=2e-2, rtol=2e-2)
         assert paged_calls == [[41, 42]]
 
 
 def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
-    monkeypatch.setattr(decode_attention, "available", lambda: False)
     monkeypatch.setattr(paged_attention, "available", lambda *dtypes: False)
     for dtype in (torch.float32, torch.bfloat16):
         for shared in (0, 32):
             case = make_case([(40, 1), (41, 1), (0, 5)], block_size=4, dtype=dtype,
                              shared_prefix=shared, backend_cls=CPUBackend)
-            assert not case.backend.native and not case.backend.paged_native
+            assert not case.backend.paged_native
             out, metadata = case.run()
             assert metadata.decodes.paged is None
             tol = 1e-5 if dtype == torch.float32 else 2e-2

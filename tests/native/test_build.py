@@ -63,7 +63,7 @@ def test_package_kernels_come_from_the_decode_stack() -> None:
     build.included_kernels.cache_clear()
     for name in ("matvec", "rms_norm", "rope_kv", "paged_attention", "qmatmul"):
         assert build.provider(name) == "decode_stack"
-    assert build.provider("decode_attention") == "decode_attention"
+    assert build.provider("block_layout") == "block_layout"
 
 
 def test_a_load_builds_only_the_library_it_needs(kernels) -> None:

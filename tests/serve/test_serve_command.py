@@ -35,8 +35,7 @@ def healthy(url: str) -> bool:
 @pytest.fixture
 def server_process(tiny_qwen2_path):
     port = free_port()
-    env = {**os.environ, "LANGCHAIN_ASCEND_API_KEY": "k3y",
-           "LANGCHAIN_ASCEND_COMPILE_BUDGET_S": "0"}
+    env = {**os.environ, "LANGCHAIN_ASCEND_API_KEY": "k3y"}
     process = subprocess.Popen(
         [sys.executable, "-m", "langchain_ascend.app.cli", "serve", "--model",
          str(tiny_qwen2_path), "--device", "cpu", "--port", str(port), "--no-embeddings",

@@ -16,13 +16,10 @@ kernel (``native.prefill_attention``): each segment's new tokens attend their ca
 and each other straight from the pages, no gather, blocked like a GEMM -- the agent's turn
 after a tool call, whose few hundred new tokens attend a cached system prompt of thousands.
 
-Both kernels take Gemma 2's logit soft-cap (``softcap``); the older shared-prefix kernel does
-not, so a soft-capped model's shared path without the paged kernel runs torch_ref's code.
-
-Where the paged kernel is not built here, torch_ref's decode paths run, its shared path
-through the older shared-prefix kernel (``native.decode_attention``, float32) when that one
-is. Everything else -- bfloat16 prefills, hosts where no kernel can be built -- runs
-torch_ref's code unchanged, so this backend is correct wherever torch_ref is.
+Both kernels take Gemma 2's logit soft-cap (``softcap``). Where the paged kernel is not built
+here, torch_ref's decode paths run; everything else -- bfloat16 prefills, hosts where no kernel
+can be built -- runs torch_ref's code unchanged, so this backend is correct wherever torch_ref
+is.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ from langchain_ascend.attention.backends.torch_ref import (
     TorchRefMetadata,
     decode_tables,
 )
-from langchain_ascend.native import decode_attention, paged_attention, prefill_attention
+from langchain_ascend.native import paged_attention, prefill_attention
 
 if TYPE_CHECKING:
     import torch
@@ -73,8 +70,6 @@ class CPUBackend(TorchRefBackend):
     """torch_ref with the native decode-attention kernels where they apply.
 
     Attributes:
-        native: Whether torch_ref's shared path runs the shared-prefix kernel (float32 on CPU,
-            built here, head size a multiple of 8; only without the paged kernel).
         paged_native: Whether the paged kernel runs every decode (float32 or bfloat16 on CPU,
             built here, head size a multiple of 8).
         prefill_native: Whether the prefill kernel runs every prefill segment (float32 on CPU
@@ -88,15 +83,11 @@ class CPUBackend(TorchRefBackend):
 
         super().__init__(**kwargs)
         on_cpu = self.device.type == "cpu" and self.head_dim % 8 == 0
-        same = self.cache_dtype == self.dtype
         self.paged_native = (on_cpu and self.dtype in (torch.float32, torch.bfloat16)
                              and paged_attention.available(self.dtype, self.cache_dtype))
         self.prefill_native = (on_cpu and self.dtype == torch.float32
                                and self.head_dim <= prefill_attention.MAX_HEAD_DIM
                                and prefill_attention.available(self.cache_dtype))
-        # Asked only where the paged kernel is missing: available() builds the kernel.
-        self.native = (not self.paged_native and on_cpu and same
-                       and self.dtype == torch.float32 and decode_attention.available())
         if not self.paged_native:
             logger.info("cpu attention backend without the paged kernel (%s)",
                         paged_attention.unavailable_reason() if on_cpu
@@ -163,25 +154,3 @@ class CPUBackend(TorchRefBackend):
         if out is None:  # not expected: the dtype and head size were checked at start
             raise RuntimeError("paged decode attention kernel does not apply to this cache")
         return out
-
-    def _attend_shared(self, q, keys, values, bias, scale, softcap=None):
-        result = None if softcap else self._native(q, keys, values, bias, scale)  # no cap there
-        if result is None:
-            return super()._attend_shared(q, keys, values, bias, scale, softcap)
-        return result[0]
-
-    def _attend_with_lse(self, q, keys, values, bias, scale):
-        result = self._native(q, keys, values, bias, scale)
-        if result is None:
-            return super()._attend_with_lse(q, keys, values, bias, scale)
-        return result
-
-    def _native(self, q, keys, values, bias, scale):
-        """``(out (1, KVH, R, D), lse (1, KVH, R))`` from the shared-path kernel, or None."""
-        if not self.native:
-            return None
-        result = decode_attention.attend(q[0], keys, values, bias, scale)
-        if result is None:
-            return None
-        out, lse = result
-        return out[None], lse[None]

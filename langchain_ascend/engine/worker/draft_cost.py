@@ -3,8 +3,8 @@
 Speculation's ``"auto"`` drafts only while the acceptance rate beats what a drafted row costs
 in the step it joins (``Scheduler.step_row_cost``). The cost is a property of the model, the
 CPU and the thread count, so it is measured once (17 model steps: seconds of a load at 8B) and
-kept with warm-up's other measurements (``compile_choice``); a later load of the same model on
-the same machine reads it.
+kept with warm-up's measurements (``engine.worker.measured``); a later load of the same model
+on the same machine reads it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
-from langchain_ascend.engine.worker.compile_choice import (
-    choice_key,
+from langchain_ascend.engine.worker.measured import (
     load_measured,
+    measure_key,
     model_fingerprint,
     store_measured,
 )
@@ -29,7 +29,7 @@ def cached(runner: Any) -> float:
     """:func:`measure` of ``runner`` (a ``ModelRunner``), read from the cache of warm-up's
     measurements where this model, dtype, layout, format and device were measured before on
     this machine, else measured and stored."""
-    key = choice_key(model_fingerprint(runner.model, runner.dtype, "|".join(
+    key = measure_key(model_fingerprint(runner.model, runner.dtype, "|".join(
         [str(runner.hooks.changes.get("weight_layout")), runner.weights.get("format", ""),
          str(runner.device)])), (runner.block_size, 0), "draft_row_cost")
     value = load_measured(key)

@@ -34,21 +34,14 @@ from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.speculation import accept_drafts
 from langchain_ascend.engine.worker import draft_cost
-from langchain_ascend.engine.worker.compile import (
-    PROBE_REPEATS,
-    DecodeProbe,
-    StepCompiler,
-    products_timer,
-    resolve_plan,
-)
-from langchain_ascend.engine.worker.compile_choice import model_fingerprint
+from langchain_ascend.engine.worker.compile import StepCompiler, resolve_plan
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
 from langchain_ascend.engine.worker.kv_cache import (
     KVCache,
     plan_num_blocks,
     resolve_kv_cache_dtype,
 )
-from langchain_ascend.engine.worker.packing import build_layout, pack
+from langchain_ascend.engine.worker.packing import pack
 from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.engine.worker.static_step import StaticDecodeStep
 from langchain_ascend.errors import InvalidRequestError
@@ -162,10 +155,10 @@ class ModelRunner:
             max_batch_size: Most requests of one step (sizes compiled buckets).
             attention_backend: ``"auto"`` (npu on NPU, cpu on CPU, torch_ref elsewhere) or a
                 backend name.
-            compile: ``"auto"`` (graphs captured on CUDA / NPU; on the CPU the compiled step
-                where ``warmup()`` measured it faster, else eager), True
-                (captured, or compiled on the CPU), ``"static"`` (the static step, eager) or
-                False: how pure-decode steps run (``engine.worker.compile``).
+            compile: ``"auto"`` (graphs captured on CUDA / NPU, eager elsewhere: on the CPU the
+                owned model's native decode stack), True (captured, or compiled where there
+                are no graphs), ``"static"`` (the static step, eager) or False: how
+                pure-decode steps run (``engine.worker.compile``).
             weight_layout: How the CPU lays out the linear weights (ignored elsewhere):
                 ``"auto"`` (``"dual"`` for float32 when its copies fit: a product picked by
                 row count, see ``engine.cpu.weight_layout``), ``"row"``, ``"column"`` or
@@ -201,9 +194,7 @@ class ModelRunner:
                    kv_cache_dtype: str | None = "auto") -> ModelRunner:
         """Wrap an already loaded causal LM; its attention is switched to ours.
 
-        The model's device and dtype decide the cache's. Other arguments as in :meth:`load`;
-        ``compile="auto"`` runs eager on the CPU when linear layers are quantized (the compiled
-        step does not trace the native quantized products).
+        The model's device and dtype decide the cache's. Other arguments as in :meth:`load`.
         """
         name = registry.register()
         if model.config._attn_implementation != name:
@@ -212,8 +203,6 @@ class ModelRunner:
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
         weights = weight_summary(model)  # before preparing: layouts add copies, not weights
-        if weights["quantized_bytes"] and compile == "auto" and device.type == "cpu":
-            compile = False
         hooks = prepare_hooks(model, device=device, dtype=dtype,
                               options=HookOptions(weight_layout=weight_layout))
         num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(model.config)
@@ -412,10 +401,7 @@ class ModelRunner:
         """Run a small prefill and a decode step on the scratch block (touches no real block).
 
         Brings kernels, allocator pools and (when enabled) the captured decode graphs or the
-        smallest compiled bucket up before the first request; with ``compile="auto"`` on the
-        CPU, measures the compiled static step against the eager one and keeps the faster, or
-        compiles nothing where the eager step already beats torch's products alone
-        (``engine.worker.compile``).
+        smallest compiled bucket up before the first request (``engine.worker.compile``).
         """
         block = [self.scratch_block_id]
         length = max(1, min(self.block_size - 1, 8))
@@ -425,30 +411,5 @@ class ModelRunner:
         if length < self.block_size:
             decode = ScheduledSegment("__warmup__", [0], length, block, True, greedy)
             self.execute(ScheduledBatch(segments=[decode]))
-            self.compiler.warmup(self._decode_probe(length))
+            self.compiler.warmup()
         self.release(["__warmup__"])
-
-    def _decode_probe(self, position: int) -> DecodeProbe | None:
-        """The compiler's warm-up decode: one greedy token at ``position`` after the warm-up
-        prefill, on the scratch block only (None without a static step)."""
-        if self.static is None:
-            return None
-        block = [self.scratch_block_id]
-        greedy = SamplingParams(max_tokens=1)
-
-        def step(token: int) -> int:
-            segment = ScheduledSegment("__warmup__", [token], position, block, True, greedy)
-            chosen = self.execute(ScheduledBatch(segments=[segment]))[0]
-            assert isinstance(chosen, int)
-            return chosen
-
-        layout, _, _ = build_layout(
-            [ScheduledSegment("__warmup__", [0], position, block, True, greedy)],
-            self.block_size, [0])
-        bucket = self.static.bucket(layout)
-        assert bucket is not None  # one row within one block: the smallest bucket
-        tokens = tuple((1 + 7919 * i) % self.vocab_size for i in range(PROBE_REPEATS))
-        model_key = model_fingerprint(self.model, self.dtype,
-                                      self.hooks.changes.get("weight_layout"))
-        return DecodeProbe(bucket=bucket, tokens=tokens, step=step, model_key=model_key,
-                           products_ms=products_timer(self.model, bucket[0]))
