@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_ascend.engine.model_source import resolve_model_source
+from langchain_ascend.engine.model_source.folder_tokenizer import load_folder_tokenizer
 from langchain_ascend.errors import ModelSourceError
 
 
@@ -102,11 +103,9 @@ def load_tokenizer(chat: Any, name: str) -> TokenizerOnly:
     Raises:
         ModelSourceError: The model cannot be found or prepared, or has no tokenizer.
     """
-    from transformers import AutoTokenizer
-
     folder = model_folder(chat, name)
     try:
-        return TokenizerOnly(AutoTokenizer.from_pretrained(folder))
+        return TokenizerOnly(load_folder_tokenizer(folder))
     except (OSError, ValueError) as error:
         raise ModelSourceError(f"cannot load the tokenizer of {name} from {folder}: "
                                f"{error}") from error

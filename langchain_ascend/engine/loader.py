@@ -15,6 +15,8 @@ from typing import Any
 from langchain_ascend import platform
 from langchain_ascend.attention.backends import backend_name_for, get_backend_class
 from langchain_ascend.engine import hf_config
+from langchain_ascend.engine.cpu.models.llama_weights import folder_config
+from langchain_ascend.engine.model_source.folder_tokenizer import load_folder_tokenizer
 from langchain_ascend.engine.worker.kv_cache import plan_num_blocks
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import block_layout, build, stack_kernel
@@ -60,8 +62,6 @@ class LoadedModel:
         Raises:
             DeviceUnavailableError: An unusable ``device`` (before anything loads).
         """
-        from transformers import AutoTokenizer
-
         resolved = platform.resolve_device(device)  # an unusable device fails here, first
         if resolved.type == "cpu":  # the C kernels build while the weights load
             build.prebuild([stack_kernel.KERNEL, block_layout.KERNEL])
@@ -77,7 +77,7 @@ class LoadedModel:
             max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
             compile=compile, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
         )
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_folder_tokenizer(path)
         eos = hf_config.default_eos_token_ids(path, runner.config, tokenizer)
         return cls(runner, tokenizer, path, tuple(eos))
 
@@ -87,9 +87,11 @@ def default_num_blocks(path: str, *, device: Any, dtype: Any, block_size: int | 
                        max_context_length: int | None) -> int:
     """The default pool of the model at ``path``: room for ``max_batch_size`` requests of the
     context length (the model's when not set), bounded by ``plan_num_blocks``'s caps."""
-    from transformers import AutoConfig
+    config = folder_config(path)  # a GGUF folder of an owned family: no transformers class
+    if config is None:
+        from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path)
     num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(config)
     resolved_device = platform.resolve_device(device)
     resolved_dtype = platform.resolve_dtype(dtype_name(dtype), resolved_device)

@@ -308,7 +308,7 @@ def _set_param(model: Any, name: str, tensor: Any) -> None:
 
 
 def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
-                    dtype: Any = None, config: Any = None,
+                    dtype: Any = None, config: Any = None, skeleton: Any = None,
                     ) -> tuple[Any, GGUFLoadReport]:
     """Build the causal LM in a GGUF file without de-quantizing its block weights.
 
@@ -318,6 +318,10 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
         dtype: The model dtype (float tensors, activations); default float32.
         config: The model's ``PretrainedConfig``; default read from the file
             (``quant.gguf_config.load_gguf_config``).
+        skeleton: Builds the empty module tree to fill from ``config`` (default:
+            transformers' model class, its weights on the meta device); the owned CPU model
+            passes its own weight tree (``engine.cpu.models.llama_weights``), which needs no
+            transformers modeling code.
 
     Returns:
         ``(model, report)``: the model in eval mode on the CPU, and a :class:`GGUFLoadReport`.
@@ -342,7 +346,7 @@ def load_gguf_model(path: str | os.PathLike[str], *, quantization: str = "gguf",
             f"not run yet (it runs {', '.join(sorted(SUPPORTED_ARCHITECTURES))}); expected "
             "quantization=None, which de-quantizes it through transformers")
     config = load_gguf_config(gguf) if config is None else config
-    model = _skeleton(config, dtype)
+    model = _skeleton(config, dtype) if skeleton is None else skeleton(config)
     filler = _Filler(gguf, config, quantization, dtype)
     filler.fill(model, _name_map(model, gguf.architecture, config))
     _check_complete(model, gguf.path, config)

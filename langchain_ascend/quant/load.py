@@ -58,7 +58,8 @@ def resolve_quantization(quantization: str | None, *, from_gguf: bool) -> str:
 
 def load_causal_lm(model_path: str | os.PathLike[str], *, dtype: Any,
                    quantization: str | None = "auto",
-                   attn_implementation: str | None = None) -> tuple[Any, str]:
+                   attn_implementation: str | None = None, config: Any = None,
+                   skeleton: Any = None) -> tuple[Any, str]:
     """The causal LM of ``model_path`` on the CPU, in ``dtype``, its weights as ``quantization``
     asks.
 
@@ -68,6 +69,9 @@ def load_causal_lm(model_path: str | os.PathLike[str], *, dtype: Any,
         quantization: One of :data:`QUANTIZATION_MODES` or None.
         attn_implementation: Passed to ``from_pretrained`` for an HF folder (a GGUF model
             gets the default; the runner switches it).
+        config: A GGUF-backed folder's config (default: ``AutoConfig`` reads it).
+        skeleton: For a GGUF-backed folder: the module tree to fill
+            (``quant.gguf_model.load_gguf_model``); default transformers' model class.
 
     Returns:
         ``(model, mode)``: the model in eval mode and the concrete mode it was loaded in.
@@ -76,14 +80,18 @@ def load_causal_lm(model_path: str | os.PathLike[str], *, dtype: Any,
         ValueError: As for :func:`resolve_quantization`.
         ModelSourceError: A GGUF-backed folder whose file is gone or unreadable.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     gguf_file = gguf_weights_file(model_path)
     mode = resolve_quantization(quantization, from_gguf=gguf_file is not None)
     if gguf_file is not None:
-        config = AutoConfig.from_pretrained(os.fspath(model_path))
-        model, _ = load_gguf_model(gguf_file, quantization=mode, dtype=dtype, config=config)
+        if config is None:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(os.fspath(model_path))
+        model, _ = load_gguf_model(gguf_file, quantization=mode, dtype=dtype, config=config,
+                                   skeleton=skeleton)
         return model, mode
+    from transformers import AutoModelForCausalLM
+
     kwargs: dict[str, Any] = {"dtype": dtype}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation

@@ -33,6 +33,7 @@ from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.speculation import accept_drafts
+from langchain_ascend.engine.cpu.models.llama_weights import LlamaWeights, owned_gguf_config
 from langchain_ascend.engine.worker import draft_cost
 from langchain_ascend.engine.worker.compile import StepCompiler, resolve_plan
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
@@ -44,7 +45,7 @@ from langchain_ascend.engine.worker.kv_cache import (
 from langchain_ascend.engine.worker.packing import pack
 from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.engine.worker.static_step import StaticDecodeStep
-from langchain_ascend.errors import InvalidRequestError
+from langchain_ascend.errors import InvalidRequestError, ModelSourceError
 from langchain_ascend.quant.load import load_causal_lm
 from langchain_ascend.quant.quantize_model import weight_summary
 
@@ -172,9 +173,17 @@ class ModelRunner:
         """
         resolved_device = platform.resolve_device(device)
         resolved_dtype = platform.resolve_dtype(dtype, resolved_device)
-        model, mode = load_causal_lm(model_path, dtype=resolved_dtype,
-                                     quantization=quantization,
-                                     attn_implementation=registry.register())
+        owned = owned_gguf_config(model_path, device=resolved_device, dtype=resolved_dtype,
+                                  attention_backend=attention_backend,
+                                  weight_layout=weight_layout, compile=compile)
+        if owned is not None:  # the owned model's weight tree: no transformers model class
+            model, mode = load_causal_lm(model_path, dtype=resolved_dtype,
+                                         quantization=quantization, config=owned,
+                                         skeleton=LlamaWeights)
+        else:
+            model, mode = load_causal_lm(model_path, dtype=resolved_dtype,
+                                         quantization=quantization,
+                                         attn_implementation=registry.register())
         model.to(resolved_device)  # type: ignore[arg-type]  # transformers' typed wrapper
         runner = cls.from_model(
             model, block_size=block_size, num_blocks=num_blocks,
@@ -196,15 +205,20 @@ class ModelRunner:
 
         The model's device and dtype decide the cache's. Other arguments as in :meth:`load`.
         """
-        name = registry.register()
-        if model.config._attn_implementation != name:
-            model.set_attn_implementation(name)
+        weights_only = isinstance(model, LlamaWeights)  # no forward: the owned model runs it
+        if not weights_only:
+            name = registry.register()
+            if model.config._attn_implementation != name:
+                model.set_attn_implementation(name)
         model.eval()
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
         weights = weight_summary(model)  # before preparing: layouts add copies, not weights
         hooks = prepare_hooks(model, device=device, dtype=dtype,
                               options=HookOptions(weight_layout=weight_layout))
+        if weights_only and hooks.owned_model is None:
+            raise ModelSourceError("the owned CPU model could not be built over this GGUF "
+                                   "model's weights (see the log for why)")
         num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))

@@ -21,9 +21,10 @@ other step (prefills, mixed steps) layer by layer through the same kernels
 (``engine.cpu.models.ops``). The two compute a row with the same kernels in the same order, so
 a row's bits do not depend on what shared its step (tested).
 
-:meth:`LlamaModel.build` takes the weights of a loaded transformers model of one of these
-families once (after ``engine.cpu.prepare`` fused and laid out its products); from then on the
-model's modules are not called on this path.
+:meth:`LlamaModel.build` takes the weights of a loaded model of one of these families once
+(after ``engine.cpu.prepare`` fused and laid out its products): a transformers model, or, for a
+GGUF file, the weight tree ``engine.cpu.models.llama_weights`` filled without any transformers
+modeling code; from then on the tree's modules are not called on this path.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from langchain_ascend import families
 from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
 from langchain_ascend.engine.cpu.fused_projections import FusedProjections, group_of
 from langchain_ascend.engine.cpu.models import ops
+from langchain_ascend.engine.cpu.models.llama_weights import Decoder, Norm
 from langchain_ascend.engine.cpu.packed_layers import PackedLayers
 from langchain_ascend.engine.cpu.quantized_layout import is_quantized_product
 from langchain_ascend.native import rms_norm as native_rms_norm
@@ -123,11 +125,13 @@ class LlamaModel:
 
     @staticmethod
     def owns(model: Any) -> bool:
-        """Whether ``model`` is a transformers model of these families."""
+        """Whether ``model`` is a transformers model of these families, or their weight tree
+        (``llama_weights.LlamaWeights``)."""
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
         return (decoder is not None and model_type in families.NATIVE_MODEL_TYPES
-                and type(decoder).__name__ in families.NATIVE_DECODER_CLASSES)
+                and (isinstance(decoder, Decoder)
+                     or type(decoder).__name__ in families.NATIVE_DECODER_CLASSES))
 
     @classmethod
     def build(cls, model: Any, groups: list[FusedProjections]) -> LlamaModel | None:
@@ -234,8 +238,10 @@ def _sliding_window(attention: Any) -> int | None:
 
 
 def _norm(module: Any) -> tuple[Any, float] | None:
-    """``(weight, eps)`` of a transformers RMSNorm of these families, or None."""
-    if type(module).__name__ not in NORM_CLASSES or getattr(module, "weight", None) is None:
+    """``(weight, eps)`` of a transformers RMSNorm of these families (or the weight tree's
+    ``Norm``), or None."""
+    if (not isinstance(module, Norm) and type(module).__name__ not in NORM_CLASSES
+            or getattr(module, "weight", None) is None):
         return None
     eps = getattr(module, "variance_epsilon", None)
     return (module.weight.detach(), float(eps)) if isinstance(eps, float) else None
