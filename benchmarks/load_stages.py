@@ -5,15 +5,16 @@ importing torch and the package, constructing ``AscendChatModel(model=FILE)`` up
 engine, and the first token of a 16-token prompt; inside the construction it times (wall,
 seconds; inclusive, so the rows overlap where one stage calls another):
 
-* ``transformers import``: the transformers modules the model needs (``modeling_llama`` and
-  what it pulls: ~1,850 modules), timed first, on its own, so no stage below pays it;
+* the transformers modules imported while constructing (counted; an owned family's GGUF
+  file needs none of its config or modeling modules: ``engine.cpu.models.llama_weights``);
 * ``header``: ``quant.gguf_file.read_header`` (parsed once per file version);
-* ``config``, ``skeleton``, ``fill``: ``quant.gguf_model``'s config, its transformers module
-  tree with meta weights, and the weights from the file's map;
+* ``config``, ``skeleton``, ``fill``: ``quant.gguf_model``'s config and transformers' module
+  tree with meta weights (a family without an owned model only), and the weights from the
+  file's map;
 * ``cpu prepare``: ``engine.cpu.prepare`` (fusing, the x8 re-laying, the decoder), and within
   it ``re-lay (fused groups)``: the groups' concatenation (into x8, or a copy in the file's
   layout), ``re-lay (all)``: every ``quant.formats.to_layout`` (most of the former too);
-* ``tokenizer``: ``AutoTokenizer.from_pretrained`` of the blocks folder;
+* ``tokenizer``: ``engine.model_source.folder_tokenizer`` on the blocks folder;
 * ``kernels``: ``native.build.load`` (a cached build: loading the library).
 
 The timers wrap those functions in this process only (attributes of the modules, looked up
@@ -27,6 +28,7 @@ import argparse
 import collections
 import functools
 import os
+import sys
 import time
 
 SHORT_PROMPT = list(range(100, 116))
@@ -61,12 +63,7 @@ def main() -> None:
     from langchain_ascend.engine.core.sampling_params import SamplingParams
 
     totals["import torch + langchain_ascend"] = time.perf_counter() - start
-    start = time.perf_counter()
-    import transformers.models.llama.modeling_llama  # noqa: F401
-    from transformers import AutoTokenizer
-
-    totals["transformers import"] = time.perf_counter() - start
-
+    from langchain_ascend.engine import loader
     from langchain_ascend.engine.cpu import fused_projections
     from langchain_ascend.engine.worker import hooks
     from langchain_ascend.native import build
@@ -80,12 +77,15 @@ def main() -> None:
     _timed(totals, "re-lay (fused groups)", fused_projections, "concatenate")
     _timed(totals, "re-lay (all)", formats, "to_layout")
     _timed(totals, "kernels", build, "load")
-    _timed(totals, "tokenizer", AutoTokenizer, "from_pretrained")
+    _timed(totals, "tokenizer", loader, "load_folder_tokenizer")
+    before = set(sys.modules)
     start = time.perf_counter()
     chat = AscendChatModel(model=args.model, device="cpu", temperature=0.0,
                            max_context_length=4096)
     engine = chat.get_engine()
     totals["construct (all)"] = time.perf_counter() - start
+    imported = [m for m in set(sys.modules) - before if m.startswith("transformers")]
+    family_modules = sorted(m for m in imported if m.startswith("transformers.models."))
     start = time.perf_counter()
     for delta in engine.stream(SHORT_PROMPT, SamplingParams(max_tokens=1, temperature=0.0,
                                                             ignore_eos=True)):
@@ -97,6 +97,8 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f}")
     for name, seconds in totals.items():
         print(f"  {name:32s} {seconds:6.2f} s")
+    print(f"  transformers modules imported while constructing: {len(imported)}; "
+          f"family modules: {family_modules or 'none'}")
 
 
 if __name__ == "__main__":
