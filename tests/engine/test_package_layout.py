@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from package_graph import all_modules, find_cycle, is_type_checking
+from package_graph import all_modules, find_cycle, import_targets, is_type_checking
 
 MAX_LINES = 600
 
@@ -74,3 +74,28 @@ def test_engine_modules_stay_small():
              if name.split(".")[1:2] in (["engine"], ["attention"], ["native"])}
     assert sizes
     assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def _engine_part(module: str) -> str | None:
+    """``langchain_ascend.engine.<part>`` of an engine module (its subpackage or module)."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) >= 3 and parts[1] == "engine" else None
+
+
+def test_engine_parts_import_no_circle_counting_type_only_imports():
+    """Issue 34: ``engine/cpu`` and ``engine/worker`` (and every other part of the engine) do
+    not import each other in a circle, counting every import statement -- inside functions
+    and ``if TYPE_CHECKING:`` blocks too."""
+    graph: dict[str, set[str]] = {}
+    for name in all_modules():
+        part = _engine_part(name)
+        if part is None:
+            continue
+        for node in ast.walk(ast.parse(all_modules()[name].read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for target in import_targets(name, node):
+                    other = _engine_part(target)
+                    if other is not None and other != part:
+                        graph.setdefault(part, set()).add(other)
+    assert "langchain_ascend.engine.cpu" in graph  # the graph is read, not empty
+    assert find_cycle(graph) is None, find_cycle(graph)

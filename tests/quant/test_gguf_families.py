@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from langchain_ascend import families
-from langchain_ascend.engine.worker.hook_types import PlainLogitsHead
+from langchain_ascend.engine.hook_types import PlainLogitsHead
 from langchain_ascend.quant.embedding import QuantizedEmbedding
 from langchain_ascend.quant.gguf_config import gguf_config_dict, load_gguf_config
 from langchain_ascend.quant.gguf_file import GGUFFile

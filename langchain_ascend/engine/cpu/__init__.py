@@ -38,7 +38,7 @@ from langchain_ascend.engine.cpu.weight_layout import (
     tune_bf16_native_rows,
     tune_f32_native_rows,
 )
-from langchain_ascend.engine.worker.hook_types import (
+from langchain_ascend.engine.hook_types import (
     HookOptions,
     LogitsHead,
     ModelHooks,

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from langchain_ascend.engine.core.sampling_params import SamplingParams
-    from langchain_ascend.engine.worker.hooks import PackedStep
+    from langchain_ascend.engine.hook_types import PackedStep
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class ScreenedGreedyHead:
 
     def run(self, runner: Any, packed: PackedStep, params: Sequence[SamplingParams],
             ) -> tuple[list[int] | None, torch.Tensor | None]:
-        """The logits-head strategy (``engine.worker.hooks.LogitsHead``): one plain greedy row
+        """The logits-head strategy (``engine.hook_types.LogitsHead``): one plain greedy row
         (no grammar, no penalty) of an eager step is screened; a declined screen and every
         other step get the model's own head."""
         if not (len(params) == 1 and params[0].greedy and params[0].constraint is None

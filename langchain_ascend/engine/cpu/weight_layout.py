@@ -65,7 +65,7 @@ from langchain_ascend.engine.cpu.dual_linear import (
     torch_rows_product,
 )
 from langchain_ascend.engine.cpu.quantized_layout import pack_quantized_linears
-from langchain_ascend.engine.worker.hook_types import WEIGHT_LAYOUTS
+from langchain_ascend.engine.hook_types import WEIGHT_LAYOUTS
 from langchain_ascend.native import matvec
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import platform
 from langchain_ascend.engine.cpu import prepare
-from langchain_ascend.engine.worker.hook_types import (
+from langchain_ascend.engine.hook_types import (
     WEIGHT_LAYOUTS,
     HookOptions,
     LogitsHead,
@@ -23,7 +23,7 @@ from langchain_ascend.engine.worker.hook_types import (
 if TYPE_CHECKING:
     import torch
 
-    from langchain_ascend.engine.worker.hook_types import PackedStep as PackedStep
+    from langchain_ascend.engine.hook_types import PackedStep as PackedStep
 
 __all__ = ["WEIGHT_LAYOUTS", "HookOptions", "LogitsHead", "ModelHooks", "PlainLogitsHead",
            "OwnedModel", "prepare_hooks"]
