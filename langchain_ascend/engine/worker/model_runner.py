@@ -33,7 +33,11 @@ from langchain_ascend.engine import hf_config
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.speculation import accept_drafts
-from langchain_ascend.engine.cpu.models.llama_weights import LlamaWeights, owned_gguf_config
+from langchain_ascend.engine.cpu.models.llama_weights import (
+    LlamaWeights,
+    OwnedModelUnavailable,
+    owned_gguf_config,
+)
 from langchain_ascend.engine.worker import draft_cost
 from langchain_ascend.engine.worker.compile import StepCompiler, resolve_plan
 from langchain_ascend.engine.worker.hooks import HookOptions, ModelHooks, prepare_hooks
@@ -45,7 +49,7 @@ from langchain_ascend.engine.worker.kv_cache import (
 from langchain_ascend.engine.worker.packing import pack
 from langchain_ascend.engine.worker.sampler import Sampler
 from langchain_ascend.engine.worker.static_step import StaticDecodeStep
-from langchain_ascend.errors import InvalidRequestError, ModelSourceError
+from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.quant.load import load_causal_lm
 from langchain_ascend.quant.quantize_model import weight_summary
 
@@ -176,21 +180,28 @@ class ModelRunner:
         owned = owned_gguf_config(model_path, device=resolved_device, dtype=resolved_dtype,
                                   attention_backend=attention_backend,
                                   weight_layout=weight_layout, compile=compile)
+        settings = dict(block_size=block_size, num_blocks=num_blocks,
+                        kv_cache_memory_fraction=kv_cache_memory_fraction,
+                        max_num_batched_tokens=max_num_batched_tokens,
+                        max_batch_size=max_batch_size, attention_backend=attention_backend,
+                        compile=compile, weight_layout=weight_layout,
+                        kv_cache_dtype=kv_cache_dtype)
+        runner = None
         if owned is not None:  # the owned model's weight tree: no transformers model class
             model, mode = load_causal_lm(model_path, dtype=resolved_dtype,
                                          quantization=quantization, config=owned,
                                          skeleton=LlamaWeights)
-        else:
+            try:
+                runner = cls.from_model(model, **settings)
+            except OwnedModelUnavailable as exc:  # not expected: owned_gguf_config checked
+                logger.warning("%s; loading it through transformers' model class", exc)
+                del model
+        if runner is None:
             model, mode = load_causal_lm(model_path, dtype=resolved_dtype,
                                          quantization=quantization,
                                          attn_implementation=registry.register())
-        model.to(resolved_device)  # type: ignore[arg-type]  # transformers' typed wrapper
-        runner = cls.from_model(
-            model, block_size=block_size, num_blocks=num_blocks,
-            kv_cache_memory_fraction=kv_cache_memory_fraction,
-            max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
-            attention_backend=attention_backend, compile=compile, weight_layout=weight_layout,
-            kv_cache_dtype=kv_cache_dtype)
+            model.to(resolved_device)  # type: ignore[arg-type]  # transformers' typed wrapper
+            runner = cls.from_model(model, **settings)
         runner.weights["quantization"] = mode
         return runner
 
@@ -217,8 +228,8 @@ class ModelRunner:
         hooks = prepare_hooks(model, device=device, dtype=dtype,
                               options=HookOptions(weight_layout=weight_layout))
         if weights_only and hooks.owned_model is None:
-            raise ModelSourceError("the owned CPU model could not be built over this GGUF "
-                                   "model's weights (see the log for why)")
+            raise OwnedModelUnavailable("the owned CPU model could not be built over this GGUF "
+                                        "model's weights (the log says why)")
         num_layers, num_heads, num_kv_heads, head_dim = hf_config.attention_geometry(model.config)
         backend_cls = get_backend_class(
             backend_name_for(platform.device_type(device), attention_backend))

@@ -88,12 +88,17 @@ def test_the_tree_has_no_forward_and_says_so(folders):
         runner.model(torch.tensor([[1, 2]]))
 
 
-def test_a_tree_the_owned_model_cannot_take_is_a_clear_error(folders, monkeypatch):
+def test_a_tree_the_owned_model_cannot_take_loads_through_transformers(folders, monkeypatch,
+                                                                       caplog):
     from langchain_ascend.engine.cpu.models.llama import LlamaModel
 
+    tree = llama_weights.LlamaWeights(folder_config(folders["llama"]))
     monkeypatch.setattr(LlamaModel, "build", lambda *args: None)
-    with pytest.raises(ModelSourceError, match="owned CPU model"):
-        _load(folders["llama"])
+    with pytest.raises(ModelSourceError, match="owned CPU model"):  # a typed error ...
+        ModelRunner.from_model(tree)
+    runner = _load(folders["llama"])  # ... on which the loader falls back
+    assert not isinstance(runner.model, LlamaWeights) and runner.hooks.owned_model is None
+    assert "through transformers' model class" in caplog.text
 
 
 @pytest.mark.parametrize("rope", [

@@ -78,7 +78,7 @@ def test_single_prefill_matches_full_forward(pair):
     runner, reference = pair
     tokens = prompt(1, 21)
     segment = seg("a", tokens, 0, Blocks().take(21))
-    from langchain_ascend.engine.worker.model_runner import build_layout
+    from langchain_ascend.engine.worker.packing import build_layout
 
     layout, ids, positions = build_layout([segment], BLOCK, [0])
     logits = runner.compute_logits(layout, ids, positions, list(range(21)))  # every position

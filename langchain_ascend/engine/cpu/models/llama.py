@@ -103,13 +103,14 @@ class LlamaModel:
         heads, kv_heads, head_dim, intermediate: The geometry.
         scale: The attention's softmax scale.
         dtype: The activations' dtype (float32 or bfloat16).
-        stack: The native decode stack over :attr:`layers`.
+        stack: The native decode stack over :attr:`layers`, or None where a product has no
+            layout it reads (every step then runs per op).
     """
 
     def __init__(self, *, embed_tokens: Any, inv_freq: Any, rope_scaling: float,
                  layers: list[LlamaLayer], norm: Any, norm_eps: float, head: Any,
                  heads: int, kv_heads: int, head_dim: int, intermediate: int, scale: float,
-                 dtype: Any, stack: PackedLayers) -> None:
+                 dtype: Any, stack: PackedLayers | None) -> None:
         self.embed_tokens = embed_tokens
         self.inv_freq = inv_freq
         self.rope_scaling = rope_scaling
@@ -166,12 +167,10 @@ class LlamaModel:
             return None
         stack = PackedLayers.for_layers(owned, dtype=dtype, geometry=(
             heads, kv_heads, head_dim, intermediate), scale=attention.scaling)
-        if stack is None:
-            logger.info("no owned CPU model: the native stack does not take its products")
-            return None
         rotary = decoder.rotary_emb
-        logger.info("owned CPU model over %d layers (decode stack up to %d rows)",
-                    len(owned), stack.max_rows)
+        logger.info("owned CPU model over %d layers (%s)", len(owned),
+                    "no native decode stack: a product has no layout it reads" if stack is None
+                    else f"decode stack up to {stack.max_rows} rows")
         return cls(embed_tokens=decoder.embed_tokens, inv_freq=rotary.inv_freq,
                    rope_scaling=float(rotary.attention_scaling), layers=owned,
                    norm=decoder.norm.weight, norm_eps=float(decoder.norm.variance_epsilon),
@@ -198,7 +197,7 @@ class LlamaModel:
         x = self.embed_tokens(input_ids)[0].contiguous()  # (T, D)
         cos, sin = ops.rotary_tables(position_ids[0], self.inv_freq, self.rope_scaling,
                                      self.dtype)  # (T, Dh) each
-        if self.stack.takes(step, input_ids):
+        if self.stack is not None and self.stack.takes(step, input_ids):
             self.stack.run(x, cos, sin, step)  # every layer in one native call, in place
         else:
             for layer in self.layers:

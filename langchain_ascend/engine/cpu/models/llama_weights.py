@@ -28,8 +28,15 @@ import torch
 
 from langchain_ascend import platform
 from langchain_ascend.engine.model_source.gguf_blocks import gguf_weights_file
+from langchain_ascend.errors import ModelSourceError
 from langchain_ascend.native import matvec, rope_kv, stack_kernel
 from langchain_ascend.native import rms_norm as native_rms_norm
+
+
+class OwnedModelUnavailable(ModelSourceError):
+    """The owned CPU model cannot run a model loaded into this tree (the loader then builds
+    transformers' model class instead)."""
+
 
 OWNED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 """``model_type`` values this tree holds (llama.cpp's ``general.architecture`` too)."""
@@ -49,10 +56,12 @@ def rope_parameters(config: Any) -> dict[str, Any]:
 
 
 def applies(config: Any) -> bool:
-    """Whether this tree holds a model of ``config`` (family and rotary scaling)."""
+    """Whether this tree holds a model of ``config`` that the owned model runs (family, rotary
+    scaling, SiLU, a head width the rotary kernel takes)."""
     return (getattr(config, "model_type", None) in OWNED_ARCHITECTURES
             and rope_parameters(config)["rope_type"] in ROPE_TYPES
-            and getattr(config, "hidden_act", "silu") == "silu")
+            and getattr(config, "hidden_act", "silu") == "silu"
+            and head_dim_of(config) % 16 == 0)
 
 
 def folder_config(path: str | os.PathLike[str]) -> Any:
