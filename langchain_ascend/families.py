@@ -12,10 +12,12 @@ decoder, the screened greedy head and the test model builder each need to know a
   the one). Fused tensors need no split where transformers' module is fused the same way:
   Phi-3's ``attn_qkv`` is ``qkv_proj`` (rows q, k, v) and its ``ffn_up``
   is ``gate_up_proj`` (rows gate, up), one quantized linear each;
-* what runs it: whether our native CPU decoder owns its decode step (``native_decoder``), and
-  whether its head is plain ``lm_head(hidden)`` (no logit soft-capping, ``plain_head``) -- a
-  family without the native decoder runs transformers' forward with our quantized linears over
-  the file's blocks, and the runner says which in ``stats().weights["forward"]``
+* what runs it: which owned CPU model runs its steps (``owned_model``: ``"llama"`` for the
+  Llama-style layer, ``engine.cpu.models.llama``; ``"gemma"`` for Gemma 2/3's,
+  ``engine.cpu.models.gemma``), and whether its head is plain ``lm_head(hidden)`` (no logit
+  soft-capping, ``plain_head``) -- where no owned model takes a model (another family, a
+  rotary scaling it does not compute...) transformers' forward runs with our quantized linears
+  over the file's blocks, and the runner says which in ``stats().weights["forward"]``
   (:data:`NATIVE_FORWARD` or :data:`TRANSFORMERS_FORWARD`);
 * for the tiny test models, whether the head is tied (``tied_test_head``).
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 NATIVE_FORWARD = "native"
-"""``stats().weights["forward"]`` where our native CPU decoder runs the decode steps."""
+"""``stats().weights["forward"]`` where our owned CPU model runs the steps."""
 TRANSFORMERS_FORWARD = "transformers"
 """``stats().weights["forward"]`` where transformers' forward (over our quantized linears and
 paged attention) runs every step."""
@@ -44,7 +46,8 @@ class Family:
         text_model_class: transformers' decoder class (default ``<prefix>Model``).
         other_model_types: Further ``model_type`` values of the family (Mistral is a Llama in
             GGUF; transformers renames it from the file's name).
-        native_decoder: Our native CPU decoder runs its decode steps.
+        owned_model: The owned CPU model of its layer (``"llama"``, ``"gemma"``; empty:
+            transformers' forward runs it).
         plain_head: The causal LM's logits are ``lm_head(decoder(...))``, nothing else.
         rotary_rows_permuted: llama.cpp reordered its q/k rows per head for its rotary layout.
         norm_offset: GGUF stores each ``*norm.weight`` as transformers' value plus this.
@@ -56,7 +59,7 @@ class Family:
     class_prefix: str
     text_model_class: str = ""
     other_model_types: tuple[str, ...] = ()
-    native_decoder: bool = False
+    owned_model: str = ""
     plain_head: bool = True
     rotary_rows_permuted: bool = False
     norm_offset: float = 0.0
@@ -84,35 +87,39 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("qwen2", "qwen2", "Qwen2", native_decoder=True),
-    Family("llama", "llama", "Llama", other_model_types=("mistral",),
-           native_decoder=True, rotary_rows_permuted=True, tied_test_head=False),
-    Family("qwen3", "qwen3", "Qwen3", native_decoder=True),
-    Family("gemma2", "gemma2", "Gemma2", plain_head=False, norm_offset=1.0),
+    Family("qwen2", "qwen2", "Qwen2", owned_model="llama"),
+    Family("llama", "llama", "Llama", other_model_types=("mistral",), owned_model="llama",
+           rotary_rows_permuted=True, tied_test_head=False),
+    Family("qwen3", "qwen3", "Qwen3", owned_model="llama"),
+    Family("gemma2", "gemma2", "Gemma2", owned_model="gemma", plain_head=False,
+           norm_offset=1.0),
     Family("gemma3", "gemma3_text", "Gemma3", text_model_class="Gemma3TextModel",
-           plain_head=False, norm_offset=1.0),
-    Family("phi3", "phi3", "Phi3", tied_test_head=False),
+           owned_model="gemma", plain_head=False, norm_offset=1.0),
+    Family("phi3", "phi3", "Phi3", owned_model="llama", tied_test_head=False),
 )
-"""Every family, natively decoded ones first."""
+"""Every family."""
 
 _BY_ARCHITECTURE = {family.gguf_architecture: family for family in FAMILIES}
 _BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
 
 GGUF_ARCHITECTURES = frozenset(_BY_ARCHITECTURE)
 """``general.architecture`` values whose blocks the GGUF loader runs."""
-NATIVE_MODEL_TYPES = frozenset(t for f in FAMILIES if f.native_decoder for t in f.model_types)
-"""``model_type`` values whose decode step our native CPU decoder runs."""
-NATIVE_DECODER_CLASSES = frozenset(c for f in FAMILIES if f.native_decoder
-                                   for c in f.decoder_classes)
-"""Decoder classes whose forward is: embed, rotary tables, the layers, the final norm."""
 
 
-def native_classes(suffix: str) -> frozenset[str]:
-    """transformers' class names ``<prefix><suffix>`` of the natively decoded families:
-    ``native_classes("DecoderLayer")`` is ``{"LlamaDecoderLayer", "MistralDecoderLayer",
-    "Qwen2DecoderLayer", "Qwen3DecoderLayer"}`` (the CPU passes that replace those modules'
-    forwards read their classes here)."""
-    return frozenset(f"{p}{suffix}" for f in FAMILIES if f.native_decoder
+def owned_model_types(owner: str) -> frozenset[str]:
+    """``model_type`` values whose steps the owned model ``owner`` (``"llama"``, ``"gemma"``)
+    runs."""
+    return frozenset(t for f in FAMILIES if f.owned_model == owner for t in f.model_types)
+
+
+def owned_classes(owner: str, suffix: str = "Model") -> frozenset[str]:
+    """transformers' class names ``<prefix><suffix>`` of the families ``owner`` runs:
+    ``owned_classes("llama", "RMSNorm")`` is ``{"LlamaRMSNorm", "MistralRMSNorm",
+    "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm"}``; the default suffix gives their decoder
+    classes (Gemma 3's ``Gemma3TextModel``)."""
+    if suffix == "Model":
+        return frozenset(c for f in FAMILIES if f.owned_model == owner for c in f.decoder_classes)
+    return frozenset(f"{p}{suffix}" for f in FAMILIES if f.owned_model == owner
                      for p in f.class_prefixes)
 
 PLAIN_HEAD_MODEL_TYPES = frozenset(t for f in FAMILIES if f.plain_head for t in f.model_types)

@@ -26,8 +26,9 @@ values, here the same row order is applied to the blocks (a row is its own block
 reordering rows is exact): :func:`rotary_row_order`. Gemma's norm weights are stored plus one
 (undone on the float values, as transformers does); a block embedding keeps the scale of a
 scaled one (Gemma's ``sqrt(hidden)``: ``QuantizedEmbedding.replacing``). The model is
-transformers' own class: a family the native CPU decoder does not own (Gemma, Phi-3) runs
-transformers' forward over these quantized linears (``engine.cpu.models.llama`` logs it).
+transformers' own class (or, for Llama, Qwen2 and Qwen3, the owned model's weight tree); the
+CPU's owned models (``engine.cpu.models``) take its weights, and where none does, transformers'
+forward runs over these quantized linears (``engine.cpu`` logs why).
 
 ``quantization="none"`` de-quantizes every tensor (the float model transformers would build).
 """

@@ -1,8 +1,8 @@
 """Build and cache small random-weight causal LMs of every family with their tokenizer.
 
-:data:`ARCHITECTURES` are the families our native CPU decoder owns (qwen2, llama, qwen3: the
-engine tests run each); :data:`ALL_ARCHITECTURES` adds the ones transformers' forward runs over
-our quantized linears (gemma3, gemma2, phi3), the families of ``langchain_ascend.families``.
+:data:`ARCHITECTURES` are the Llama-style families whose transformers modules keep q/k/v and
+gate/up apart (qwen2, llama, qwen3: the engine tests run each); :data:`ALL_ARCHITECTURES` adds
+gemma3, gemma2 and phi3 (their own tests), the families of ``langchain_ascend.families``.
 A Gemma 3 has at least six layers, so its sliding-window pattern (five local layers, one
 global) is whole, and a short window (:data:`GEMMA_SLIDING_WINDOW`) that test prompts outgrow.
 
@@ -43,8 +43,8 @@ from langchain_ascend.testing.tokenizer_builder import (
     tokenizer_files,
 )
 
-ARCHITECTURES: tuple[str, ...] = tuple(f.name for f in families.FAMILIES if f.native_decoder)
-"""The natively decoded families: ``("qwen2", "llama", "qwen3")``."""
+ARCHITECTURES: tuple[str, ...] = ("qwen2", "llama", "qwen3")
+"""The engine test matrix: the Llama-style families built from a Llama-shaped config."""
 ALL_ARCHITECTURES: tuple[str, ...] = tuple(f.name for f in families.FAMILIES)
 """Every family :func:`build_model` builds."""
 GEMMA_SLIDING_WINDOW = 8
@@ -160,8 +160,8 @@ def make_config(preset: str, arch: str, *, endoftext_id: int, im_end_id: int) ->
         pad_token_id=endoftext_id,
         use_cache=True,
     )
-    if not family.native_decoder:
-        return _hf_forward_config(arch, common)
+    if arch not in ARCHITECTURES:
+        return _other_config(arch, common)
     common["hidden_act"] = "silu"
     if arch == "qwen2":
         return Qwen2Config(**common, use_sliding_window=False, attention_dropout=0.0)
@@ -172,8 +172,8 @@ def make_config(preset: str, arch: str, *, endoftext_id: int, im_end_id: int) ->
     return LlamaConfig(**common, attention_bias=False, mlp_bias=False, attention_dropout=0.0)
 
 
-def _hf_forward_config(arch: str, common: dict[str, Any]) -> Any:
-    """The config of a family transformers' forward runs (gemma3, gemma2, phi3), shaped as
+def _other_config(arch: str, common: dict[str, Any]) -> Any:
+    """The config of gemma3, gemma2 or phi3, shaped as
     ``common`` says, with the values a GGUF file of it gives back (transformers' GGUF loader
     reads no ``query_pre_attn_scalar``, soft-capping or layer pattern: their defaults)."""
     from transformers import Gemma2Config, Gemma3TextConfig, Phi3Config

@@ -3,10 +3,12 @@
 Tiny random models of each family (``testing.build_model``) are written as llama.cpp lays
 them out (``testing.gguf_writer``: Gemma's norms plus one, Phi-3's fused ``attn_qkv`` /
 ``ffn_up``) and loaded by ``quant.gguf_model`` and by transformers' own GGUF loader, which
-de-quantizes (the reference). The engine and AscendChatModel run them with transformers'
-forward over our quantized linears (the native decoder does not own these families) and say
-so in ``stats().weights["forward"]``. Gemma 2 soft-caps its attention logits in our paged
-attention (the torch paths and the native kernels) and its final logits in its own head.
+de-quantizes (the reference). The engine and AscendChatModel run them through their owned
+CPU models (``engine.cpu.models.gemma`` for Gemma 2/3, ``engine.cpu.models.llama`` for Phi-3)
+over the file's blocks and say so in ``stats().weights["forward"]``; transformers' forward
+over our quantized linears (the ``"row"`` layout, no fused products) gives the same values.
+Gemma 2 soft-caps its attention logits in our paged attention (the torch paths and the native
+kernels) and its final logits in the owned model's head.
 """
 
 from __future__ import annotations
@@ -61,8 +63,10 @@ def test_the_family_table_names_real_architectures() -> None:
         assert all(t in CONFIG_MAPPING for t in family.model_types), family.name
         assert families.by_architecture(family.gguf_architecture) is family
     assert families.by_model_type("mistral") is families.by_architecture("llama")
-    assert families.NATIVE_DECODER_CLASSES == {"LlamaModel", "MistralModel", "Qwen2Model",
-                                               "Qwen3Model"}
+    assert families.owned_classes("llama") == {"LlamaModel", "MistralModel", "Qwen2Model",
+                                               "Qwen3Model", "Phi3Model"}
+    assert families.owned_classes("gemma") == {"Gemma2Model", "Gemma3TextModel"}
+    assert families.owned_classes("gemma", "RMSNorm") == {"Gemma2RMSNorm", "Gemma3RMSNorm"}
     assert "gemma3_text" not in families.PLAIN_HEAD_MODEL_TYPES  # Gemma soft-caps its logits
     assert "gemma2" not in families.PLAIN_HEAD_MODEL_TYPES  # (final_logit_softcapping)
     assert families.by_architecture("gemma") is None  # Gemma 1: not in the table, refused
@@ -153,29 +157,37 @@ def engines(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
         engine.shutdown()
 
 
-def _probe(runner, prompt: list[int], blocks: list[int]) -> torch.Tensor:
-    """``(V,)`` logits of the last prompt token from one packed prefill step of ``runner``."""
+def _probe(runner, tokens: list[int], blocks: list[int], start: int = 0) -> torch.Tensor:
+    """``(V,)`` logits of the last token from one packed step of ``runner`` computing
+    ``tokens`` at positions ``start...`` (the earlier ones already in its cache): a prefill
+    from 0, or a one-token decode step."""
     from langchain_ascend.engine.core.batch import ScheduledSegment
     from langchain_ascend.engine.core.sampling_params import SamplingParams
 
-    segment = ScheduledSegment("probe", prompt, 0, blocks, True, SamplingParams(max_tokens=1))
+    segment = ScheduledSegment("probe", tokens, start, blocks, True,
+                               SamplingParams(max_tokens=1))
     _, logits = runner.forward_batch([segment])  # (1, V)
     return logits[0]
 
 
 @pytest.mark.parametrize("arch", ENGINE_ARCHS)
-def test_engine_runs_the_blocks_through_transformers_forward(
+def test_engine_runs_the_blocks_through_the_owned_model(
         engines, files: dict[str, Path], arch: str) -> None:
-    """Default settings: the native products (within :data:`NATIVE_SHARE`), the same greedy
-    tokens as transformers' de-quantized model, prefill and decode steps alike."""
+    """Default settings: the owned model over the native products (within
+    :data:`NATIVE_SHARE`), the same greedy tokens as transformers' de-quantized model, prefill
+    and decode steps alike."""
     from langchain_ascend.engine.core.sampling_params import SamplingParams
+    from langchain_ascend.engine.cpu.models.gemma import GemmaModel
+    from langchain_ascend.engine.cpu.models.llama import LlamaModel
 
     engine = engines[arch]
     weights = engine.stats().weights
     assert weights["quantization"] == "gguf" and weights["format"] == "q4_1+q8_0"
-    assert weights["forward"] == families.TRANSFORMERS_FORWARD
+    assert weights["forward"] == families.NATIVE_FORWARD
     runner = engine.driver.runner
-    assert runner.hooks.owned_model is None
+    owned = runner.hooks.owned_model
+    assert isinstance(owned, LlamaModel if arch == "phi3" else GemmaModel)
+    assert runner.hooks.changes["owned_layers"] == runner.model.config.num_hidden_layers
     if arch != "phi3":  # Gemma soft-caps its logits: the model's own head, never the screen
         assert isinstance(runner.logits_head, PlainLogitsHead)
         assert runner.hooks.changes["screened_greedy"] is False
@@ -190,28 +202,57 @@ def test_engine_runs_the_blocks_through_transformers_forward(
     assert list(out.token_ids) == greedy.tolist()
 
 
+def _reference_products(runner) -> int:
+    """Put every quantized product the runner computes with -- transformers' modules and the
+    owned model's fused products -- on the weights-only torch reference, and the owned
+    Llama layer's decodes on the per-op path; returns how many products."""
+    count = use_reference(runner.model)
+    owned = runner.hooks.owned_model
+    if owned is not None:
+        for layer in owned.layers:
+            for product in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                if isinstance(product, QuantizedLinear):
+                    product.use_native = False
+                    count += 1
+        if getattr(owned, "stack", None) is not None:
+            owned.stack.max_rows = 0
+    return count
+
+
+@pytest.mark.parametrize("layout", ["dual", "row"])
 @pytest.mark.parametrize("arch", ENGINE_ARCHS)
 def test_engine_logits_are_transformers_within_float_tolerance(
-        files: dict[str, Path], tmp_path: Path, arch: str) -> None:
-    """With the reference product the engine's step (paged attention over the cache, Gemma 3's
-    sliding windows) gives transformers' de-quantized logits to float rounding; the window
-    matters at this prompt length (the same model attending everything is far off)."""
+        files: dict[str, Path], tmp_path: Path, arch: str, layout: str) -> None:
+    """With the reference product the engine's steps -- the owned model (``"dual"``, the
+    default) or transformers' forward over our quantized linears (``"row"``) -- give
+    transformers' de-quantized logits to float rounding: a prefill of the prompt over the
+    paged cache (Gemma 3's sliding windows, Gemma's norms, Phi-3's fused products), then
+    greedy decode steps. The window matters at this prompt length (the same model attending
+    everything is far off)."""
     from langchain_ascend.engine.model_source import resolve_model_source
     from langchain_ascend.engine.worker.model_runner import ModelRunner
 
     folder = resolve_model_source(files[arch], quantization="gguf", cache_dir=tmp_path,
                                   progress=False).path
     runner = ModelRunner.load(str(folder), device="cpu", dtype="float32", num_blocks=8,
-                              block_size=16, kv_cache_dtype="float32", weight_layout="row",
+                              block_size=16, kv_cache_dtype="float32", weight_layout=layout,
                               compile=False)
-    assert runner.weights["forward"] == families.TRANSFORMERS_FORWARD
-    assert use_reference(runner.model) > 0
-    expected = _logits(_transformers_model(files[arch]))[-1]
-    logits = _probe(runner, IDS[0].tolist(), [0, 1])
-    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+    assert runner.weights["forward"] == (families.NATIVE_FORWARD if layout == "dual"
+                                         else families.TRANSFORMERS_FORWARD)
+    assert _reference_products(runner) > 0
+    reference = _transformers_model(files[arch])
+    prompt = IDS[0].tolist()
+    with torch.inference_mode():
+        greedy = reference.generate(IDS, max_new_tokens=4, do_sample=False)[0].tolist()
+        expected = reference(torch.tensor([greedy])).logits[0]  # (T + 4, V)
+    logits = _probe(runner, prompt, [0, 1, 2])
+    torch.testing.assert_close(logits, expected[len(prompt) - 1], rtol=1e-4, atol=1e-4)
+    for position in range(len(prompt), len(greedy) - 1):  # decode steps
+        logits = _probe(runner, [greedy[position]], [0, 1, 2], start=position)
+        torch.testing.assert_close(logits, expected[position], rtol=1e-4, atol=1e-4)
     if arch != "phi3":
         unwindowed = _logits(_transformers_model(files[arch], sliding_window=4096))[-1]
-        assert (unwindowed - expected).abs().max() > 1e-2
+        assert (unwindowed - expected[len(prompt) - 1]).abs().max() > 1e-2
     # Gemma 2's default caps (50, 30) barely touch this model's scores: the caps that matter
     # are tested in test_gemma2_soft_capping_in_prefill_and_decode_steps.
 
@@ -220,12 +261,14 @@ STRONG_CAPS = {"attn_logit_softcapping": 2.0, "final_logit_softcapping": 0.5}
 """Gemma 2 caps the tiny model's scores feel (its defaults, 50 and 30, barely touch them)."""
 
 
+@pytest.mark.parametrize("layout", ["dual", "row"])
 @pytest.mark.parametrize("backend", ["cpu", "torch_ref"])
 def test_gemma2_soft_capping_in_prefill_and_decode_steps(files: dict[str, Path],
-                                                         backend: str) -> None:
+                                                         backend: str, layout: str) -> None:
     """With caps that matter, the engine's prefill step (the prefill kernel / torch) and decode
     steps (the paged kernel / torch) give transformers' soft-capped logits to float rounding,
-    and greedy decoding its tokens; the uncapped model is far off."""
+    and greedy decoding its tokens, through the owned model (``"dual"``) and transformers'
+    forward (``"row"``); the uncapped model is far off."""
     from langchain_ascend.engine.core.batch import ScheduledSegment
     from langchain_ascend.engine.core.sampling_params import SamplingParams
     from langchain_ascend.engine.worker.model_runner import ModelRunner
@@ -236,8 +279,9 @@ def test_gemma2_soft_capping_in_prefill_and_decode_steps(files: dict[str, Path],
         setattr(config, field, cap)
     model, _ = load_gguf_model(path, config=config)
     runner = ModelRunner.from_model(model, num_blocks=8, block_size=16, kv_cache_dtype="float32",
-                                    weight_layout="row", compile=False, attention_backend=backend)
-    assert use_reference(runner.model) > 0
+                                    weight_layout=layout, compile=False, attention_backend=backend)
+    assert (runner.hooks.owned_model is not None) == (layout == "dual")
+    assert _reference_products(runner) > 0
     if backend == "cpu":
         assert runner.backend.paged_native and runner.backend.prefill_native
     reference = _transformers_model(path, **STRONG_CAPS)

@@ -2,15 +2,16 @@
 
 Which step goes where:
 
-* A model of the Llama-style families (Llama, Mistral, Qwen2, Qwen3) whose products are laid
-  out for our kernels gets an owned model (``engine.cpu.models.llama.LlamaModel``): its
+* A model of a family we own (``families.Family.owned_model``) whose products are laid out
+  for our kernels gets its owned model (``engine.cpu.models``: ``llama.LlamaModel`` for
+  Llama, Mistral, Qwen2, Qwen3 and Phi-3, ``gemma.GemmaModel`` for Gemma 2 and 3): its
   weights taken once as plain attributes, and EVERY step of the CPU backend's paged path run
-  by it -- a pure-decode step in one native call over all layers, any other step layer by
-  layer through the same kernels. The model runner calls it explicitly
+  by it -- for the Llama layer a pure-decode step in one native call over all layers, any
+  other step layer by layer through the same kernels. The model runner calls it explicitly
   (``hooks.owned_model``).
-* Any other family (Gemma 2/3, Phi-3...) runs transformers' forward with our paged attention,
-  and its quantized linears compute from their blocks; ``stats().weights["forward"]`` says
-  ``"transformers"``.
+* Any other model (another family, a rotary scaling the owned models do not compute...) runs
+  transformers' forward with our paged attention, and its quantized linears compute from
+  their blocks; ``stats().weights["forward"]`` says ``"transformers"`` and the log says why.
 
 Before the owned model takes the weights, ``prepare`` fuses sibling projections for it
 (``fused_projections``: the owned families only) and lays out the linear weights
@@ -24,12 +25,14 @@ sees only the returned :class:`CPUHooks`.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import platform
 from langchain_ascend.engine.cpu.fused_projections import fuse_projections
 from langchain_ascend.engine.cpu.greedy_head import ScreenedGreedyHead
+from langchain_ascend.engine.cpu.models.gemma import GemmaModel
 from langchain_ascend.engine.cpu.models.llama import LlamaModel
 from langchain_ascend.engine.cpu.weight_layout import (
     apply_layout,
@@ -48,7 +51,12 @@ from langchain_ascend.engine.hook_types import (
 if TYPE_CHECKING:
     import torch
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["CPUHooks", "prepare"]
+
+OWNED_MODELS = {"llama": LlamaModel, "gemma": GemmaModel}
+"""The owned CPU model of each ``families.Family.owned_model`` value."""
 
 
 @dataclass
@@ -85,7 +93,8 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         return ModelHooks()
 
     layout = resolve_layout(options.weight_layout, model)
-    groups = fuse_projections(model) if layout == "dual" and LlamaModel.owns(model) else []
+    owner = next((cls for cls in OWNED_MODELS.values() if cls.owns(model)), None)
+    groups = fuse_projections(model) if layout == "dual" and owner is not None else []
     members = [member for group in groups for member in group.members]
     apply_layout(model, layout, skip=members, fused=groups)
     changes: dict[str, Any] = {"weight_layout": layout, "fused_groups": len(groups)}
@@ -95,6 +104,9 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         native_max_rows = tune(dual) if layout == "dual" else None
         if native_max_rows is not None:
             changes[key] = native_max_rows
-    owned = LlamaModel.build(model, groups)
+    owned = None if owner is None or layout != "dual" else owner.build(model, groups)
+    if owner is None:
+        logger.info("no owned CPU model for a %s model: transformers' forward runs every step",
+                    getattr(getattr(model, "config", None), "model_type", None))
     changes["owned_layers"] = 0 if owned is None else owned.num_layers
     return CPUHooks(changes=changes, owned_model=owned, screen_greedy=options.screen_greedy)

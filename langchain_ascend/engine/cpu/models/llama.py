@@ -1,4 +1,4 @@
-"""The owned CPU model of the Llama-style families: Llama, Mistral, Qwen2, Qwen3.
+"""The owned CPU model of the Llama-style families: Llama, Mistral, Qwen2, Qwen3, Phi-3.
 
 One layer, for ``T`` packed rows of a step (hidden ``D``, ``H`` query and ``KVH`` key/value
 heads of width ``Dh``, MLP width ``I``)::
@@ -11,6 +11,10 @@ heads of width ``Dh``, MLP width ``I``)::
     x = x + o(attention(q, paged cache))                (T, D)   [Mistral: sliding window]
     h = rms_norm(x, post_attention_norm)
     x = x + down(silu(gate(h)) * up(h))                 gate/up one product (T, 2I)
+
+Phi-3 is this layer with q/k/v and gate/up already one weight each in transformers' modules
+(``qkv_proj``, ``gate_up_proj``; the GGUF's ``attn_qkv`` / ``ffn_up``): the model takes those
+products as they are instead of fusing siblings.
 
 then the final norm and the LM head on the rows that sample. :class:`LlamaModel` holds every
 weight as a plain attribute (norm vectors, the fused products -- GGUF blocks, int8/int4 blocks
@@ -34,7 +38,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend import families
-from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
 from langchain_ascend.engine.cpu.fused_projections import FusedProjections, group_of
 from langchain_ascend.engine.cpu.models import ops
 from langchain_ascend.engine.cpu.models.llama_weights import Decoder, Norm
@@ -48,8 +51,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-NORM_CLASSES = families.native_classes("RMSNorm")
+NORM_CLASSES = families.owned_classes("llama", "RMSNorm")
 """transformers' RMSNorm classes of these families: ``weight * x * rsqrt(mean(x^2) + eps)``."""
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+"""Rotary scalings whose frequencies do not depend on the step's positions (``dynamic`` and
+Phi-3's ``longrope`` switch frequencies with the sequence length: transformers' forward runs
+those)."""
 
 
 @dataclass
@@ -130,9 +137,9 @@ class LlamaModel:
         (``llama_weights.LlamaWeights``)."""
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-        return (decoder is not None and model_type in families.NATIVE_MODEL_TYPES
+        return (decoder is not None and model_type in families.owned_model_types("llama")
                 and (isinstance(decoder, Decoder)
-                     or type(decoder).__name__ in families.NATIVE_DECODER_CLASSES))
+                     or type(decoder).__name__ in families.owned_classes("llama")))
 
     @classmethod
     def build(cls, model: Any, groups: list[FusedProjections]) -> LlamaModel | None:
@@ -144,8 +151,6 @@ class LlamaModel:
 
         config = getattr(model, "config", None)
         if not cls.owns(model):
-            logger.info("no owned CPU model for a %s model: transformers' forward runs every "
-                        "step", getattr(config, "model_type", None))
             return None
         decoder = model.get_decoder()
         dtype = next(model.parameters()).dtype
@@ -161,13 +166,13 @@ class LlamaModel:
         attention = decoder.layers[0].self_attn
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
         head_dim, intermediate = attention.head_dim, owned[0].intermediate
-        if head_dim % 16:
-            logger.info("no owned CPU model: head width %d (the rotary kernel takes multiples "
-                        "of 16)", head_dim)
+        rotary = decoder.rotary_emb
+        reason = rotary_refusal(rotary, head_dim)
+        if reason is not None:
+            logger.info("no owned CPU model: %s", reason)
             return None
         stack = PackedLayers.for_layers(owned, dtype=dtype, geometry=(
             heads, kv_heads, head_dim, intermediate), scale=attention.scaling)
-        rotary = decoder.rotary_emb
         logger.info("owned CPU model over %d layers (%s)", len(owned),
                     "no native decode stack: a product has no layout it reads" if stack is None
                     else f"decode stack up to {stack.max_rows} rows")
@@ -186,9 +191,7 @@ class LlamaModel:
     def can_run(self, input_ids: torch.Tensor, step: Any) -> bool:
         """Whether this model runs the step of ``input_ids`` ``(1, T)``: any step of the CPU
         backend's paged path (other backends' steps run transformers' forward)."""
-        return (step is not None and isinstance(step.backend, TorchRefBackend)
-                and input_ids.dim() == 2 and input_ids.shape[0] == 1
-                and rope_kv.available(self.dtype, step.kv_caches[0].dtype))
+        return ops.runs_step(input_ids, step, self.dtype)
 
     def hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                step: Any) -> torch.Tensor:
@@ -229,11 +232,41 @@ class LlamaModel:
         return x + ops.mlp(h, layer.gate_up, layer.down, self.intermediate, layer.native_silu)
 
 
+def rotary_refusal(rotary: Any, head_dim: int, inv_freq: Any = None) -> str | None:
+    """Why the owned models cannot rotate with transformers' rotary module ``rotary`` (its
+    ``inv_freq``, or the given one) at head width ``head_dim``, or None where they can: the
+    rotary kernel takes widths in multiples of 16, rotates the whole head (no partial rotary),
+    and the frequencies must not change with the sequence (:data:`STATIC_ROPE_TYPES`)."""
+    inv_freq = rotary.inv_freq if inv_freq is None else inv_freq
+    rope_types = getattr(rotary, "rope_type", "default")
+    rope_types = rope_types.values() if isinstance(rope_types, dict) else [rope_types]
+    if head_dim % 16:
+        return f"head width {head_dim} (the rotary kernel takes multiples of 16)"
+    if 2 * inv_freq.numel() != head_dim:
+        return f"a partial rotary ({2 * inv_freq.numel()} of {head_dim} dims)"
+    moving = [t for t in rope_types if t not in STATIC_ROPE_TYPES]
+    if moving:
+        return f"rotary scaling {moving[0]!r} (its frequencies follow the sequence length)"
+    return None
+
+
 def _sliding_window(attention: Any) -> int | None:
     """The window transformers' attention module passes to its attention function."""
-    if type(attention).__name__ == "MistralAttention":
+    if type(attention).__name__ in ("MistralAttention", "Phi3Attention"):
         return getattr(attention.config, "sliding_window", None)
     return getattr(attention, "sliding_window", None)
+
+
+def _product(groups: list[FusedProjections], module: Any, fused: str,
+             members: tuple[str, ...]) -> Any:
+    """The one product of ``module``'s ``members`` (``("q_proj", "k_proj", "v_proj")``): the
+    fused group of them, or the module's own ``fused`` linear where transformers keeps them as
+    one weight (Phi-3's ``qkv_proj``); None where neither is there."""
+    own = getattr(module, fused, None)
+    if own is not None:
+        return own
+    group = group_of(groups, [getattr(module, name, None) for name in members])
+    return None if group is None else group.linear
 
 
 def _norm(module: Any) -> tuple[Any, float] | None:
@@ -248,12 +281,14 @@ def _norm(module: Any) -> tuple[Any, float] | None:
 
 def _layer(module: Any, index: int, groups: list[FusedProjections]) -> LlamaLayer | None:
     """The weights of transformers' decoder layer ``module``, or None where its products are
-    not fused groups (``engine.cpu.fused_projections``) or its MLP is not ``silu``."""
+    not fused groups (``engine.cpu.fused_projections``) or fused weights (Phi-3), or its MLP
+    is not ``silu``."""
     attention, mlp = module.self_attn, module.mlp
-    qkv = group_of(groups, [attention.q_proj, attention.k_proj, attention.v_proj])
-    gate_up = group_of(groups, [mlp.gate_proj, mlp.up_proj])
+    qkv = _product(groups, attention, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
+    gate_up = _product(groups, mlp, "gate_up_proj", ("gate_proj", "up_proj"))
     norms = [_norm(module.input_layernorm), _norm(module.post_attention_layernorm)]
-    if (qkv is None or gate_up is None or None in norms or gate_up.sizes[0] != gate_up.sizes[1]
+    if (qkv is None or gate_up is None or None in norms
+            or gate_up.out_features != 2 * mlp.down_proj.in_features
             or getattr(mlp.config, "hidden_act", None) != "silu"):
         return None
     (norm1, eps), (norm2, post_eps) = norms  # type: ignore[misc]
@@ -266,6 +301,7 @@ def _layer(module: Any, index: int, groups: list[FusedProjections]) -> LlamaLaye
         (q_w, head_eps), (k_w, _) = found  # type: ignore[misc]
         head_norms = [q_w, k_w]
     return LlamaLayer(index=index, input_norm=norm1, post_attention_norm=norm2, eps=eps,
-                      post_eps=post_eps,                      qkv=qkv.linear, o=attention.o_proj, gate_up=gate_up.linear,
+                      post_eps=post_eps, qkv=qkv, o=attention.o_proj, gate_up=gate_up,
                       down=mlp.down_proj, q_norm=head_norms[0], k_norm=head_norms[1],
-                      head_eps=head_eps, window=_sliding_window(attention), native_silu=is_quantized_product(gate_up.linear))
+                      head_eps=head_eps, window=_sliding_window(attention),
+                      native_silu=is_quantized_product(gate_up))

@@ -11,14 +11,16 @@ two ran its step:
   computes them (an outer product of the positions and the inverse frequencies, exact);
 * :func:`attend`: rotate q/k and write k/v into the paged cache in one native call
   (``native.rope_kv``), then the CPU backend's paged attention;
-* :func:`mlp`: ``down(silu(gate(x)) * up(x))`` over a fused gate/up product, in row chunks for
-  a long prefill; a quantized product's SiLU is the stack's own code (``stack_kernel.silu_mul``).
+* :func:`mlp`: ``down(act(gate(x)) * up(x))`` over a fused gate/up product, in row chunks for
+  a long prefill, ``act`` SiLU or Gemma's tanh GELU; a quantized product's SiLU is the stack's
+  own code (``stack_kernel.silu_mul``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from langchain_ascend.attention.backends.torch_ref import TorchRefBackend
 from langchain_ascend.native import rms_norm as native_rms_norm
 from langchain_ascend.native import rope_kv
 from langchain_ascend.native import stack_kernel as native_stack
@@ -31,6 +33,15 @@ MLP_CHUNK_BYTES = 16 << 20
 width 1,024 rows make 64 MB, which leaves the last-level cache between the three steps (about
 11% of the MLP's time, docs/performance.md); 16 MB (256 rows there) stays near. Rows are
 independent, so the bits do not depend on the chunking."""
+
+
+def runs_step(input_ids: torch.Tensor, step: Any, dtype: torch.dtype) -> bool:
+    """Whether an owned model of ``dtype`` activations runs the step of ``input_ids``
+    ``(1, T)``: any step of the CPU backend's paged path whose cache the rotary kernel
+    writes (other backends' steps run transformers' forward)."""
+    return (step is not None and isinstance(step.backend, TorchRefBackend)
+            and input_ids.dim() == 2 and input_ids.shape[0] == 1
+            and rope_kv.available(dtype, step.kv_caches[0].dtype))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -68,10 +79,10 @@ def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, scaling: floa
 
 def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor,
            sin: torch.Tensor, step: Any, layer: int, scale: float,
-           window: int | None) -> torch.Tensor:
+           window: int | None, softcap: float | None = None) -> torch.Tensor:
     """Attention of one layer within the paged ``step``: ``query`` ``(T, H, D)``, ``key`` /
     ``value`` ``(T, KVH, D)`` (un-rotated), ``cos`` / ``sin`` ``(T, D)``; writes the layer's
-    K/V and returns ``(T, H, D)``.
+    K/V and returns ``(T, H, D)``. ``softcap``: Gemma 2's cap on the scaled scores.
 
     Raises:
         RuntimeError: The native rotary kernel does not take these tensors (the owned model
@@ -84,7 +95,8 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: tor
         raise RuntimeError(f"the native rotary kernel does not take layer {layer}'s "
                            f"{query.dtype} rows with a {kv_cache.dtype} cache")
     query, key = rotated
-    return step.backend.attend(query, key, value, kv_cache, step.metadata, scale, window)
+    return step.backend.attend(query, key, value, kv_cache, step.metadata, scale, window,
+                               softcap)
 
 
 def mlp_row_chunk(gate_up_width: int) -> int:
@@ -94,29 +106,36 @@ def mlp_row_chunk(gate_up_width: int) -> int:
     return max(64, MLP_CHUNK_BYTES // (4 * max(gate_up_width, 1)) // 64 * 64)
 
 
+ACTIVATIONS = ("silu", "gelu_tanh")
+"""The MLP activations :func:`mlp` applies: SiLU (Llama-style), tanh-approximated GELU
+(Gemma's ``gelu_pytorch_tanh``)."""
+
+
 def mlp(x: torch.Tensor, gate_up: Any, down: Any, intermediate: int,
-        native_silu: bool) -> torch.Tensor:
-    """``down(silu(gate) * up)`` of ``x`` ``(M, D)`` with ``gate_up(x)`` ``(M, 2I)`` (gate
-    rows first), by :func:`mlp_row_chunk` rows; ``native_silu``: the stack's SiLU code
-    (a quantized product's row then has the stack's bits; torch's SiLU differs in the last
-    float32 bit)."""
+        native_silu: bool, activation: str = "silu") -> torch.Tensor:
+    """``down(act(gate) * up)`` of ``x`` ``(M, D)`` with ``gate_up(x)`` ``(M, 2I)`` (gate
+    rows first), ``act`` one of :data:`ACTIVATIONS`, by :func:`mlp_row_chunk` rows;
+    ``native_silu``: the stack's SiLU code (a quantized product's row then has the stack's
+    bits; torch's SiLU differs in the last float32 bit)."""
     import torch
 
     chunk = mlp_row_chunk(2 * intermediate)
     if x.shape[0] <= chunk:
-        return _mlp_rows(x, gate_up, down, intermediate, native_silu)
-    return torch.cat([_mlp_rows(part, gate_up, down, intermediate, native_silu)
+        return _mlp_rows(x, gate_up, down, intermediate, native_silu, activation)
+    return torch.cat([_mlp_rows(part, gate_up, down, intermediate, native_silu, activation)
                       for part in x.split(chunk)])  # (M, D)
 
 
 def _mlp_rows(x: torch.Tensor, gate_up: Any, down: Any, intermediate: int,
-              native_silu: bool) -> torch.Tensor:
+              native_silu: bool, activation: str = "silu") -> torch.Tensor:
     import torch.nn.functional as F
 
     both = gate_up.forward(x)  # (M, 2I)
-    if native_silu:
+    if native_silu and activation == "silu":
         act = native_stack.silu_mul(both)  # (M, I)
         if act is not None:
             return down.forward(act)
     gate, up = both.split([intermediate, intermediate], dim=-1)  # (M, I) each
+    if activation == "gelu_tanh":
+        return down.forward(F.gelu(gate, approximate="tanh") * up)
     return down.forward(F.silu(gate) * up)
