@@ -312,6 +312,10 @@ class AscendEmbeddings(BaseModel, Embeddings):
         finally:
             if progress is not None:
                 progress.close()
+            if self._torch_device.type == "cpu":  # the engine's steps may run on another
+                from langchain_ascend.native import openmp  # thread: one live pool spins
+
+                openmp.release_thread_pool()
         assert out is not None
         if len(distinct) == len(texts):
             return out

@@ -146,6 +146,7 @@ class LLMEngine:
             max_num_batched_tokens=max_num_batched_tokens,
             stream_buffer_limit=stream_buffer_limit, scheduling=scheduling,
             session_retention=session_retention, retention_cap=retention_cap)
+        self.driver.hand_back_openmp_pool()  # the load's pool: the steps run on another
 
     @classmethod
     def from_runner(
@@ -213,6 +214,7 @@ class LLMEngine:
         finally:
             if not done:
                 self.driver.abort_own(request)
+            self.driver.hand_back_openmp_pool()  # the next steps may run on another thread
 
     def stream(
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
