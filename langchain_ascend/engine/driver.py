@@ -5,10 +5,7 @@ to its sink. A background loop thread (started on demand) serves coroutines and 
 :func:`langchain_ascend.platform.callers_drive_steps` says so (the CPU), a thread blocked in
 :meth:`~langchain_ascend.engine.llm_engine.LLMEngine.generate` drives the steps itself while
 nobody else does, and the loop thread ends when it runs out of work, so the steps run on the
-caller's OpenMP pool instead of a second one; a thread that stops running steps while others
-will (the constructing thread, a caller whose request is done or handed to the loop thread)
-hands its pool back (``native.openmp``), so the pool that runs them spins alone (see
-``docs/performance.md``).
+caller's OpenMP pool instead of a second one (see ``docs/performance.md``).
 
 Fault isolation: a request's own callbacks inside a step run behind a
 :class:`~langchain_ascend.engine.request_faults.GuardedConstraint`. The step then completes
@@ -52,7 +49,6 @@ from langchain_ascend.errors import (
     InvalidRequestError,
     RequestAbortedError,
 )
-from langchain_ascend.native import openmp
 
 logger = logging.getLogger(__name__)
 
@@ -382,21 +378,11 @@ class EngineDriver:
             with self.lock:
                 self._stepping = None
                 finished_ids = [] if self._closed else self.scheduler.take_finished_ids()
-                handed_over = not self._closed and self.scheduler.has_unfinished_requests()
-                if handed_over:
+                if not self._closed and self.scheduler.has_unfinished_requests():
                     self._ensure_loop_locked()  # hand the other requests to the loop thread
                 self._work.notify_all()
             self._release(finished_ids)
-            if handed_over:
-                self.hand_back_openmp_pool()
         return not sink.queue.empty()
-
-    def hand_back_openmp_pool(self) -> None:
-        """Free the calling thread's OpenMP pool where steps run on the CPU and this thread is
-        not running them now (``native.openmp``: two live pools make both sleep between
-        parallel regions); a no-op elsewhere."""
-        if self.callers_drive and self._stepping is not threading.current_thread():
-            openmp.release_thread_pool()
 
     def _next_batch_locked(self) -> tuple[ScheduledBatch, bool] | None:
         """The next step to run and whether it is only a release of finished requests; None

@@ -13,8 +13,10 @@ second against 17; docs/performance.md).
 :func:`release_thread_pool` hands the calling thread's pool back (``omp_pause_resource_all``,
 OpenMP 5.0: libgomp frees the caller's pool and its threads). The package calls it where its
 own OpenMP work ends on a thread that will not run the next steps: after constructing an
-engine, after a caller thread drove steps (``engine.driver``), after a CPU embedding batch. A
-later parallel region on that thread makes a new pool (a thread start, ~0.1 ms).
+engine, after a caller's ``generate`` (it drove its steps), after submitting a stream or a
+coroutine's request (the loop thread runs it), after a CPU embedding batch
+(``engine.llm_engine``, ``embeddings``). A later parallel region on that thread makes a new
+pool (a thread start, ~0.1 ms).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import ctypes
 import functools
 import logging
 from typing import Any
+
+from langchain_ascend.native import build
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +38,6 @@ OMP_PAUSE_SOFT = 1
 def _pause() -> Any:
     """``omp_pause_resource_all`` of the OpenMP runtime torch (and our kernels) use, or None
     where there is none or it lacks the call."""
-    from langchain_ascend.native import build
-
     try:
         path = build.openmp_runtime()
         if path is None:

@@ -278,8 +278,9 @@ def test_get_engine_shares_one_engine_per_model_device_dtype(setups, tiny_model_
 
 def test_threads_that_stop_running_steps_hand_their_openmp_pool_back(tiny_model_paths,
                                                                       monkeypatch):
-    """On the CPU the constructing thread and a caller whose request is done free their
-    OpenMP pools (``native.openmp``): the pool that runs the next steps spins alone."""
+    """On the CPU the constructing thread, a caller whose request is done and a thread that
+    leaves its stream to the loop thread free their OpenMP pools (``native.openmp``): the pool
+    that runs the next steps spins alone."""
     from langchain_ascend.native import openmp
 
     calls: list[str] = []
@@ -294,6 +295,6 @@ def test_threads_that_stop_running_steps_hand_their_openmp_pool_back(tiny_model_
         assert calls == [me, me]  # this thread drove its steps, then gave the pool back
         tokens = [t for d in engine.stream([9, 10, 11], SamplingParams(max_tokens=3))
                   for t in d.token_ids]
-        assert len(tokens) == 3 and calls == [me, me]  # the loop thread keeps its own
+        assert len(tokens) == 3 and calls == [me, me, me]  # the loop thread keeps its own
     finally:
         engine.shutdown()
