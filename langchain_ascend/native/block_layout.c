@@ -1,17 +1,20 @@
 /* Re-laying a GGUF block weight into the native products' "x8" layout, at load, in one pass.
  *
- * The file holds a q4_0 / q4_1 / q8_0 weight row by row: row n is its B blocks of P bytes, each
- * a header of Hb bytes (the half-float scale, and for q4_1 the min) and P - Hb bytes of values.
+ * The file holds a weight row by row: row n is its B blocks of P bytes, each a sequence of
+ * fields (quant/x8_fields.py: q4_0 a half-float scale then 4 value words, q4_k two halves,
+ * 3 scale words and 32 value words, q6_k eight word fields, 16 scale bytes and a half...).
  * "x8" (quant/formats.py) interleaves 8 rows: for rows 8g..8g+7 and block b, one superblock of
- * 8 * P bytes holds the 8 rows' header halves first, half h of row r at half-word h * 8 + r,
- * then their values as 4-byte words, word c of row r at word c * 8 + r. The same bytes move,
- * nothing is computed, so the result equals the numpy re-laying of formats.to_layout bit for
- * bit; this is that re-laying in one pass, the value words transposed 8 rows at a time in AVX2
- * registers (the numpy one moves 2- and 4-byte strided items: ~2x slower on a 1B model's load,
- * measured in docs/performance.md; the AVX2 words 1.4-1.6x the plain copies' speed).
+ * 8 * P bytes holds each field (in the layout's order) as the 8 rows' elements interleaved,
+ * element i of row r at element i * 8 + r of the field's region. The table gives, per field,
+ * its offset in a row's block, its element size (1, 2 or 4 bytes), its count and its offset
+ * in the superblock. The same bytes move, nothing is computed, so the result equals the numpy
+ * re-laying of formats.to_layout bit for bit; this is that re-laying in one pass, 4-byte
+ * fields transposed 8 rows at a time in AVX2 registers (the numpy one moves 1- to 4-byte
+ * strided items: ~2x slower on a 1B model's load, measured in docs/performance.md; the AVX2
+ * words 1.4-1.6x the plain copies' speed).
  *
  * Rows may be strided (src_stride bytes apart), e.g. a view of the file's memory map.
- * Return codes: 0 success, 2 a header or value part not in whole half-words / words.
+ * Return codes: 0 success, 2 a field outside the block or of another element size.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -37,10 +40,25 @@ static inline void transpose_4_words(const uint8_t *const rows[8], int64_t offse
     _mm256_storeu_si256((__m256i *)(out + 96), _mm256_unpackhi_epi64(hi01, hi23));
 }
 
+/* Field f of block `at` of rows[0..7] -> its interleaved region at out. */
+static inline void move_field(const uint8_t *const rows[8], int64_t at, const int64_t *f,
+                              uint8_t *out) {
+    const int64_t from = at + f[0], size = f[1], count = f[2];
+    int64_t i = 0;
+    if (size == 4)
+        for (; i + 4 <= count; i += 4) transpose_4_words(rows, from + 4 * i, out + i * 32);
+    for (; i < count; i++)
+        for (int r = 0; r < 8; r++) memcpy(out + (i * 8 + r) * size, rows[r] + from + i * size, size);
+}
+
 int x8_from_rows(const uint8_t *src, int64_t src_stride, int64_t groups, int64_t blocks,
-                 int64_t block_bytes, int64_t header_bytes, uint8_t *dst) {
-    if (header_bytes % 2 || (block_bytes - header_bytes) % 4) return 2;
-    const int64_t halves = header_bytes / 2, words = (block_bytes - header_bytes) / 4;
+                 int64_t block_bytes, int64_t fields, const int64_t *table, uint8_t *dst) {
+    for (int64_t f = 0; f < fields; f++) {
+        const int64_t *t = table + 4 * f;
+        if ((t[1] != 1 && t[1] != 2 && t[1] != 4) || t[0] < 0 || t[3] < 0 || t[2] < 1
+            || t[0] + t[1] * t[2] > block_bytes || t[3] + 8 * t[1] * t[2] > 8 * block_bytes)
+            return 2;
+    }
     const int64_t super_bytes = 8 * block_bytes;
     /* A parallel region costs a wake-up of the pool (and on a busy host a time slice of the
      * other thread): small weights (SmolLM2's, 0.1-0.6 MB) are re-laid by this thread alone. */
@@ -49,19 +67,9 @@ int x8_from_rows(const uint8_t *src, int64_t src_stride, int64_t groups, int64_t
         const uint8_t *rows[8];
         for (int r = 0; r < 8; r++) rows[r] = src + (8 * g + r) * src_stride;
         uint8_t *out = dst + g * blocks * super_bytes;
-        for (int64_t b = 0; b < blocks; b++, out += super_bytes) {
-            const int64_t at = b * block_bytes;
-            uint8_t *head = out, *values = out + 8 * header_bytes;
-            for (int r = 0; r < 8; r++)
-                for (int64_t h = 0; h < halves; h++)
-                    memcpy(head + (h * 8 + r) * 2, rows[r] + at + 2 * h, 2);
-            int64_t c = 0;
-            for (; c + 4 <= words; c += 4)
-                transpose_4_words(rows, at + header_bytes + 4 * c, values + c * 32);
-            for (; c < words; c++)
-                for (int r = 0; r < 8; r++)
-                    memcpy(values + (c * 8 + r) * 4, rows[r] + at + header_bytes + 4 * c, 4);
-        }
+        for (int64_t b = 0; b < blocks; b++, out += super_bytes)
+            for (int64_t f = 0; f < fields; f++)
+                move_field(rows, b * block_bytes, table + 4 * f, out + table[4 * f + 3]);
     }
     return 0;
 }

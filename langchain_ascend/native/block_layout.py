@@ -8,6 +8,7 @@ the bytes are the same either way.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend.native import build
@@ -25,11 +26,11 @@ def available() -> bool:
 
 def _kernel() -> Any:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return build.function(KERNEL, "x8_from_rows", [ptr, i64, i64, i64, i64, i64, ptr])
+    return build.function(KERNEL, "x8_from_rows", [ptr, i64, i64, i64, i64, i64, ptr, ptr])
 
 
 def x8_from_rows(source: torch.Tensor, out: torch.Tensor, *, block_bytes: int,
-                 header_bytes: int) -> bool:
+                 fields: Sequence[tuple[int, int, int, int]]) -> bool:
     """Write ``source``'s rows into ``out`` in the ``"x8"`` layout; False (nothing written)
     where the kernel does not apply.
 
@@ -38,7 +39,7 @@ def x8_from_rows(source: torch.Tensor, out: torch.Tensor, *, block_bytes: int,
             (rows may be strided, e.g. a view of a file's memory map); ``N % 8 == 0``.
         out: ``(N / 8, 8 * B * block_bytes)`` contiguous uint8, written.
         block_bytes: Bytes of one block (``quant.formats.bytes_per_block``).
-        header_bytes: Its header's bytes (``quant.formats.header_bytes``).
+        fields: The block's fields (``quant.x8_fields.field_table``).
     """
     import torch
 
@@ -49,8 +50,9 @@ def x8_from_rows(source: torch.Tensor, out: torch.Tensor, *, block_bytes: int,
             or source.stride(1) != 1 or not out.is_contiguous()
             or tuple(out.shape) != (rows // 8, 8 * row_bytes)):
         return False
+    table = (ctypes.c_int64 * (4 * len(fields)))(*(v for field in fields for v in field))
     status = kernel(source.data_ptr(), source.stride(0), rows // 8,
-                    row_bytes // block_bytes, block_bytes, header_bytes, out.data_ptr())
+                    row_bytes // block_bytes, block_bytes, len(fields), table, out.data_ptr())
     if status:
         raise RuntimeError(f"x8_from_rows kernel failed with status {status}")
     return True

@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING
 from langchain_ascend.errors import QuantizationError
 from langchain_ascend.native import block_layout
 from langchain_ascend.quant.file_blocks import dequantize_blocks
-from langchain_ascend.quant.x8_fields import block_dtypes
+from langchain_ascend.quant.x8_fields import block_dtypes, field_table
 
 if TYPE_CHECKING:
     import torch
@@ -480,8 +480,8 @@ def to_layout(qw: QuantizedWeight, layout: str,
         raise QuantizationError(f"{qw.fmt}: out must be a contiguous uint8 tensor of shape "
                                 f"{want}, got {tuple(blocks.shape)} {blocks.dtype}")
     source = qw.blocks.detach().cpu()
-    if layout == "x8" and qw.fmt in X8_FORMATS and block_layout.x8_from_rows(
-            source, blocks, block_bytes=per_block, header_bytes=header_bytes(qw.fmt)):
+    if layout == "x8" and block_layout.x8_from_rows(
+            source, blocks, block_bytes=per_block, fields=field_table(qw.fmt)):
         pass  # the native pass wrote the bytes of the numpy re-laying below
     elif layout == "x8":  # (G, 8, B) row blocks -> (G, B) superblocks
         rows_in = source.contiguous().numpy().view(row).reshape(groups, ROWS_PER_GROUP, -1)

@@ -38,3 +38,16 @@ def block_dtypes(fmt: str, rows: int) -> tuple[np.dtype, np.dtype]:
     order = _X8_ORDER.get(fmt, tuple(fields))
     superblock = np.dtype([(name, fields[name][0], (fields[name][1], rows)) for name in order])
     return row, superblock
+
+
+def field_table(fmt: str) -> list[tuple[int, int, int, int]]:
+    """``(source offset, element bytes, count, destination offset)`` of each field of
+    ``fmt``'s block (:data:`_X8_FIELDS`): where it starts in a row's block, and where its
+    8-row interleaved elements start in an ``"x8"`` superblock (:func:`block_dtypes`) -- what
+    the native re-laying (``native/block_layout.c``) moves."""
+    row, superblock = block_dtypes(fmt, 8)
+    table = []
+    for name, _kind, count in _X8_FIELDS[fmt]:
+        base = row.fields[name][0].base
+        table.append((row.fields[name][1], base.itemsize, count, superblock.fields[name][1]))
+    return table
