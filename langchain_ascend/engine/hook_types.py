@@ -49,7 +49,8 @@ class PlainLogitsHead:
 
 class OwnedModel(Protocol):
     """Our own forward of a model over its weights, run instead of the HF forward (the CPU's
-    ``engine.cpu.models.llama.LlamaModel``); the runner calls it for the steps it accepts."""
+    ``engine.cpu.models``: ``llama.LlamaModel``, ``gemma.GemmaModel``); the runner calls it
+    for the steps it accepts."""
 
     def can_run(self, input_ids: torch.Tensor, step: Any) -> bool:
         """Whether the step of ``input_ids`` ``(1, T)`` (paged attention ``step``) is one

@@ -333,8 +333,10 @@ class LLMEngine:
         return self.driver.submit_background(request)
 
     def warmup(self) -> None:
-        """Run the model runner's warm-up (compilation, first-call allocations)."""
+        """Run the model runner's warm-up (compilation, first-call allocations) on this
+        thread, whose OpenMP pool is handed back after it (the steps may run on another)."""
         self.driver.warmup()
+        self._hand_back_openmp_pool()
 
     def reset_prefix_cache(self) -> bool:
         """Forget all cached prefixes; False (nothing done) while requests hold blocks."""

@@ -14,7 +14,8 @@
  * words 1.4-1.6x the plain copies' speed).
  *
  * Rows may be strided (src_stride bytes apart), e.g. a view of the file's memory map.
- * Return codes: 0 success, 2 a field outside the block or of another element size.
+ * Return codes: 0 success, 2 a field outside the block or of another element size, or
+ * fields that do not cover the block's bytes.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -53,12 +54,17 @@ static inline void move_field(const uint8_t *const rows[8], int64_t at, const in
 
 int x8_from_rows(const uint8_t *src, int64_t src_stride, int64_t groups, int64_t blocks,
                  int64_t block_bytes, int64_t fields, const int64_t *table, uint8_t *dst) {
+    int64_t covered = 0;
+    if (fields < 1 || block_bytes < 1) return 2;
     for (int64_t f = 0; f < fields; f++) {
         const int64_t *t = table + 4 * f;
         if ((t[1] != 1 && t[1] != 2 && t[1] != 4) || t[0] < 0 || t[3] < 0 || t[2] < 1
-            || t[0] + t[1] * t[2] > block_bytes || t[3] + 8 * t[1] * t[2] > 8 * block_bytes)
+            || t[2] > block_bytes || t[0] + t[1] * t[2] > block_bytes
+            || t[3] + 8 * t[1] * t[2] > 8 * block_bytes)
             return 2;
+        covered += t[1] * t[2];
     }
+    if (covered != block_bytes) return 2;  /* every byte of the block moves exactly once */
     const int64_t super_bytes = 8 * block_bytes;
     /* A parallel region costs a wake-up of the pool (and on a busy host a time slice of the
      * other thread): small weights (SmolLM2's, 0.1-0.6 MB) are re-laid by this thread alone. */

@@ -103,3 +103,6 @@ def test_native_x8_refuses_a_field_outside_the_block():
     with pytest.raises(RuntimeError, match="status 2"):
         block_layout.x8_from_rows(blocks, torch.empty(1, 8 * 36, dtype=torch.uint8),
                                   block_bytes=18, fields=[(0, 2, 1, 0), (2, 4, 5, 16)])
+    with pytest.raises(RuntimeError, match="status 2"):  # bytes 2..5 never move
+        block_layout.x8_from_rows(blocks, torch.empty(1, 8 * 36, dtype=torch.uint8),
+                                  block_bytes=18, fields=[(0, 2, 1, 0), (6, 4, 3, 48)])

@@ -105,8 +105,9 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         if native_max_rows is not None:
             changes[key] = native_max_rows
     owned = None if owner is None or layout != "dual" else owner.build(model, groups)
-    if owner is None:
-        logger.info("no owned CPU model for a %s model: transformers' forward runs every step",
-                    getattr(getattr(model, "config", None), "model_type", None))
+    if owner is None or layout != "dual":
+        logger.info("no owned CPU model for a %s model (%s): transformers' forward runs every "
+                    "step", getattr(getattr(model, "config", None), "model_type", None),
+                    "another family" if owner is None else f"the {layout!r} weight layout")
     changes["owned_layers"] = 0 if owned is None else owned.num_layers
     return CPUHooks(changes=changes, owned_model=owned, screen_greedy=options.screen_greedy)

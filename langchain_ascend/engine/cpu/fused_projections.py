@@ -3,8 +3,8 @@ or bfloat16), for the owned CPU model.
 
 Decoder layers compute ``q_proj``, ``k_proj`` and ``v_proj`` on the same hidden states, and
 ``gate_proj`` and ``up_proj`` on the same MLP input. A CPU decode step pays per call, and the
-small K/V projections stream their weights badly, so the owned model
-(``engine.cpu.models.llama``) runs each group as ONE product over the concatenated weight: a
+small K/V projections stream their weights badly, so the owned models
+(``engine.cpu.models``) run each group as ONE product over the concatenated weight: a
 :class:`FusedProjections` holds it, the sizes to split it by and its members.
 
 The members' weights and biases become views of the concatenated tensors (nothing is held

@@ -11,7 +11,8 @@ positions that sample reach the LM head (``logits_to_keep``), so a long prefill 
 a ``(T, vocab)`` logits matrix.
 
 Where preparing the model gave an owned model (``hooks.owned_model``: on the CPU
-``engine.cpu.models.llama.LlamaModel`` for the Llama-style families), the steps it accepts
+``engine.cpu.models.llama.LlamaModel`` for the Llama-style families and Phi-3,
+``engine.cpu.models.gemma.GemmaModel`` for Gemma 2/3), the steps it accepts
 (every step of the CPU backend's paged path) run through it instead of the HF forward,
 explicitly: :meth:`ModelRunner.compute_hidden` and the eager :meth:`ModelRunner.compute_logits`
 ask it first.

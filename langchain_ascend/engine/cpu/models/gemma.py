@@ -71,7 +71,8 @@ class GemmaLayer:
         input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm: ``(D,)``
             float32 ``1 + w`` vectors; ``eps`` theirs.
         qkv, o, gate_up, down: The products (``qkv``/``gate_up`` fused, gate rows first).
-        q_norm, k_norm: Gemma 3's ``(Dh,)`` per-head ``1 + w`` (None for Gemma 2).
+        q_norm, k_norm: Gemma 3's ``(Dh,)`` per-head ``1 + w`` (None for Gemma 2);
+            ``head_eps`` theirs.
         window: The sliding window of a local layer, None on a global one.
         rope: Index of the layer's rotary frequencies in :attr:`GemmaModel.ropes`.
     """
@@ -88,6 +89,7 @@ class GemmaLayer:
     down: Any
     q_norm: Any = None
     k_norm: Any = None
+    head_eps: float = 0.0
     window: int | None = None
     rope: int = 0
 
@@ -162,7 +164,8 @@ class GemmaModel:
         layers = [_layer(module, index, groups, rope_index[index])
                   for index, module in enumerate(decoder.layers)]
         if any(layer is None for layer in layers) or len(layers) != config.num_hidden_layers:
-            logger.info("no owned CPU model: a Gemma layer's products are not fused")
+            logger.info("no owned CPU model: a Gemma layer's products are not fused or a "
+                        "norm is not Gemma's")
             return None
         owned = [layer for layer in layers if layer is not None]
         final_norm = _norm(decoder.norm)
@@ -221,8 +224,8 @@ class GemmaModel:
         k = k.view(tokens, self.kv_heads, dim)  # (T, KVH, Dh)
         v = v.view(tokens, self.kv_heads, dim)  # (T, KVH, Dh)
         if layer.q_norm is not None:
-            q = gemma_norm(q, layer.q_norm, layer.eps)
-            k = gemma_norm(k, layer.k_norm, layer.eps)  # contiguous (T, KVH, Dh)
+            q = gemma_norm(q, layer.q_norm, layer.head_eps)
+            k = gemma_norm(k, layer.k_norm, layer.head_eps)  # contiguous (T, KVH, Dh)
             v = v.contiguous()  # the rotary kernel reads k and v with one token stride
         out = ops.attend(q, k, v, cos, sin, step, layer.index, self.scale, layer.window,
                          self.softcap)  # (T, H, Dh)
@@ -256,9 +259,13 @@ def _ropes(decoder: Any, config: Any, head_dim: int) -> tuple[Any, list[int]]:
         ropes = [(getattr(rotary, f"{kind}_inv_freq"),
                   float(getattr(rotary, f"{kind}_attention_scaling"))) for kind in kinds]
         rope_index = [kinds.index(kind) for kind in layer_types]
-    else:
+    elif getattr(rotary, "inv_freq", None) is not None:
         ropes = [(rotary.inv_freq, float(rotary.attention_scaling))]
         rope_index = [0] * config.num_hidden_layers
+    else:
+        logger.info("no owned CPU model for this Gemma: a layer type without rotary "
+                    "frequencies (%s)", kinds)
+        return None, []
     for inv_freq, _ in ropes:
         refusal = rotary_refusal(rotary, head_dim, inv_freq)
         if refusal is not None:
@@ -280,14 +287,17 @@ def _layer(module: Any, index: int, groups: list[FusedProjections],
     if qkv is None or gate_up is None or None in norms or gate_up.sizes[0] != gate_up.sizes[1]:
         return None
     head_norms: list[Any] = [None, None]
+    head_eps = 0.0
     if hasattr(attention, "q_norm"):  # Gemma 3
         found = [_norm(attention.q_norm), _norm(attention.k_norm)]
         if None in found:
             return None
-        head_norms = [found[0][0], found[1][0]]  # type: ignore[index]
+        (q_w, head_eps), (k_w, _) = found  # type: ignore[misc]
+        head_norms = [q_w, k_w]
     (norm1, eps), (norm2, _), (norm3, _), (norm4, _) = norms  # type: ignore[misc]
     return GemmaLayer(index=index, input_norm=norm1, post_attention_norm=norm2,
                       pre_feedforward_norm=norm3, post_feedforward_norm=norm4, eps=eps,
                       qkv=qkv.linear, o=attention.o_proj, gate_up=gate_up.linear,
                       down=mlp.down_proj, q_norm=head_norms[0], k_norm=head_norms[1],
-                      window=getattr(attention, "sliding_window", None), rope=rope)
+                      head_eps=head_eps, window=getattr(attention, "sliding_window", None),
+                      rope=rope)
