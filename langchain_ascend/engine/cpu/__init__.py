@@ -94,7 +94,8 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
 
     layout = resolve_layout(options.weight_layout, model)
     owner = next((cls for cls in OWNED_MODELS.values() if cls.owns(model)), None)
-    groups = fuse_projections(model) if layout == "dual" and owner is not None else []
+    owning = owner is not None and layout == "dual"
+    groups = fuse_projections(model) if owning else []
     members = [member for group in groups for member in group.members]
     apply_layout(model, layout, skip=members, fused=groups)
     changes: dict[str, Any] = {"weight_layout": layout, "fused_groups": len(groups)}
@@ -104,8 +105,8 @@ def prepare(model: Any, *, device: torch.device, dtype: torch.dtype,
         native_max_rows = tune(dual) if layout == "dual" else None
         if native_max_rows is not None:
             changes[key] = native_max_rows
-    owned = None if owner is None or layout != "dual" else owner.build(model, groups)
-    if owner is None or layout != "dual":
+    owned = owner.build(model, groups) if owning and owner is not None else None
+    if not owning:
         logger.info("no owned CPU model for a %s model (%s): transformers' forward runs every "
                     "step", getattr(getattr(model, "config", None), "model_type", None),
                     "another family" if owner is None else f"the {layout!r} weight layout")

@@ -52,3 +52,23 @@ def mixed_step_logits(runner: ModelRunner) -> Any:
         ScheduledSegment("b", [30], 6, [3, 4], True, greedy),
         ScheduledSegment("c", [40, 41, 42, 43], 8, [0, 1, 5], True, greedy),
         ScheduledSegment("d", [7, 6, 5], 0, [6], True, greedy)])[1]
+
+
+def assert_owned_matches_transformers(path: Any, dtype: Any, owned_class: Any) -> None:
+    """The runner with its owned model (``owned_class``) and the one whose owned model is not
+    built (transformers' forward over the same products) decode the same greedy tokens and
+    give a mixed step's logits within float tolerance (bf16: its rounding)."""
+    import torch
+
+    from langchain_ascend.testing.runner_steps import greedy_decode
+
+    owned = prepared_runner(path, dtype)
+    plain = prepared_runner(path, dtype, without=[(owned_class, "build", None)])
+    assert isinstance(owned.hooks.owned_model, owned_class) and plain.hooks.owned_model is None
+    assert plain.weights["forward"] == "transformers"
+    tokens = {name: greedy_decode(r, PROMPTS, 6, blocks_per_request=6)
+              for name, r in (("owned", owned), ("plain", plain))}
+    assert tokens["owned"] == tokens["plain"]
+    logits = {name: mixed_step_logits(r) for name, r in (("owned", owned), ("plain", plain))}
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(logits["owned"], logits["plain"], atol=tol, rtol=tol)

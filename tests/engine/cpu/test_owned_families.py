@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _lean_steps import PROMPTS, mixed_step_logits, prepared_runner
+from _lean_steps import PROMPTS, assert_owned_matches_transformers, prepared_runner
 from transformers import AutoModelForCausalLM
 
 from langchain_ascend.engine.core.batch import ScheduledSegment
@@ -18,7 +18,6 @@ from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.cpu.models.gemma import GemmaModel, gemma_norm
 from langchain_ascend.engine.cpu.models.llama import LlamaModel, rotary_refusal
 from langchain_ascend.testing import GEMMA_SLIDING_WINDOW, build_model, needs_native_kernels
-from langchain_ascend.testing.runner_steps import greedy_decode
 
 GREEDY = SamplingParams(max_tokens=8)
 OWNER = {"gemma3": GemmaModel, "gemma2": GemmaModel, "phi3": LlamaModel}
@@ -72,16 +71,7 @@ def test_the_owned_model_runs_prefill_and_decode_with_transformers_values(paths,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("arch", list(OWNER))
 def test_owned_and_transformers_forwards_give_the_same_tokens(paths, arch, dtype):
-    owned = prepared_runner(paths[arch], dtype)
-    plain = prepared_runner(paths[arch], dtype, without=[(OWNER[arch], "build", None)])
-    assert owned.hooks.owned_model is not None and plain.hooks.owned_model is None
-    assert plain.weights["forward"] == "transformers"
-    tokens = {name: greedy_decode(r, PROMPTS, 6, blocks_per_request=6)
-              for name, r in (("owned", owned), ("plain", plain))}
-    assert tokens["owned"] == tokens["plain"]
-    logits = {name: mixed_step_logits(r) for name, r in (("owned", owned), ("plain", plain))}
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    torch.testing.assert_close(logits["owned"], logits["plain"], atol=tol, rtol=tol)
+    assert_owned_matches_transformers(paths[arch], dtype, OWNER[arch])
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "gemma2"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _lean_steps import PROMPTS, mixed_step_logits, prepared_runner
+from _lean_steps import PROMPTS, assert_owned_matches_transformers, prepared_runner
 from transformers import AutoModelForCausalLM, GemmaConfig, GemmaForCausalLM
 
 from langchain_ascend.engine.core.batch import ScheduledSegment
@@ -18,7 +18,6 @@ from langchain_ascend.engine.cpu.models.llama import LlamaModel
 from langchain_ascend.engine.worker.model_runner import ModelRunner
 from langchain_ascend.native import rms_norm as native_rms_norm
 from langchain_ascend.testing import needs_native_kernels
-from langchain_ascend.testing.runner_steps import greedy_decode
 
 GREEDY = SamplingParams(max_tokens=8)
 
@@ -81,17 +80,7 @@ def test_the_owned_model_runs_prefill_and_decode_with_transformers_values(tiny_m
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3"])
 def test_owned_and_transformers_forwards_give_the_same_tokens(tiny_model_paths, arch, dtype):
-    owned = prepared_runner(tiny_model_paths[arch], dtype)
-    plain = prepared_runner(tiny_model_paths[arch], dtype,
-                            without=[(LlamaModel, "build", None)])
-    assert owned.hooks.owned_model is not None and plain.hooks.owned_model is None
-    assert plain.weights["forward"] == "transformers"
-    tokens = {name: greedy_decode(r, PROMPTS, 6, blocks_per_request=6)
-              for name, r in (("owned", owned), ("plain", plain))}
-    assert tokens["owned"] == tokens["plain"]
-    logits = {name: mixed_step_logits(r) for name, r in (("owned", owned), ("plain", plain))}
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    torch.testing.assert_close(logits["owned"], logits["plain"], atol=tol, rtol=tol)
+    assert_owned_matches_transformers(tiny_model_paths[arch], dtype, LlamaModel)
 
 
 @needs_native_kernels()
