@@ -36,7 +36,6 @@ from langchain_ascend.errors import (
     VectorStoreArgumentTypeError,
     VectorStoreInputError,
 )
-from langchain_ascend.native import openmp
 from langchain_ascend.platform import resolve_device, resolve_dtype
 from langchain_ascend.validation import (
     STORE,
@@ -313,8 +312,6 @@ class AscendEmbeddings(BaseModel, Embeddings):
         finally:
             if progress is not None:
                 progress.close()
-            if self._torch_device.type == "cpu":  # the engine's steps may run on another
-                openmp.release_thread_pool()     # thread: one live pool spins (native.openmp)
         assert out is not None
         if len(distinct) == len(texts):
             return out

@@ -39,7 +39,6 @@ from langchain_ascend.engine.streams import (
     Tracked,
 )
 from langchain_ascend.errors import InvalidRequestError, PromptTooLongError
-from langchain_ascend.native import openmp
 from langchain_ascend.validation import check_count, check_flag, check_probability
 
 __all__ = ["LLMEngine", "SyncTokenStream"]
@@ -147,7 +146,6 @@ class LLMEngine:
             max_num_batched_tokens=max_num_batched_tokens,
             stream_buffer_limit=stream_buffer_limit, scheduling=scheduling,
             session_retention=session_retention, retention_cap=retention_cap)
-        self._hand_back_openmp_pool()  # the load's pool: the steps run on another thread
 
     @classmethod
     def from_runner(
@@ -215,7 +213,6 @@ class LLMEngine:
         finally:
             if not done:
                 self.driver.abort_own(request)
-            self._hand_back_openmp_pool()  # the next steps may run on another thread
 
     def stream(
         self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None,
@@ -333,10 +330,8 @@ class LLMEngine:
         return self.driver.submit_background(request)
 
     def warmup(self) -> None:
-        """Run the model runner's warm-up (compilation, first-call allocations) on this
-        thread, whose OpenMP pool is handed back after it (the steps may run on another)."""
+        """Run the model runner's warm-up (compilation, first-call allocations)."""
         self.driver.warmup()
-        self._hand_back_openmp_pool()
 
     def reset_prefix_cache(self) -> bool:
         """Forget all cached prefixes; False (nothing done) while requests hold blocks."""
@@ -377,15 +372,7 @@ class LLMEngine:
         detok = IncrementalDetokenizer(decode, params.stop) if incremental else None
         self.driver.submit(Tracked(request, sink, detok or LazyText(decode), stream),
                            start_loop=not caller_drives)
-        if not caller_drives:  # the loop thread runs its steps
-            self._hand_back_openmp_pool()
         return request
-
-    def _hand_back_openmp_pool(self) -> None:
-        """On the CPU, free this thread's OpenMP pool: it runs no steps now, and two live
-        pools make libgomp put both to sleep between parallel regions (``native.openmp``)."""
-        if self.driver.callers_drive:
-            openmp.release_thread_pool()
 
     def _validate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> list[int]:
         if not isinstance(params, SamplingParams):

@@ -274,27 +274,3 @@ def test_get_engine_shares_one_engine_per_model_device_dtype(setups, tiny_model_
     assert default is not setups["qwen2"][0]
     assert engine.eos_token_ids[0] == engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert len(engine.eos_token_ids) == 2  # generation_config's list, tokenizer EOS included
-
-
-def test_threads_that_stop_running_steps_hand_their_openmp_pool_back(tiny_model_paths,
-                                                                      monkeypatch):
-    """On the CPU the constructing thread, a caller whose request is done and a thread that
-    leaves its stream to the loop thread free their OpenMP pools (``native.openmp``): the pool
-    that runs the next steps spins alone."""
-    from langchain_ascend.native import openmp
-
-    calls: list[str] = []
-    monkeypatch.setattr(openmp, "release_thread_pool",
-                        lambda: calls.append(threading.current_thread().name) or True)
-    engine = LLMEngine(tiny_model_paths["llama"], device="cpu", dtype="float32",
-                       num_blocks=32, block_size=4)
-    try:
-        me = threading.current_thread().name
-        assert calls == [me]  # after the load
-        engine.generate([5, 6, 7, 8], SamplingParams(max_tokens=3))
-        assert calls == [me, me]  # this thread drove its steps, then gave the pool back
-        tokens = [t for d in engine.stream([9, 10, 11], SamplingParams(max_tokens=3))
-                  for t in d.token_ids]
-        assert len(tokens) == 3 and calls == [me, me, me]  # the loop thread keeps its own
-    finally:
-        engine.shutdown()
