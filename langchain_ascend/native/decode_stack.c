@@ -37,6 +37,7 @@
 #include "paged_attention.c"
 #include "prefill_attention.c"
 #include "qmatmul.c"
+#include "team.h"
 
 typedef struct {
     const void *norm1, *norm2;            /* (D,) */
@@ -140,15 +141,16 @@ static int norm(int dtype, const void *x, const void *w, void *out, int64_t N, i
 #define PRODUCT_PARTS 255  /* a product of quantized parts in different formats (product()) */
 
 /* y (M, N) = x (M, K) @ W^T [+ bias] from tiles (code 0), blocks (code 1 + format + 16 layout)
-   or parts (PRODUCT_PARTS: the weight pointer holds their table).
-   Returns 0, 1 (out of memory) or 2 (bad shapes or arguments). */
-static int product(int dtype, int code, int variant, const void *weight, const void *x,
-                   const void *bias, void *y, int64_t N, int64_t K, int64_t M, int threads) {
+   or parts (PRODUCT_PARTS: the weight pointer holds their table), by team t. `out32` is a
+   float32 (M, N) scratch for a bf16 model's quantized products (rounded to y once).
+   Returns 0, 1 (out of memory) or 2 (bad shapes or arguments), the same in every thread. */
+static int product(const Team *t, int dtype, int code, int variant, const void *weight,
+                   const void *x, const void *bias, void *y, int64_t N, int64_t K, int64_t M,
+                   float *out32) {
     if (code <= 0)
-        return dtype == 0 ? matvec_tiles_rows_f32(weight, x, bias, y, N, K, M, threads)
-                          : matvec_tiles_rows_bf16(weight, x, bias, y, N, K, M, threads);
-    float *out = dtype == 0 ? y : malloc((size_t)(M * N) * sizeof(float));
-    if (!out) return 1;
+        return dtype == 0 ? matvec_tiles_rows_f32_team(t, weight, x, bias, y, N, K, M)
+                          : matvec_tiles_rows_bf16_team(t, weight, x, bias, y, N, K, M);
+    float *out = dtype == 0 ? y : out32;
     int st = 0;
     if (code == PRODUCT_PARTS) {
         /* weight: int64 {n, then per part: code, rows, blocks, float32 bias or 0}; the parts'
@@ -162,32 +164,68 @@ static int product(int dtype, int code, int variant, const void *weight, const v
                 st = 2;
                 break;
             }
-            st = qmatmul_into((c - 1) % 16, (c - 1) / 16, variant, (const uint8_t *)part[2],
-                              part[1], K, x, dtype, K, M, (const float *)part[3], out + col, N,
-                              threads);
+            st = qmatmul_team(t, (c - 1) % 16, (c - 1) / 16, variant, (const uint8_t *)part[2],
+                              part[1], K, x, dtype, K, M, (const float *)part[3], out + col, N);
             col += part[1];
         }
         if (!st && col != N) st = 2;
     } else {
-        st = qmatmul((code - 1) % 16, (code - 1) / 16, variant, weight, N, K, x, dtype, K, M,
-                     bias, out, threads);
+        st = qmatmul_team(t, (code - 1) % 16, (code - 1) / 16, variant, weight, N, K, x, dtype,
+                          K, M, bias, out, N);
     }
-    if (dtype == 1) {
-        if (!st) {
-            uint16_t *yb = y;
-            int64_t i = 0;
-            for (; i + 8 <= M * N; i += 8) store_bf16x8(yb + i, _mm256_loadu_ps(out + i));
-            for (; i < M * N; i++) yb[i] = f32_to_bf16(out[i]);
+    if (dtype == 1 && !st) {
+        int64_t lo, hi;
+        team_range(t, (M * N + 7) / 8, &lo, &hi);
+        uint16_t *yb = y;
+        for (int64_t i = 8 * lo; i < 8 * hi && i < M * N; i += 8) {
+            if (i + 8 <= M * N)
+                store_bf16x8(yb + i, _mm256_loadu_ps(out + i));
+            else
+                for (int64_t j = i; j < M * N; j++) yb[j] = f32_to_bf16(out[j]);
         }
-        free(out);
+        team_sync(t, 0);
     }
     return st == 0 ? 0 : st == 3 ? 1 : 2;
+}
+
+/* The single-threaded ops of one layer, on thread 0 of the team while the others wait at the
+   next team_sync: everything between a layer's products that is not a product or attention. */
+
+/* qkv's per-head norms (Qwen3), then the rotary embedding of q and k and the cache write. */
+static int rope_and_store(int dtype, int kv_f16, const DecodeLayer *p, char *qkv,
+                          const void *cos, const void *sin, const int64_t *slots, void *qr,
+                          void *kr, int64_t M, int64_t H, int64_t KVH, int64_t Dh,
+                          int64_t num_slots) {
+    const size_t el = dtype == 0 ? 4 : 2;
+    const int64_t n_qkv = (H + 2 * KVH) * Dh, q_size = H * Dh;
+    if (p->q_norm) {
+        for (int64_t t = 0; t < M; t++) {
+            char *row = qkv + el * t * n_qkv;
+            int st = norm(dtype, row, p->q_norm, row, H, Dh, p->head_eps);
+            if (!st)
+                st = norm(dtype, row + el * q_size, p->k_norm, row + el * q_size, KVH, Dh,
+                          p->head_eps);
+            if (st) return st;
+        }
+    }
+    const char *k = qkv + el * q_size, *v = qkv + el * (q_size + KVH * Dh);
+    if (kv_f16)
+        return rope_kv_f32_f16kv((const float *)qkv, n_qkv, (const float *)k, (const float *)v,
+                                 n_qkv, cos, sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh,
+                                 num_slots);
+    if (dtype == 0)
+        return rope_kv_f32((const float *)qkv, n_qkv, (const float *)k, (const float *)v, n_qkv,
+                           cos, sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots);
+    return rope_kv_bf16((const uint16_t *)qkv, n_qkv, (const uint16_t *)k, (const uint16_t *)v,
+                        n_qkv, cos, sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots);
 }
 
 /* dtype: 0 float32, 1 bfloat16, 2 float32 over a float16 KV cache.
    Returns 0, 2 on bad shapes, or for a failing kernel status + 10 * op + 100 * (layer + 1),
    op counting the layer's kernel calls from 1 and status 1 (out of memory), 2 (bad shapes) or
-   3 (a slot or block id outside the cache). */
+   3 (a slot or block id outside the cache).
+   The whole step runs in ONE parallel region of `threads` (team.h): the products and the
+   attention are shared by the team, the small ops run on thread 0 between team_syncs. */
 int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const void *cos,
                  const void *sin, const int64_t *slots, const int32_t *tables,
                  int64_t table_stride, const int64_t *seq_lens, int64_t M, int64_t D,
@@ -198,7 +236,7 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
     const int kv_f16 = dtype == 2; /* float32 compute over a float16 KV cache */
     if (kv_f16) dtype = 0;
     const size_t el = dtype == 0 ? 4 : 2;
-    const int64_t n_qkv = (H + 2 * KVH) * Dh, q_size = H * Dh;
+    const int64_t n_qkv = (H + 2 * KVH) * Dh, q_size = H * Dh, num_slots = NB * BS;
     char *s = scratch;                           /* scratch regions, in elements of dtype: */
     void *x = s;                                 /* (M, D) */
     char *qkv = s + el * M * D;                  /* (M, n_qkv) */
@@ -208,57 +246,71 @@ int decode_stack(int dtype, const DecodeLayer *layers, int64_t L, void *h, const
     void *o = (char *)att + el * M * q_size;     /* (M, D) */
     char *gu = (char *)o + el * M * D;           /* (M, 2I) */
     void *act = gu + el * M * 2 * I;             /* (M, I) */
-    for (int64_t l = 0; l < L; l++) {
-        const DecodeLayer *p = layers + l;
-        int st, op = 0;
-#define RUN(CALL) do { op++; st = (CALL); if (st) return st + 100 * (l + 1) + 10 * op; } while (0)
-        RUN(norm(dtype, h, p->norm1, x, M, D, p->eps1));
-        RUN(product(dtype, p->qkv_fmt, p->q_variant, p->qkv_tiles, x, p->qkv_bias, qkv, n_qkv, D,
-                    M, threads));
-        if (p->q_norm) {
-            for (int64_t t = 0; t < M; t++) {
-                char *row = qkv + el * t * n_qkv;
-                RUN(norm(dtype, row, p->q_norm, row, H, Dh, p->head_eps));
-                RUN(norm(dtype, row + el * q_size, p->k_norm, row + el * q_size, KVH, Dh,
-                         p->head_eps));
+    /* a bf16 model's quantized products land in float32 first: the widest one's rows */
+    const int64_t widest = n_qkv > 2 * I ? (n_qkv > D ? n_qkv : D) : (2 * I > D ? 2 * I : D);
+    float *out32 = dtype == 1 ? malloc(sizeof(float) * (size_t)(M * widest)) : NULL;
+    if (dtype == 1 && !out32) return 1 + 100 + 10 * 2;
+    TeamSync sync = {0};
+    int result = 0;
+    #pragma omp parallel num_threads(threads > 0 ? threads : 1)
+    {
+        const Team t = team_of(&sync);
+        const int lead = t.id == 0;
+        int st = 0;
+        for (int64_t l = 0; l < L && !st; l++) {
+            const DecodeLayer *p = layers + l;
+            int op = 0;
+/* Op k of the layer: its status, the same in every thread, ends the step when nonzero. */
+#define OP(CALL) do { op++; if ((st = (CALL))) st += 100 * (l + 1) + 10 * op; } while (0)
+/* The same for an op only thread 0 runs (the others meet it at the sync). */
+#define LEAD(CALL) OP(team_sync(&t, lead ? (CALL) : 0))
+            LEAD(norm(dtype, h, p->norm1, x, M, D, p->eps1));
+            if (!st)
+                OP(product(&t, dtype, p->qkv_fmt, p->q_variant, p->qkv_tiles, x, p->qkv_bias,
+                           qkv, n_qkv, D, M, out32));
+            if (!st)
+                LEAD(rope_and_store(dtype, kv_f16, p, qkv, cos, sin, slots, qr, kr, M, H, KVH,
+                                    Dh, num_slots));
+            if (!st && kv_f16)
+                OP(paged_decode_f32_f16kv_team(&t, qr, p->kv_cache, tables, table_stride,
+                                               seq_lens, att, M, H, KVH, Dh, NB, BS, p->window,
+                                               (float)p->scale, 0.f, split_keys));
+            else if (!st && dtype == 0)
+                OP(paged_decode_f32_team(&t, qr, p->kv_cache, tables, table_stride, seq_lens,
+                                         att, M, H, KVH, Dh, NB, BS, p->window, (float)p->scale,
+                                         0.f, split_keys));
+            else if (!st)
+                OP(paged_decode_bf16_team(&t, qr, p->kv_cache, tables, table_stride, seq_lens,
+                                          att, M, H, KVH, Dh, NB, BS, p->window,
+                                          (float)p->scale, 0.f, split_keys));
+            if (!st)
+                OP(product(&t, dtype, p->o_fmt, p->q_variant, p->o_tiles, att, p->o_bias, o, D,
+                           q_size, M, out32));
+            if (!st) {
+                if (lead) add_into(dtype, h, o, M * D);
+                LEAD(norm(dtype, h, p->norm2, x, M, D, p->eps2));
             }
+            if (!st)
+                OP(product(&t, dtype, p->gu_fmt, p->q_variant, p->gu_tiles, x, p->gu_bias, gu,
+                           2 * I, D, M, out32));
+            if (!st) {
+                int64_t lo, hi;
+                team_range(&t, M, &lo, &hi);
+                for (int64_t r = lo; r < hi; r++)
+                    silu_mul_rows(dtype, gu + el * r * 2 * I, 2 * I, (char *)act + el * r * I,
+                                  1, I);
+                team_sync(&t, 0);
+                OP(product(&t, dtype, p->down_fmt, p->q_variant, p->down_tiles, act,
+                           p->down_bias, o, D, I, M, out32));
+            }
+            /* h += down: thread 0, which also runs the next layer's first norm (the region's
+               end orders it before the caller reads h) */
+            if (!st && lead) add_into(dtype, h, o, M * D);
+#undef LEAD
+#undef OP
         }
-        const int64_t num_slots = NB * BS;
-        if (kv_f16)
-            RUN(rope_kv_f32_f16kv((const float *)qkv, n_qkv, (const float *)(qkv + el * q_size),
-                                  (const float *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos,
-                                  sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
-        else if (dtype == 0)
-            RUN(rope_kv_f32((const float *)qkv, n_qkv, (const float *)(qkv + el * q_size),
-                            (const float *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos, sin,
-                            slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
-        else
-            RUN(rope_kv_bf16((const uint16_t *)qkv, n_qkv, (const uint16_t *)(qkv + el * q_size),
-                             (const uint16_t *)(qkv + el * (q_size + KVH * Dh)), n_qkv, cos,
-                             sin, slots, qr, kr, p->kv_cache, M, H, KVH, Dh, num_slots));
-        if (kv_f16)
-            RUN(paged_decode_f32_f16kv(qr, p->kv_cache, tables, table_stride, seq_lens, att, M,
-                                       H, KVH, Dh, NB, BS, p->window, (float)p->scale,
-                                       split_keys, threads));
-        else if (dtype == 0)
-            RUN(paged_decode_f32(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
-                                 KVH, Dh, NB, BS, p->window, (float)p->scale, split_keys,
-                                 threads));
-        else
-            RUN(paged_decode_bf16(qr, p->kv_cache, tables, table_stride, seq_lens, att, M, H,
-                                  KVH, Dh, NB, BS, p->window, (float)p->scale, split_keys,
-                                  threads));
-        RUN(product(dtype, p->o_fmt, p->q_variant, p->o_tiles, att, p->o_bias, o, D, q_size, M,
-                    threads));
-        add_into(dtype, h, o, M * D);
-        RUN(norm(dtype, h, p->norm2, x, M, D, p->eps2));
-        RUN(product(dtype, p->gu_fmt, p->q_variant, p->gu_tiles, x, p->gu_bias, gu, 2 * I, D, M,
-                    threads));
-        silu_mul_rows(dtype, gu, 2 * I, act, M, I);
-        RUN(product(dtype, p->down_fmt, p->q_variant, p->down_tiles, act, p->down_bias, o, D, I,
-                    M, threads));
-        add_into(dtype, h, o, M * D);
-#undef RUN
+        if (lead) result = st;
     }
-    return 0;
+    free(out32);
+    return result;
 }

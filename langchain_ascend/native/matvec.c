@@ -21,7 +21,8 @@
  *   engine/greedy_head.py for the bound), all in one call.
  *
  * Row blocks / tiles are spread over the calling thread's OpenMP team (torch's libgomp pool,
- * see build.py). A decode step is bound by streaming the weights (measured on the 2-core test
+ * see build.py); the tiles products run as team bodies (team.h), which the decode stack calls
+ * inside its own region. A decode step is bound by streaming the weights (measured on the 2-core test
  * host, bench model: MKL streams its row-major layers at 9-11 GB/s, matvec_f32 at 13-18 GB/s;
  * the tiles beat torch's product on the transposed copy by about 1 ms per decode step).
  *
@@ -30,6 +31,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "avx2_util.h"
+#include "team.h"
 
 int matvec_f32(const float *W, const float *x, const float *bias, float *y, int64_t N, int64_t K,
                int num_threads) {
@@ -233,17 +235,33 @@ static void tile_group_f32(const float *P, const float *X, const float *bias, fl
     }
 }
 
-/* Y (M, N) = X (M, K) @ W^T [+ bias] from the tiles of W, any M >= 1. Returns 2 on bad shapes. */
+/* Y (M, N) = X (M, K) @ W^T [+ bias] from the tiles of W, any M >= 1, by team t (team.h).
+   Returns 2 on bad shapes. */
+static int matvec_tiles_rows_f32_team(const Team *t, const float *P, const float *X,
+                                      const float *bias, float *Y, int64_t N, int64_t K,
+                                      int64_t M) {
+    if (N % 8 || M < 1 || K < 1) return 2;
+    int64_t tiles = N / 8, lo, hi;
+    team_range(t, (tiles + GROUP_TILES - 1) / GROUP_TILES, &lo, &hi);
+    for (int64_t g = lo; g < hi; g++) {
+        int64_t t0 = g * GROUP_TILES, count = tiles - t0 < GROUP_TILES ? tiles - t0 : GROUP_TILES;
+        tile_group_f32(P, X, bias, Y, N, K, M, t0, count);
+    }
+    team_sync(t, 0);
+    return 0;
+}
+
 int matvec_tiles_rows_f32(const float *P, const float *X, const float *bias, float *Y, int64_t N,
                           int64_t K, int64_t M, int num_threads) {
-    if (N % 8 || M < 1 || K < 1) return 2;
-    int64_t tiles = N / 8;
-    #pragma omp parallel for num_threads(num_threads) schedule(static)
-    for (int64_t t = 0; t < tiles; t += GROUP_TILES) {
-        int64_t count = tiles - t < GROUP_TILES ? tiles - t : GROUP_TILES;
-        tile_group_f32(P, X, bias, Y, N, K, M, t, count);
+    TeamSync sync = {0};
+    int status = 0;
+    #pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1)
+    {
+        const Team t = team_of(&sync);
+        const int st = matvec_tiles_rows_f32_team(&t, P, X, bias, Y, N, K, M);
+        if (t.id == 0) status = st;
     }
-    return 0;
+    return status;
 }
 
 /* ---- bfloat16 ------------------------------------------------------------------------------
@@ -324,34 +342,48 @@ static void tile_group_bf16(const uint16_t *P, const float *Xf, const float *bia
     }
 }
 
-/* Y (M, N) = X (M, K) @ W^T [+ bias (N)] from the bf16 tiles P of W, any M >= 1. The rows are
-   split into ceil(M / 8) chunks of near-equal size. Returns 2 on bad shapes, 3 when the
-   scratch buffer cannot be allocated. */
-int matvec_tiles_rows_bf16(const uint16_t *P, const uint16_t *X, const uint16_t *bias,
-                           uint16_t *Y, int64_t N, int64_t K, int64_t M, int num_threads) {
+/* Y (M, N) = X (M, K) @ W^T [+ bias (N)] from the bf16 tiles P of W, any M >= 1, by team t
+   (team.h). The rows are split into ceil(M / 8) chunks of near-equal size. Returns 2 on bad
+   shapes, 3 when the scratch buffer cannot be allocated. */
+static int matvec_tiles_rows_bf16_team(const Team *t, const uint16_t *P, const uint16_t *X,
+                                       const uint16_t *bias, uint16_t *Y, int64_t N, int64_t K,
+                                       int64_t M) {
     if (N % 8 || M < 1 || K < 1) return 2;
-    float *Xf = malloc((size_t)(M * K + (bias ? N : 0)) * sizeof(float));
+    float *Xf = team_share(
+        t, t->id ? NULL : malloc((size_t)(M * K + (bias ? N : 0)) * sizeof(float)));
     if (!Xf) return 3;
     float *biasf = bias ? Xf + M * K : NULL;
-    int64_t tiles = N / 8, chunks = (M + BF16_MAX_CHUNK - 1) / BF16_MAX_CHUNK;
-    #pragma omp parallel num_threads(num_threads)
-    {
-        #pragma omp for schedule(static)
-        for (int64_t i = 0; i < M * K; i++) Xf[i] = bf16_to_f32(X[i]);
-        if (bias) {
-            #pragma omp for schedule(static)
-            for (int64_t i = 0; i < N; i++) biasf[i] = bf16_to_f32(bias[i]);
-        }
-        #pragma omp for schedule(static)
-        for (int64_t t = 0; t < tiles; t += BF16_GROUP) {
-            int64_t count = tiles - t < BF16_GROUP ? tiles - t : BF16_GROUP;
-            for (int64_t c = 0, m0 = 0; c < chunks; c++) {
-                int64_t rows = (M - m0) / (chunks - c);  /* near-equal chunks, larger last */
-                tile_group_bf16(P, Xf + m0 * K, biasf, Y + m0 * N, N, K, t, count, rows);
-                m0 += rows;
-            }
+    int64_t tiles = N / 8, chunks = (M + BF16_MAX_CHUNK - 1) / BF16_MAX_CHUNK, lo, hi;
+    team_range(t, M * K, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) Xf[i] = bf16_to_f32(X[i]);
+    if (bias) {
+        team_range(t, N, &lo, &hi);
+        for (int64_t i = lo; i < hi; i++) biasf[i] = bf16_to_f32(bias[i]);
+    }
+    team_sync(t, 0);
+    team_range(t, (tiles + BF16_GROUP - 1) / BF16_GROUP, &lo, &hi);
+    for (int64_t g = lo; g < hi; g++) {
+        int64_t t0 = g * BF16_GROUP, count = tiles - t0 < BF16_GROUP ? tiles - t0 : BF16_GROUP;
+        for (int64_t c = 0, m0 = 0; c < chunks; c++) {
+            int64_t rows = (M - m0) / (chunks - c);  /* near-equal chunks, larger last */
+            tile_group_bf16(P, Xf + m0 * K, biasf, Y + m0 * N, N, K, t0, count, rows);
+            m0 += rows;
         }
     }
-    free(Xf);
+    team_sync(t, 0);
+    if (t->id == 0) free(Xf);
     return 0;
+}
+
+int matvec_tiles_rows_bf16(const uint16_t *P, const uint16_t *X, const uint16_t *bias,
+                           uint16_t *Y, int64_t N, int64_t K, int64_t M, int num_threads) {
+    TeamSync sync = {0};
+    int status = 0;
+    #pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1)
+    {
+        const Team t = team_of(&sync);
+        const int st = matvec_tiles_rows_bf16_team(&t, P, X, bias, Y, N, K, M);
+        if (t.id == 0) status = st;
+    }
+    return status;
 }

@@ -13,8 +13,8 @@
  * rows of one speculative verify pass -- form one work item, which walks those keys once and
  * lets every member attend each chunk while it is in cache: shared blocks are read once per
  * step, not once per row, and each member still runs exactly the chunks it runs alone. Items
- * times KVH heads are spread over the calling thread's OpenMP team (torch's libgomp pool, see
- * build.py), largest first.
+ * times KVH heads are spread over the calling team (team.h: the decode stack's, or the region
+ * the _softcap entries open over torch's libgomp pool, see build.py), largest first.
  *
  * A member holds the G = H / KVH query rows of its KV head in float32; an item walks its
  * keys in chunks of KEY_BLOCK positions, each read block by block, and all its members' rows
@@ -28,8 +28,8 @@
  * step's K/V must already be in the cache (the caller writes them first).
  *
  * The _softcap entries soft-cap each scaled score before the online softmax (s -> softcap *
- * tanh(s / softcap), Gemma 2's attn_logit_softcapping; 0: none, exactly the uncapped code); the
- * plain names are them with 0 (decode_stack.c calls those).
+ * tanh(s / softcap), Gemma 2's attn_logit_softcapping; 0: none, exactly the uncapped code);
+ * decode_stack.c calls the _team bodies with 0 inside its own region.
  *
  * Queries and outputs are (B, H, D) in the cache's dtype; bfloat16 outputs are rounded to
  * nearest even. paged_decode_f32_f16kv reads a float16 cache with float32 queries and outputs
@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bf16_util.h"
+#include "team.h"
 
 #define KEY_BLOCK 64
 
@@ -413,16 +414,52 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
     return 1;
 }
 
-/* The whole call for one cache type: rows grouped into items, the items attended over the
-   calling thread's OpenMP team, each row's ranges merged; FROM_F32 writes one float of the
-   output. NAME##_softcap takes the logit soft-cap (scores -> softcap * tanh(scores /
-   softcap) before the softmax; 0: none); NAME is it without (the decode stack's entry). */
+/* What thread 0 prepares for the team: the rows grouped into items and their states. */
+typedef struct {
+    float *part;      /* (B, KVH, num_splits, G, D + 2): each range's row states */
+    int64_t *rows;    /* the items' members */
+    Item *items;
+    int64_t n_items, widest;
+} Work;
+
+static void work_free(Work *w) {
+    if (!w) return;
+    free(w->part);
+    free(w->rows);
+    free(w->items);
+    free(w);
+}
+
+/* The call's work, or NULL when out of memory. */
+static Work *work_new(const Call *c) {
+    const int64_t slots = c->B * c->num_splits;
+    Work *w = (Work *)calloc(1, sizeof(Work));
+    if (!w) return NULL;
+    w->part = (float *)malloc(sizeof(float) * slots * c->KVH * c->G * (c->D + 2));
+    w->rows = (int64_t *)malloc(sizeof(int64_t) * slots);
+    w->items = (Item *)malloc(sizeof(Item) * slots);
+    w->n_items = w->part && w->rows && w->items ? group_rows(c, w->rows, w->items) : -1;
+    if (w->n_items < 0) {
+        work_free(w);
+        return NULL;
+    }
+    w->widest = 1;
+    for (int64_t i = 0; i < w->n_items; i++)
+        w->widest = w->items[i].count > w->widest ? w->items[i].count : w->widest;
+    return w;
+}
+
+/* The whole call for one cache type: rows grouped into items, the items attended by team t
+   (team.h; largest first, dynamically), each row's ranges merged; FROM_F32 writes one float of
+   the output. NAME##_team takes the logit soft-cap (scores -> softcap * tanh(scores /
+   softcap) before the softmax; 0: none) and is what the decode stack calls inside its region;
+   NAME##_softcap opens a region of num_threads around it. */
 #define DEFINE_PAGED(NAME, TYPE, CTYPE, ITEM, FROM_F32)                                          \
-    int NAME##_softcap(const TYPE *q, const CTYPE *cache, const int32_t *tables,                \
-                       int64_t table_stride, const int64_t *seq_lens, TYPE *out, int64_t B,      \
-                       int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,                \
-                       int64_t window, float scale, float softcap, int64_t split_keys,           \
-                       int num_threads) {                                                        \
+    static int NAME##_team(const Team *t, const TYPE *q, const CTYPE *cache,                    \
+                           const int32_t *tables, int64_t table_stride, const int64_t *seq_lens, \
+                           TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D, int64_t NB,  \
+                           int64_t BS, int64_t window, float scale, float softcap,               \
+                           int64_t split_keys) {                                                 \
         if (D % 8 || KVH < 1 || H % KVH) return 2;                                               \
         /* Fixed key ranges of split_keys (whole blocks) from each row's first key: a row's */   \
         /* sums never depend on the other rows of the call (batch-invariant rounding). */        \
@@ -436,59 +473,54 @@ static int merge_row(const Call *c, const float *part, int64_t b, int64_t h, int
         const Call c = {tables, seq_lens, table_stride, B, H, KVH, D, NB, BS, H / KVH, window,   \
                         split_keys, (longest + split_keys - 1) / split_keys, scale,              \
                         softcap > 0.f ? softcap : 0.f};                                          \
-        const int64_t G = c.G, slots = B * c.num_splits;                                         \
-        float *part = (float *)malloc(sizeof(float) * slots * KVH * G * (D + 2));                \
-        int64_t *rows = (int64_t *)malloc(sizeof(int64_t) * slots);                              \
-        Item *items = (Item *)malloc(sizeof(Item) * slots);                                      \
-        int64_t n_items = part && rows && items ? group_rows(&c, rows, items) : -1;              \
-        if (n_items < 0) { free(part); free(rows); free(items); return 1; }                      \
-        int64_t widest = 1;                                                                      \
-        for (int64_t i = 0; i < n_items; i++) widest = items[i].count > widest ? items[i].count : widest; \
-        int failed = 0, bad_block = 0;                                                           \
-        _Pragma("omp parallel num_threads(num_threads)")                                        \
-        {                                                                                        \
-            float *sc = (float *)malloc(sizeof(float) * widest * G * (KEY_BLOCK + D));           \
-            Row *rs = (Row *)malloc(sizeof(Row) * widest * G);                                   \
-            if (!sc || !rs) {                                                                    \
-                _Pragma("omp atomic write")                                                      \
-                failed = 1;                                                                      \
-            }                                                                                    \
-            _Pragma("omp for schedule(dynamic, 1)")                                             \
-            for (int64_t u = 0; u < n_items * KVH; u++) {                                        \
-                if (!sc || !rs) continue;                                                        \
-                if (ITEM(&c, q, cache, items + u / KVH, rows, u % KVH, part, sc,                 \
-                         sc + widest * G * KEY_BLOCK, rs)) {                                     \
-                    _Pragma("omp atomic write")                                                  \
-                    bad_block = 1;                                                               \
+        const int64_t G = c.G;                                                                   \
+        if (t->id == 0) team_restart(t);                                                         \
+        Work *w = team_share(t, t->id ? NULL : work_new(&c));                                    \
+        if (!w) return 1;                                                                        \
+        int st = 0;                                                                              \
+        float *sc = (float *)malloc(sizeof(float) * w->widest * G * (KEY_BLOCK + D));            \
+        Row *rs = (Row *)malloc(sizeof(Row) * w->widest * G);                                    \
+        if (!sc || !rs) st = 1;                                                                  \
+        for (int64_t u; !st && (u = team_next(t, 1)) < w->n_items * KVH;)                        \
+            if (ITEM(&c, q, cache, w->items + u / KVH, w->rows, u % KVH, w->part, sc,           \
+                     sc + w->widest * G * KEY_BLOCK, rs))                                        \
+                st = 3;                                                                          \
+        free(sc);                                                                                \
+        free(rs);                                                                                \
+        float *merged = (float *)malloc(sizeof(float) * D);                                      \
+        st = team_sync(t, st ? st : merged ? 0 : 1);                                             \
+        if (!st) {                                                                               \
+            int64_t lo, hi;                                                                      \
+            team_range(t, B * KVH, &lo, &hi);                                                    \
+            for (int64_t bh = lo; bh < hi; bh++) {                                               \
+                int64_t b = bh / KVH, h = bh % KVH;                                              \
+                for (int64_t r = 0; r < G; r++) {                                                \
+                    TYPE *o = out + (b * H + h * G + r) * D;                                     \
+                    int seen = merge_row(&c, w->part, b, h, r, merged);                          \
+                    for (int64_t d = 0; d < D; d++) o[d] = FROM_F32(seen ? merged[d] : 0.f);     \
                 }                                                                                \
             }                                                                                    \
-            free(sc);                                                                            \
-            free(rs);                                                                            \
+            team_sync(t, 0);                                                                     \
         }                                                                                        \
-        free(rows);                                                                              \
-        free(items);                                                                             \
-        float *merged = (float *)malloc(sizeof(float) * D);                                      \
-        if (failed || bad_block || !merged) {                                                    \
-            free(part); free(merged); return failed || !merged ? 1 : 3;                          \
-        }                                                                                        \
-        for (int64_t bh = 0; bh < B * KVH; bh++) {                                               \
-            int64_t b = bh / KVH, h = bh % KVH;                                                  \
-            for (int64_t r = 0; r < G; r++) {                                                    \
-                TYPE *o = out + (b * H + h * G + r) * D;                                         \
-                int seen = merge_row(&c, part, b, h, r, merged);                                 \
-                for (int64_t d = 0; d < D; d++) o[d] = FROM_F32(seen ? merged[d] : 0.f);         \
-            }                                                                                    \
-        }                                                                                        \
-        free(part);                                                                              \
         free(merged);                                                                            \
-        return 0;                                                                                \
+        if (t->id == 0) work_free(w);                                                            \
+        return st;                                                                               \
     }                                                                                            \
-    int NAME(const TYPE *q, const CTYPE *cache, const int32_t *tables, int64_t table_stride,    \
-             const int64_t *seq_lens, TYPE *out, int64_t B, int64_t H, int64_t KVH, int64_t D,   \
-             int64_t NB, int64_t BS, int64_t window, float scale, int64_t split_keys,            \
-             int num_threads) {                                                                  \
-        return NAME##_softcap(q, cache, tables, table_stride, seq_lens, out, B, H, KVH, D, NB,  \
-                              BS, window, scale, 0.f, split_keys, num_threads);                  \
+    int NAME##_softcap(const TYPE *q, const CTYPE *cache, const int32_t *tables,                \
+                       int64_t table_stride, const int64_t *seq_lens, TYPE *out, int64_t B,      \
+                       int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,                \
+                       int64_t window, float scale, float softcap, int64_t split_keys,           \
+                       int num_threads) {                                                        \
+        TeamSync sync = {0};                                                                     \
+        int status = 0;                                                                          \
+        _Pragma("omp parallel num_threads(num_threads > 0 ? num_threads : 1)")                  \
+        {                                                                                        \
+            const Team t = team_of(&sync);                                                       \
+            const int st = NAME##_team(&t, q, cache, tables, table_stride, seq_lens, out, B, H, \
+                                       KVH, D, NB, BS, window, scale, softcap, split_keys);      \
+            if (t.id == 0) status = st;                                                          \
+        }                                                                                        \
+        return status;                                                                           \
     }
 DEFINE_PAGED(paged_decode_f32, float, float, item_f32, IDENTITY)
 DEFINE_PAGED(paged_decode_bf16, uint16_t, uint16_t, item_bf16, f32_to_bf16)

@@ -30,7 +30,8 @@
  * Work: rows in spans of QROW_SPAN, each quantized at once and cut into blocks of QROW_BLOCK
  * (activations stored block-major per row block: block b of its rows together; large
  * prefills need little scratch and meet the threads' barrier once a span); a work item is a
- * row block times a group of QGROUP output rows, OpenMP over the span's items.
+ * row block times a group of QGROUP output rows, shared by the calling team (team.h) -- the
+ * decode stack's, or a region qmatmul_into opens itself.
  *
  * Return codes: 0 success, 2 bad shapes, 3 out of memory, 4 unknown format or variant, 5 the
  * variant's instructions are not supported by this CPU.
@@ -41,6 +42,7 @@
 #include <string.h>
 #include "avx2_util.h"
 #include "bf16_util.h"
+#include "team.h"
 
 #define QBLOCK 32       /* weights per block */
 #define QROWS 4         /* activation rows per register tile */
@@ -549,11 +551,11 @@ static void kgroup8_scalar(int fmt, const uint8_t *W, int64_t group_bytes, const
 typedef void (*kgroup8_fn)(int, const uint8_t *, int64_t, const K8Acts *, const float *, float *,
                            int64_t, int64_t, int64_t, int64_t, int64_t);
 
-/* The x8 K-quant product (qmatmul's contract, N % 8 == 0): activations quantized per block of
-   32 as qmatmul's (block-major, K8Acts), then groups of QGROUP output rows in parallel. */
-static int qmatmul_k8(int fmt, int variant, const uint8_t *W, int64_t N, int64_t K, const void *X,
-                      int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y,
-                      int64_t y_stride, int threads) {
+/* The x8 K-quant product (qmatmul's contract, N % 8 == 0) by team t: activations quantized per
+   block of 32 as qmatmul's (block-major, K8Acts), then groups of QGROUP output rows. */
+static int qmatmul_k8(const Team *t, int fmt, int variant, const uint8_t *W, int64_t N, int64_t K,
+                      const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias,
+                      float *Y, int64_t y_stride) {
     static const kgroup8_fn groups[4] = {kgroup8_scalar, kgroup8_avx2, kgroup8_avxvnni,
                                          kgroup8_avx512vnni};
     const kgroup8_fn group = groups[variant];
@@ -562,7 +564,8 @@ static int qmatmul_k8(int fmt, int variant, const uint8_t *W, int64_t N, int64_t
     /* scratch: q (nb, block_rows, 32) int8, then d, s, sums (nb, block_rows) and h32
        (nb, block_rows, 2), 4 bytes each */
     const size_t q_bytes = (size_t)(block_rows * K), v_bytes = (size_t)(block_rows * nb) * 4;
-    char *scratch = aligned_alloc(64, (q_bytes + 5 * v_bytes + 63) / 64 * 64);
+    char *scratch = team_share(
+        t, t->id ? NULL : aligned_alloc(64, (q_bytes + 5 * v_bytes + 63) / 64 * 64));
     if (!scratch) return 3;
     int8_t *q = (int8_t *)scratch;
     float *d = (float *)(scratch + q_bytes), *s = (float *)(scratch + q_bytes + v_bytes);
@@ -570,42 +573,42 @@ static int qmatmul_k8(int fmt, int variant, const uint8_t *W, int64_t N, int64_t
     int32_t *h32 = (int32_t *)(scratch + q_bytes + 3 * v_bytes);
     const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
     const size_t el = dtype == 0 ? 4 : 2;
-    #pragma omp parallel num_threads(threads)
-    {
-        for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
-            const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
-            const K8Acts acts = {q, d, s, h32, nb, rows};
-            #pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; r++) {
-                const void *x = (const char *)X + el * (size_t)((r0 + r) * x_stride);
-                /* (q4_1's quantization: the same q and d, with s = d * sum(q)) */
-                if (variant == QVAR_SCALAR)
-                    quantize_row_scalar(x, dtype, K, QFMT_Q4_1, q + r * QBLOCK, d + r, s + r,
-                                        NULL, sums + r, NULL, rows);
-                else
-                    quantize_row(x, dtype, K, QFMT_Q4_1, q + r * QBLOCK, d + r, s + r, NULL,
-                                 sums + r, NULL, rows);
-                if (fmt == QFMT_Q6_K)
-                    for (int64_t b = 0; b < nb; b++) {
-                        const int8_t *a = q + (b * rows + r) * QBLOCK;
-                        int32_t lo = 0, hi = 0;
-                        for (int e = 0; e < 16; e++) {
-                            lo += a[e];
-                            hi += a[16 + e];
-                        }
-                        h32[2 * (b * rows + r)] = -32 * lo;
-                        h32[2 * (b * rows + r) + 1] = -32 * hi;
+    int64_t lo, hi;
+    for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
+        const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
+        const K8Acts acts = {q, d, s, h32, nb, rows};
+        team_range(t, rows, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const void *x = (const char *)X + el * (size_t)((r0 + r) * x_stride);
+            /* (q4_1's quantization: the same q and d, with s = d * sum(q)) */
+            if (variant == QVAR_SCALAR)
+                quantize_row_scalar(x, dtype, K, QFMT_Q4_1, q + r * QBLOCK, d + r, s + r, NULL,
+                                    sums + r, NULL, rows);
+            else
+                quantize_row(x, dtype, K, QFMT_Q4_1, q + r * QBLOCK, d + r, s + r, NULL,
+                             sums + r, NULL, rows);
+            if (fmt == QFMT_Q6_K)
+                for (int64_t b = 0; b < nb; b++) {
+                    const int8_t *a = q + (b * rows + r) * QBLOCK;
+                    int32_t lo16 = 0, hi16 = 0;
+                    for (int e = 0; e < 16; e++) {
+                        lo16 += a[e];
+                        hi16 += a[16 + e];
                     }
-            }
-            #pragma omp for schedule(static)
-            for (int64_t g = 0; g < groups_n; g++) {
-                int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
-                group(fmt, W, group_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
-                      count);
-            }
+                    h32[2 * (b * rows + r)] = -32 * lo16;
+                    h32[2 * (b * rows + r) + 1] = -32 * hi16;
+                }
         }
+        team_sync(t, 0);
+        team_range(t, groups_n, &lo, &hi);
+        for (int64_t g = lo; g < hi; g++) {
+            int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
+            group(fmt, W, group_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
+                  count);
+        }
+        team_sync(t, 0);
     }
-    free(scratch);
+    if (t->id == 0) free(scratch);
     return 0;
 }
 
@@ -636,10 +639,10 @@ static void quantize_row_k(const void *x, int dtype, int64_t K, int fmt, int var
     }
 }
 
-/* The K-quant product (qmatmul's contract, output row stride y_stride). */
-static int qmatmul_k(int fmt, int variant, const uint8_t *W, int64_t N, int64_t K, const void *X,
-                     int dtype, int64_t x_stride, int64_t M, const float *bias, float *Y,
-                     int64_t y_stride, int threads) {
+/* The K-quant product (qmatmul's contract, output row stride y_stride) by team t. */
+static int qmatmul_k(const Team *t, int fmt, int variant, const uint8_t *W, int64_t N, int64_t K,
+                     const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias,
+                     float *Y, int64_t y_stride) {
     static const kgroup_fn groups[4] = {kgroup_scalar, kgroup_avx2, kgroup_avxvnni,
                                         kgroup_avx512vnni};
     const kgroup_fn group = groups[variant];
@@ -651,34 +654,35 @@ static int qmatmul_k(int fmt, int variant, const uint8_t *W, int64_t N, int64_t 
     const size_t bs_at = (q_bytes + 2 * v_bytes + 63) / 64 * 64;
     const size_t bs_bytes = fmt == QFMT_Q6_K ? (size_t)(block_rows * ns * 16) * 4 : 0;
     const size_t stage_at = (bs_at + bs_bytes + 63) / 64 * 64;
-    char *scratch = aligned_alloc(64, (stage_at + q_bytes + 2 * v_bytes + 63) / 64 * 64);
+    char *scratch = team_share(
+        t, t->id ? NULL : aligned_alloc(64, (stage_at + q_bytes + 2 * v_bytes + 63) / 64 * 64));
     if (!scratch) return 3;
     int8_t *stage_q = (int8_t *)(scratch + stage_at);
     float *stage_d = (float *)(scratch + stage_at + q_bytes);
     int32_t *stage_sums = (int32_t *)(scratch + stage_at + q_bytes + v_bytes);
     const int64_t groups_n = (N + QGROUP - 1) / QGROUP;
     const size_t el = dtype == 0 ? 4 : 2;
-    #pragma omp parallel num_threads(threads)
-    {
-        for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
-            const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
-            const KActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
-                                (const int32_t *)(scratch + q_bytes + v_bytes),
-                                (const int32_t *)(scratch + bs_at), nb, rows};
-            #pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; r++)
-                quantize_row_k((const char *)X + el * (size_t)((r0 + r) * x_stride), dtype, K, fmt,
-                               variant, &acts, r, stage_q + r * K, stage_d + r * nb,
-                               stage_sums + r * nb);
-            #pragma omp for schedule(static)
-            for (int64_t g = 0; g < groups_n; g++) {
-                int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
-                group(fmt, W, row_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
-                      count);
-            }
+    int64_t lo, hi;
+    for (int64_t r0 = 0; r0 < M; r0 += QROW_BLOCK) {
+        const int64_t rows = M - r0 < QROW_BLOCK ? M - r0 : QROW_BLOCK;
+        const KActs acts = {(const int8_t *)scratch, (const float *)(scratch + q_bytes),
+                            (const int32_t *)(scratch + q_bytes + v_bytes),
+                            (const int32_t *)(scratch + bs_at), nb, rows};
+        team_range(t, rows, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++)
+            quantize_row_k((const char *)X + el * (size_t)((r0 + r) * x_stride), dtype, K, fmt,
+                           variant, &acts, r, stage_q + r * K, stage_d + r * nb,
+                           stage_sums + r * nb);
+        team_sync(t, 0);
+        team_range(t, groups_n, &lo, &hi);
+        for (int64_t g = lo; g < hi; g++) {
+            int64_t n0 = g * QGROUP, count = N - n0 < QGROUP ? N - n0 : QGROUP;
+            group(fmt, W, row_bytes, &acts, bias, Y + r0 * y_stride, y_stride, 0, rows, n0,
+                  count);
         }
+        team_sync(t, 0);
     }
-    free(scratch);
+    if (t->id == 0) free(scratch);
     return 0;
 }
 
@@ -716,10 +720,11 @@ static inline void qmatmul_item(qgroup_fn group, int fmt, const uint8_t *W, int6
 /* Y (M, N) float32 = X (M, K) @ W^T [+ bias (N) float32] for W (N, K) in format fmt (0 q4_0,
    1 q4_1, 2 q8_0, 3 q5_0, 4 q5_1, 5 q4_k, 6 q5_k, 7 q6_k) as blocks of layout 0 (GGUF) or 1
    (x8, formats 0..2 and 5..7, N % 8 == 0); X float32 (dtype 0) or bfloat16 (1), row stride x_stride
-   elements; Y row stride y_stride (>= N). */
-int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
-                 const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias,
-                 float *Y, int64_t y_stride, int threads) {
+   elements; Y row stride y_stride (>= N). Computed by team t (every thread of it calls this with
+   the same arguments and gets the same status); Y is complete when it returns. */
+static int qmatmul_team(const Team *t, int fmt, int layout, int variant, const uint8_t *W,
+                        int64_t N, int64_t K, const void *X, int dtype, int64_t x_stride,
+                        int64_t M, const float *bias, float *Y, int64_t y_stride) {
     if (fmt < 0 || fmt >= QFMT_COUNT || variant < 0 || variant > 3 || (dtype != 0 && dtype != 1)
         || (layout != 0 && layout != 1)
         || (layout == 1 && fmt > QFMT_Q8_0 && !is_kquant(fmt)))
@@ -729,10 +734,9 @@ int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, 
         return 2;
     if (!qmatmul_supported(variant)) return 5;
     if (is_kquant(fmt) && layout == 1)
-        return qmatmul_k8(fmt, variant, W, N, K, X, dtype, x_stride, M, bias, Y, y_stride,
-                          threads);
+        return qmatmul_k8(t, fmt, variant, W, N, K, X, dtype, x_stride, M, bias, Y, y_stride);
     if (is_kquant(fmt))
-        return qmatmul_k(fmt, variant, W, N, K, X, dtype, x_stride, M, bias, Y, y_stride, threads);
+        return qmatmul_k(t, fmt, variant, W, N, K, X, dtype, x_stride, M, bias, Y, y_stride);
     static const qgroup_fn groups[2][4] = {
         {qgroup_scalar, qgroup_avx2, qgroup_avxvnni, qgroup_avx512vnni},
         {qgroup8_scalar, qgroup8_avx2, qgroup8_avxvnni, qgroup8_avx512vnni}};
@@ -745,7 +749,8 @@ int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, 
     const int with_corr = (fmt == QFMT_Q4_0 || fmt == QFMT_Q5_0) && layout == 0;
     const size_t q_bytes = (size_t)(span_rows * K), ds_bytes = (size_t)(span_rows * nb) * 4;
     const size_t corr_bytes = with_corr ? (size_t)(span_rows * nb * 8) * 4 : 0;
-    char *scratch = aligned_alloc(64, (q_bytes + 4 * ds_bytes + corr_bytes + 127) / 64 * 64);
+    char *scratch = team_share(
+        t, t->id ? NULL : aligned_alloc(64, (q_bytes + 4 * ds_bytes + corr_bytes + 127) / 64 * 64));
     if (!scratch) return 3;
     int8_t *q_all = (int8_t *)scratch;
     float *d_all = (float *)(scratch + q_bytes), *s_all = (float *)(scratch + q_bytes + ds_bytes);
@@ -759,45 +764,63 @@ int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, 
        (decode) keep each thread its contiguous run of groups, which its prefetches follow.
        Either way an item is computed by the same code: the bits do not depend on it. */
     const int dynamic = M >= QROW_BLOCK;
-    #pragma omp parallel num_threads(threads)
-    {
-        for (int64_t s0 = 0; s0 < M; s0 += QROW_SPAN) {
-            const int64_t span = M - s0 < QROW_SPAN ? M - s0 : QROW_SPAN;
-            const int64_t blocks = (span + QROW_BLOCK - 1) / QROW_BLOCK;
-            #pragma omp for schedule(static)
-            for (int64_t r = 0; r < span; r++) {
-                /* row r of the span: row r % QROW_BLOCK of its row block, whose arrays start
-                   at its first row's offset with a stride of the block's row count */
-                const int64_t r0 = r / QROW_BLOCK * QROW_BLOCK;
-                const int64_t rows = span - r0 < QROW_BLOCK ? span - r0 : QROW_BLOCK;
-                const int64_t i = r - r0;
-                const void *x = (const char *)X + el * (size_t)((s0 + r) * x_stride);
-                int8_t *q = q_all + r0 * K + i * QBLOCK;
-                float *d = d_all + r0 * nb + i, *sv = s_all + r0 * nb + i;
-                int32_t *sums = sums_all + r0 * nb + i, *noff = noff_all + r0 * nb + i;
-                int32_t *row_corr = corr_all ? corr_all + (r0 * nb + i) * 8 : NULL;
-                if (variant == QVAR_SCALAR)
-                    quantize_row_scalar(x, dtype, K, fmt, q, d, sv, row_corr, sums, noff, rows);
-                else
-                    quantize_row(x, dtype, K, fmt, q, d, sv, row_corr, sums, noff, rows);
-            }
-            if (dynamic) {
-                #pragma omp for schedule(dynamic, 4)
-                for (int64_t item = 0; item < blocks * groups_n; item++)
-                    qmatmul_item(group, fmt, W, row_bytes, K, nb, q_all, d_all, s_all, corr_all,
-                                 sums_all, noff_all, span, item / groups_n, item % groups_n, N,
-                                 bias, Y + s0 * y_stride, y_stride);
-            } else {
-                #pragma omp for schedule(static)
-                for (int64_t item = 0; item < blocks * groups_n; item++)
-                    qmatmul_item(group, fmt, W, row_bytes, K, nb, q_all, d_all, s_all, corr_all,
-                                 sums_all, noff_all, span, item / groups_n, item % groups_n, N,
-                                 bias, Y + s0 * y_stride, y_stride);
-            }
+    int64_t lo, hi;
+    for (int64_t s0 = 0; s0 < M; s0 += QROW_SPAN) {
+        const int64_t span = M - s0 < QROW_SPAN ? M - s0 : QROW_SPAN;
+        const int64_t blocks = (span + QROW_BLOCK - 1) / QROW_BLOCK;
+        team_range(t, span, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            /* row r of the span: row r % QROW_BLOCK of its row block, whose arrays start
+               at its first row's offset with a stride of the block's row count */
+            const int64_t r0 = r / QROW_BLOCK * QROW_BLOCK;
+            const int64_t rows = span - r0 < QROW_BLOCK ? span - r0 : QROW_BLOCK;
+            const int64_t i = r - r0;
+            const void *x = (const char *)X + el * (size_t)((s0 + r) * x_stride);
+            int8_t *q = q_all + r0 * K + i * QBLOCK;
+            float *d = d_all + r0 * nb + i, *sv = s_all + r0 * nb + i;
+            int32_t *sums = sums_all + r0 * nb + i, *noff = noff_all + r0 * nb + i;
+            int32_t *row_corr = corr_all ? corr_all + (r0 * nb + i) * 8 : NULL;
+            if (variant == QVAR_SCALAR)
+                quantize_row_scalar(x, dtype, K, fmt, q, d, sv, row_corr, sums, noff, rows);
+            else
+                quantize_row(x, dtype, K, fmt, q, d, sv, row_corr, sums, noff, rows);
         }
+        if (dynamic && t->id == 0) team_restart(t);
+        team_sync(t, 0);
+        const int64_t items = blocks * groups_n;
+        if (dynamic) {
+            for (int64_t i0; (i0 = team_next(t, 4)) < items;)
+                for (int64_t item = i0; item < items && item < i0 + 4; item++)
+                    qmatmul_item(group, fmt, W, row_bytes, K, nb, q_all, d_all, s_all, corr_all,
+                                 sums_all, noff_all, span, item / groups_n, item % groups_n, N,
+                                 bias, Y + s0 * y_stride, y_stride);
+        } else {
+            team_range(t, items, &lo, &hi);
+            for (int64_t item = lo; item < hi; item++)
+                qmatmul_item(group, fmt, W, row_bytes, K, nb, q_all, d_all, s_all, corr_all,
+                             sums_all, noff_all, span, item / groups_n, item % groups_n, N,
+                             bias, Y + s0 * y_stride, y_stride);
+        }
+        team_sync(t, 0);
     }
-    free(scratch);
+    if (t->id == 0) free(scratch);
     return 0;
+}
+
+/* qmatmul_team over a region of `threads` threads opened here (the per-op entry). */
+int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
+                 const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias,
+                 float *Y, int64_t y_stride, int threads) {
+    TeamSync sync = {0};
+    int status = 0;
+    #pragma omp parallel num_threads(threads > 0 ? threads : 1)
+    {
+        const Team t = team_of(&sync);
+        const int st = qmatmul_team(&t, fmt, layout, variant, W, N, K, X, dtype, x_stride, M,
+                                    bias, Y, y_stride);
+        if (t.id == 0) status = st;
+    }
+    return status;
 }
 
 /* qmatmul_into with the output rows packed (y_stride N). */
