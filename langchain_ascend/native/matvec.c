@@ -255,7 +255,7 @@ int matvec_tiles_rows_f32(const float *P, const float *X, const float *bias, flo
                           int64_t K, int64_t M, int num_threads) {
     TeamSync sync = {0};
     int status = 0;
-    #pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1)
+    #pragma omp parallel num_threads(team_threads(num_threads, (double)M * N * K))
     {
         const Team t = team_of(&sync);
         const int st = matvec_tiles_rows_f32_team(&t, P, X, bias, Y, N, K, M);
@@ -379,7 +379,7 @@ int matvec_tiles_rows_bf16(const uint16_t *P, const uint16_t *X, const uint16_t 
                            uint16_t *Y, int64_t N, int64_t K, int64_t M, int num_threads) {
     TeamSync sync = {0};
     int status = 0;
-    #pragma omp parallel num_threads(num_threads > 0 ? num_threads : 1)
+    #pragma omp parallel num_threads(team_threads(num_threads, (double)M * N * K))
     {
         const Team t = team_of(&sync);
         const int st = matvec_tiles_rows_bf16_team(&t, P, X, bias, Y, N, K, M);

@@ -513,7 +513,10 @@ static Work *work_new(const Call *c) {
                        int num_threads) {                                                        \
         TeamSync sync = {0};                                                                     \
         int status = 0;                                                                          \
-        _Pragma("omp parallel num_threads(num_threads > 0 ? num_threads : 1)")                  \
+        int64_t keys = 0;                                                                        \
+        for (int64_t b = 0; b < B; b++) keys += seq_lens[b];                                     \
+        const int team = team_threads(num_threads, 2.0 * (double)keys * H * D);                 \
+        _Pragma("omp parallel num_threads(team)")                                               \
         {                                                                                        \
             const Team t = team_of(&sync);                                                       \
             const int st = NAME##_team(&t, q, cache, tables, table_stride, seq_lens, out, B, H, \

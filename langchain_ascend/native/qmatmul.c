@@ -813,7 +813,7 @@ int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, 
                  float *Y, int64_t y_stride, int threads) {
     TeamSync sync = {0};
     int status = 0;
-    #pragma omp parallel num_threads(threads > 0 ? threads : 1)
+    #pragma omp parallel num_threads(team_threads(threads, (double)M * N * K))
     {
         const Team t = team_of(&sync);
         const int st = qmatmul_team(&t, fmt, layout, variant, W, N, K, X, dtype, x_stride, M,

@@ -39,6 +39,15 @@
    2 cores, tests/chat_models/test_chat_model.py). */
 #define TEAM_SPINS 1024
 
+/* Work (multiply-adds) below which a per-op entry runs on its calling thread alone: waking a
+   sleeping worker costs tens of microseconds, more than such a product takes on one thread. */
+#define TEAM_MIN_WORK (1 << 18)
+
+/* The threads a per-op entry opens its region with: 1 for work under TEAM_MIN_WORK. */
+static inline int team_threads(int threads, double work) {
+    return threads > 1 && work >= TEAM_MIN_WORK ? threads : 1;
+}
+
 typedef struct {
     _Alignas(64) atomic_int arrived;
     _Alignas(64) atomic_int phase;
