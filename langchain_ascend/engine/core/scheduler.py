@@ -18,9 +18,11 @@ Policy of :meth:`Scheduler.schedule`:
    (its prefix retained) before a cold one, then arrival order. A prompt longer than the
    remaining budget is prefilled in chunks over several steps. When the chosen request does
    not fit, nothing else is admitted; nothing is admitted in a step that had to preempt.
-3. Background prefills (``Request.prefill_only``: tool results as they land) last, only when
-   no request waits, with what budget is left; a background request is the first preempted
-   (it is dropped, not requeued: its computed full blocks stay cached).
+3. Background prefills (``Request.prefill_only``: tool results as they land) only in a step
+   that would run nothing else, :data:`BACKGROUND_CHUNK` tokens a step (beside other work, or
+   in long steps, they delayed hops: ``docs/performance.md``). One is dropped (its computed
+   full blocks stay cached) when its session's next hop arrives, to make room for a waiting
+   request, or first when the pool must preempt.
 
 Before each step, parked sessions past their TTL are released (``engine.core.retention``).
 
@@ -47,9 +49,12 @@ from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.sampling_params import forced_tokens
+from langchain_ascend.engine.core.speculation import drafted_row_cost
 from langchain_ascend.validation import check_choice, check_count
 
 SCHEDULING_POLICIES = ("fcfs", "agent")
+BACKGROUND_CHUNK = 128
+"""Most tokens a background prefill computes in one step (a hop arriving waits for it)."""
 SERVICE_QUANTUM = 256
 """Tokens of service per level of the ``"agent"`` policy (levels double: 256, 512, 1k...)."""
 
@@ -139,18 +144,9 @@ class Scheduler:
         return len(self.waiting) + len(self.running) + len(self.background)
 
     def step_row_cost(self, num_rows: int) -> float:
-        """What a drafted row costs in a step of ``num_rows`` decode rows, in tokens that
-        step yields (``"auto"`` drafts while its acceptance rate beats this).
-
-        A step of ``B`` rows costs ``1 + r * (B - 1)`` one-row passes (``r`` =
-        :attr:`draft_row_cost`) and yields ``B`` tokens; one more row costs ``r`` and yields
-        its acceptance rate ``a``, so it pays while ``a > B * r / (1 + r * (B - 1))``: ``r``
-        for a lone request, near 1 for a big batch, where the products are bound by compute
-        rather than by reading the weights and a drafted row displaces a real one.
-        """
-        rows = max(1, num_rows)
-        r = self.draft_row_cost
-        return rows * r / (1.0 + r * (rows - 1))
+        """What a drafted row costs in a step of ``num_rows`` decode rows
+        (:func:`~langchain_ascend.engine.core.speculation.drafted_row_cost`)."""
+        return drafted_row_cost(num_rows, self.draft_row_cost)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running or self.background)
@@ -163,6 +159,9 @@ class Scheduler:
         (self.background if request.prefill_only else self.waiting).append(request)
         if request.session_id is not None and not request.prefill_only:
             self.kv.pool.retention.mark_returned(request.session_id)  # no expiry while queued
+            for other in [*self.background, *self.running]:  # the hop replaces them
+                if other.prefill_only and other.session_id == request.session_id:
+                    self.finish_request(other, RequestStatus.FINISHED_ABORTED)
 
     def abort_request(self, request_id: str) -> Request | None:
         """Finish a live request as aborted and free its blocks now; None if not live."""
@@ -214,7 +213,8 @@ class Scheduler:
                    if r.num_tokens - r.num_computed_tokens == 1 and not r.prefill_only]
         prefills = [r for r in self.running
                     if r.num_tokens - r.num_computed_tokens != 1 and not r.prefill_only]
-        prefills += [r for r in self.running if r.prefill_only]  # background last
+        if not (self.waiting or decodes or prefills):  # background: only in an idle step
+            prefills += [r for r in self.running if r.prefill_only]
         row_cost = self.step_row_cost(len(decodes))
         for request in decodes + prefills:
             if budget == 0:
@@ -222,7 +222,7 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             pending = request.num_tokens - request.num_computed_tokens
-            count = min(pending, budget)
+            count = min(pending, budget, BACKGROUND_CHUNK if request.prefill_only else budget)
             drafts = (self._drafts_for(request, budget - count, row_cost)
                       if count == pending else [])
             if not drafts or self.kv.allocate_slots(request, count + len(drafts)) is None:
@@ -255,7 +255,8 @@ class Scheduler:
     def _admit_waiting(self, budget: int, num_new: dict[str, int], order: list[Request]) -> int:
         """Admit waiting requests, then background prefills (module docstring, 2-3) into
         ``num_new`` / ``order``; returns the budget left."""
-        while ((self.waiting or self.background) and budget > 0
+        while ((self.waiting or (self.background and not order and all(
+                    r.prefill_only for r in self.running))) and budget > 0
                and len(self.running) < self.max_batch_size):
             queue = self.waiting if self.waiting else self.background
             request = self._next_waiting() if self.waiting else self.background[0]
@@ -265,9 +266,14 @@ class Scheduler:
             if request.prefill_only and num_hit_tokens >= request.num_tokens - 1:
                 self.finish_request(request, RequestStatus.FINISHED_STOPPED)
                 continue  # all cached already: nothing to prefill
-            count = min(request.num_tokens - num_hit_tokens, budget)
-            if self.kv.allocate_slots(request, count, hits) is None:
-                break
+            count = min(request.num_tokens - num_hit_tokens,
+                        min(budget, BACKGROUND_CHUNK) if request.prefill_only else budget)
+            while self.kv.allocate_slots(request, count, hits) is None:
+                victim = next((r for r in reversed(self.running)  # a background prefill
+                               if r.prefill_only and r.request_id not in num_new), None)
+                if request.prefill_only or victim is None:
+                    return budget
+                self._preempt(victim)  # dropped; its blocks join the free lists, hits stay
             queue.remove(request)
             self.running.append(request)
             request.status = RequestStatus.RUNNING

@@ -55,6 +55,20 @@ def accept_drafts(drafts: Sequence[int], targets: Sequence[int]) -> list[int]:
     return list(targets[:accepted + 1])
 
 
+def drafted_row_cost(num_rows: int, row_cost: float) -> float:
+    """What a drafted row costs in a step of ``num_rows`` decode rows, in tokens that step
+    yields (``"auto"`` drafts while its acceptance rate beats this). Pure.
+
+    A step of ``B`` rows costs ``1 + r * (B - 1)`` one-row passes (``r`` = ``row_cost``, one
+    row's share of a pass) and yields ``B`` tokens; one more row costs ``r`` and yields its
+    acceptance rate ``a``, so it pays while ``a > B * r / (1 + r * (B - 1))``: ``r`` for a
+    lone request, near 1 for a big batch, where the products are bound by compute rather than
+    by reading the weights and a drafted row displaces a real one.
+    """
+    rows = max(1, num_rows)
+    return rows * row_cost / (1.0 + row_cost * (rows - 1))
+
+
 class PromptLookup:
     """Incremental n-gram index over one request's growing token list.
 

@@ -9,7 +9,7 @@ import pytest
 
 from langchain_ascend.engine.core.block_pool import BlockPool
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
-from langchain_ascend.engine.core.request import Request
+from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.retention import (
     DEFAULT_TOOL_LATENCY_S,
     RetainedSession,
@@ -204,7 +204,7 @@ def test_agent_policy_least_attained_service_and_retained_first():
     assert fcfs.schedule().segments[0].request_id == "r-old"
 
 
-def test_background_prefill_runs_last_and_finishes_without_sampling():
+def test_background_prefill_runs_only_in_idle_steps_and_finishes_without_sampling():
     clock = Clock()
     kv = KVCacheManager(64, 4, retention=RetentionTable(1.0), clock=clock)
     sched = Scheduler(kv, max_num_batched_tokens=8, max_batch_size=4, max_model_len=256,
@@ -213,18 +213,52 @@ def test_background_prefill_runs_last_and_finishes_without_sampling():
     fg = request("fg", list(range(10)))
     sched.add_request(bg)
     sched.add_request(fg)
+    steps = []
+    while not fg.is_finished:  # fg's prefill and its 4 decodes: bg never beside them
+        batch = sched.schedule()
+        steps.append([seg.request_id for seg in batch.segments])
+        sched.update(batch, [7 if seg.sample else None for seg in batch.segments])
+    assert all(ids == ["fg"] for ids in steps) and len(steps) == 2 + 3
     batch = sched.schedule()
-    assert [seg.request_id for seg in batch.segments] == ["fg"]  # budget 8 all to fg
+    assert [seg.request_id for seg in batch.segments] == ["bg"] and not batch.segments[0].sample
     sched.update(batch, [None])
     batch = sched.schedule()
-    assert [seg.request_id for seg in batch.segments] == ["fg", "bg"]
-    assert not batch.segments[1].sample
-    sched.update(batch, [7, None])
-    batch = sched.schedule()
-    sched.update(batch, [None if not s.sample else 8 for s in batch.segments])
+    sched.update(batch, [None])
     assert bg.is_finished and bg.output_token_ids == []
     assert kv.session_counters.num_background_tokens == 10
     assert kv.session_tokens("s") == list(range(100, 110))
+
+
+def test_a_sessions_next_hop_drops_its_background_prefill():
+    clock = Clock()
+    kv = KVCacheManager(64, 4, retention=RetentionTable(1.0), clock=clock)
+    sched = Scheduler(kv, max_num_batched_tokens=4, max_batch_size=4, max_model_len=256,
+                      clock=clock)
+    bg = request("bg", list(range(100, 110)), "s", prefill_only=True)
+    sched.add_request(bg)
+    batch = sched.schedule()
+    sched.update(batch, [None])      # 4 of its 10 tokens computed: one full block cached
+    hop = request("hop", list(range(100, 112)), "s")
+    sched.add_request(hop)
+    assert bg.status is RequestStatus.FINISHED_ABORTED and bg not in sched.running
+    batch = sched.schedule()
+    assert [seg.request_id for seg in batch.segments] == ["hop"]
+    assert batch.segments[0].start_pos == 4  # the dropped prefill's block is the hop's hit
+
+
+def test_a_waiting_request_takes_the_blocks_of_a_paused_background_prefill():
+    clock = Clock()
+    kv = KVCacheManager(4, 4, retention=RetentionTable(1.0), clock=clock)  # 16 slots
+    sched = Scheduler(kv, max_num_batched_tokens=12, max_batch_size=4, max_model_len=16,
+                      clock=clock)
+    bg = request("bg", list(range(100, 114)), "s", prefill_only=True)
+    sched.add_request(bg)
+    sched.update(sched.schedule(), [None])  # bg holds 3 of the 4 blocks (12 of 14 computed)
+    fg = request("fg", list(range(12)))
+    sched.add_request(fg)
+    batch = sched.schedule()
+    assert [seg.request_id for seg in batch.segments] == ["fg"]
+    assert bg.status is RequestStatus.FINISHED_ABORTED and sched.num_preemptions == 1
 
 
 def test_a_session_whose_next_request_waits_does_not_expire():
