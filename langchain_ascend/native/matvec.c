@@ -253,15 +253,8 @@ static int matvec_tiles_rows_f32_team(const Team *t, const float *P, const float
 
 int matvec_tiles_rows_f32(const float *P, const float *X, const float *bias, float *Y, int64_t N,
                           int64_t K, int64_t M, int num_threads) {
-    TeamSync sync = {0};
-    int status = 0;
-    #pragma omp parallel num_threads(team_threads(num_threads, (double)M * N * K))
-    {
-        const Team t = team_of(&sync);
-        const int st = matvec_tiles_rows_f32_team(&t, P, X, bias, Y, N, K, M);
-        if (t.id == 0) status = st;
-    }
-    return status;
+    return TEAM_RUN(num_threads, (double)M * N * K,
+                    matvec_tiles_rows_f32_team(t, P, X, bias, Y, N, K, M));
 }
 
 /* ---- bfloat16 ------------------------------------------------------------------------------
@@ -377,13 +370,6 @@ static int matvec_tiles_rows_bf16_team(const Team *t, const uint16_t *P, const u
 
 int matvec_tiles_rows_bf16(const uint16_t *P, const uint16_t *X, const uint16_t *bias,
                            uint16_t *Y, int64_t N, int64_t K, int64_t M, int num_threads) {
-    TeamSync sync = {0};
-    int status = 0;
-    #pragma omp parallel num_threads(team_threads(num_threads, (double)M * N * K))
-    {
-        const Team t = team_of(&sync);
-        const int st = matvec_tiles_rows_bf16_team(&t, P, X, bias, Y, N, K, M);
-        if (t.id == 0) status = st;
-    }
-    return status;
+    return TEAM_RUN(num_threads, (double)M * N * K,
+                    matvec_tiles_rows_bf16_team(t, P, X, bias, Y, N, K, M));
 }

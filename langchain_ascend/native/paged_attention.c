@@ -511,19 +511,11 @@ static Work *work_new(const Call *c) {
                        int64_t H, int64_t KVH, int64_t D, int64_t NB, int64_t BS,                \
                        int64_t window, float scale, float softcap, int64_t split_keys,           \
                        int num_threads) {                                                        \
-        TeamSync sync = {0};                                                                     \
-        int status = 0;                                                                          \
         int64_t keys = 0;                                                                        \
         for (int64_t b = 0; b < B; b++) keys += seq_lens[b];                                     \
-        const int team = team_threads(num_threads, 2.0 * (double)keys * H * D);                 \
-        _Pragma("omp parallel num_threads(team)")                                               \
-        {                                                                                        \
-            const Team t = team_of(&sync);                                                       \
-            const int st = NAME##_team(&t, q, cache, tables, table_stride, seq_lens, out, B, H, \
-                                       KVH, D, NB, BS, window, scale, softcap, split_keys);      \
-            if (t.id == 0) status = st;                                                          \
-        }                                                                                        \
-        return status;                                                                           \
+        return TEAM_RUN(num_threads, 2.0 * (double)keys * H * D,                                \
+                        NAME##_team(t, q, cache, tables, table_stride, seq_lens, out, B, H, KVH, \
+                                    D, NB, BS, window, scale, softcap, split_keys));             \
     }
 DEFINE_PAGED(paged_decode_f32, float, float, item_f32, IDENTITY)
 DEFINE_PAGED(paged_decode_bf16, uint16_t, uint16_t, item_bf16, f32_to_bf16)

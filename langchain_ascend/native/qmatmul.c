@@ -811,16 +811,9 @@ static int qmatmul_team(const Team *t, int fmt, int layout, int variant, const u
 int qmatmul_into(int fmt, int layout, int variant, const uint8_t *W, int64_t N, int64_t K,
                  const void *X, int dtype, int64_t x_stride, int64_t M, const float *bias,
                  float *Y, int64_t y_stride, int threads) {
-    TeamSync sync = {0};
-    int status = 0;
-    #pragma omp parallel num_threads(team_threads(threads, (double)M * N * K))
-    {
-        const Team t = team_of(&sync);
-        const int st = qmatmul_team(&t, fmt, layout, variant, W, N, K, X, dtype, x_stride, M,
-                                    bias, Y, y_stride);
-        if (t.id == 0) status = st;
-    }
-    return status;
+    return TEAM_RUN(threads, (double)M * N * K,
+                    qmatmul_team(t, fmt, layout, variant, W, N, K, X, dtype, x_stride, M, bias, Y,
+                                 y_stride));
 }
 
 /* qmatmul_into with the output rows packed (y_stride N). */

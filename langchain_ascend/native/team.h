@@ -123,6 +123,23 @@ static inline int64_t team_next(const Team *t, int64_t chunk) {
     return atomic_fetch_add_explicit(&t->sync->next, chunk, memory_order_relaxed);
 }
 
+/* A per-op entry: `CALL`, a team body's call naming the team `t` (a const Team *), run by a
+   region of team_threads(THREADS, WORK) threads; evaluates to thread 0's status. */
+#define TEAM_RUN(THREADS, WORK, CALL)                                                            \
+    ({                                                                                           \
+        TeamSync team_sync_ = {0};                                                               \
+        int team_status_ = 0;                                                                    \
+        const int team_size_ = team_threads((THREADS), (WORK));                                  \
+        _Pragma("omp parallel num_threads(team_size_)")                                         \
+        {                                                                                        \
+            const Team team_ = team_of(&team_sync_);                                             \
+            const Team *t = &team_;                                                              \
+            const int st_ = (CALL);                                                              \
+            if (t->id == 0) team_status_ = st_;                                                  \
+        }                                                                                        \
+        team_status_;                                                                            \
+    })
+
 /* Thread 0 gives `p` to the team: every thread returns it (after a sync). */
 static inline void *team_share(const Team *t, void *p) {
     if (t->id == 0) t->sync->shared = p;
