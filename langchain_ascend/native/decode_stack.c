@@ -22,6 +22,11 @@
  *   g|u = x @ Wgu^T [+ b]                             (M, 2I)
  *   h  += (silu(g) * u) @ Wdown^T [+ b]
  *
+ * The step is ONE OpenMP parallel region (team.h): the products and the attention are shared
+ * by the team, thread 0 runs the norms, the rotary and cache write and the residual adds, and
+ * the threads meet at team_sync between them -- a step wakes its workers once, not at each of
+ * ~100 regions (libgomp sleeps and wakes them there once two threads of a process own pools).
+ *
  * Every tensor is float32 (dtype 0) or bfloat16 (dtype 1, each op rounding to bf16 once, as
  * torch does). Each product's weight is either (N/8, K, 8) tiles of the dtype (code 0) or
  * quantized blocks (code 1 + format + 16 * layout: 1..8 q4_0/q4_1/q8_0/q5_0/q5_1/q4_k/q5_k/
@@ -188,10 +193,9 @@ static int product(const Team *t, int dtype, int code, int variant, const void *
     return st == 0 ? 0 : st == 3 ? 1 : 2;
 }
 
-/* The single-threaded ops of one layer, on thread 0 of the team while the others wait at the
-   next team_sync: everything between a layer's products that is not a product or attention. */
-
-/* qkv's per-head norms (Qwen3), then the rotary embedding of q and k and the cache write. */
+/* qkv's per-head norms (Qwen3), then the rotary embedding of q and k and the cache write: the
+   single-threaded part of a layer between its products, run by thread 0 of the team while the
+   others wait at the next team_sync. */
 static int rope_and_store(int dtype, int kv_f16, const DecodeLayer *p, char *qkv,
                           const void *cos, const void *sin, const int64_t *slots, void *qr,
                           void *kr, int64_t M, int64_t H, int64_t KVH, int64_t Dh,
