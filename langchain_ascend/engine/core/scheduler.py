@@ -213,7 +213,7 @@ class Scheduler:
                    if r.num_tokens - r.num_computed_tokens == 1 and not r.prefill_only]
         prefills = [r for r in self.running
                     if r.num_tokens - r.num_computed_tokens != 1 and not r.prefill_only]
-        if not (self.waiting or decodes or prefills):  # background: only in an idle step
+        if idle := not (self.waiting or decodes or prefills):  # background only in such steps
             prefills += [r for r in self.running if r.prefill_only]
         row_cost = self.step_row_cost(len(decodes))
         for request in decodes + prefills:
@@ -241,7 +241,7 @@ class Scheduler:
                 budget -= count + len(drafts)
 
         if not preempted:
-            budget = self._admit_waiting(budget, num_new, order)
+            budget = self._admit_waiting(budget, num_new, order, idle)
         self._charge_service(order, num_new, drafts_of)
         self._scheduled = {r.request_id: r for r in order}
         self._scheduled_row_cost = row_cost
@@ -252,11 +252,11 @@ class Scheduler:
             finished_ids=self.take_finished_ids(),
         )
 
-    def _admit_waiting(self, budget: int, num_new: dict[str, int], order: list[Request]) -> int:
-        """Admit waiting requests, then background prefills (module docstring, 2-3) into
-        ``num_new`` / ``order``; returns the budget left."""
-        while ((self.waiting or (self.background and not order and all(
-                    r.prefill_only for r in self.running))) and budget > 0
+    def _admit_waiting(self, budget: int, num_new: dict[str, int], order: list[Request],
+                       idle: bool) -> int:
+        """Admit waiting requests, then - in an ``idle`` step, one - a background prefill
+        (module docstring, 2-3) into ``num_new`` / ``order``; returns the budget left."""
+        while ((self.waiting or (idle and self.background and not order)) and budget > 0
                and len(self.running) < self.max_batch_size):
             queue = self.waiting if self.waiting else self.background
             request = self._next_waiting() if self.waiting else self.background[0]
@@ -269,9 +269,9 @@ class Scheduler:
             count = min(request.num_tokens - num_hit_tokens,
                         min(budget, BACKGROUND_CHUNK) if request.prefill_only else budget)
             while self.kv.allocate_slots(request, count, hits) is None:
-                victim = next((r for r in reversed(self.running)  # a background prefill
-                               if r.prefill_only and r.request_id not in num_new), None)
-                if request.prefill_only or victim is None:
+                victim = None if request.prefill_only else next((r for r in reversed(
+                    self.running) if r.prefill_only and r.request_id not in num_new), None)
+                if victim is None:
                     return budget
                 self._preempt(victim)  # dropped; its blocks join the free lists, hits stay
             queue.remove(request)
