@@ -63,6 +63,37 @@ def test_a_forced_tool_call_is_the_same_call_in_half_the_passes(chat):
     assert spec["forward_passes"] <= 0.5 * on.usage_metadata["output_tokens"], spec
 
 
+ADD_STOPS = {"type": "function", "function": {
+    "name": "plan_trip", "description": "Plan a trip through several cities.",
+    "parameters": {"type": "object", "properties": {
+        "stops": {"type": "array", "description": "The stops, in order", "items": {
+            "type": "object", "properties": {
+                "city": {"type": "string"}, "nights": {"type": "integer"},
+                "hotel": {"type": "string", "enum": ["budget", "standard", "luxury"]}},
+            "required": ["city", "nights", "hotel"]}}},
+        "required": ["stops"]}}}
+
+
+def test_a_repetitive_forced_call_drafts_under_its_grammar_with_the_same_call(chat):
+    # The items of an array repeat their keys and syntax: drafts from the reply itself are
+    # verified row by row under the grammar and give the same call as one pass per token
+    # (``num_speculative_tokens=0`` keeps the grammar's jump-forward, drafts nothing).
+    bound = chat.bind_tools([ADD_STOPS], tool_choice="plan_trip")
+    question = [HumanMessage("Plan a trip: Paris, Lima, Osaka, Cairo, Oslo and Quito, two "
+                             "nights each in a standard hotel.")]
+    plain = bound.invoke(question, num_speculative_tokens=0, max_tokens=160)
+    drafted = bound.invoke(question, max_tokens=160)
+    assert drafted.tool_calls == plain.tool_calls
+    stops = drafted.tool_calls[0]["args"]["stops"]
+    assert len(stops) >= 3 and all(set(stop) == {"city", "nights", "hotel"} for stop in stops)
+    spec, plain_spec = (m.response_metadata["speculative"] for m in (drafted, plain))
+    assert plain_spec["draft_tokens"] == 0 and spec["accepted_tokens"] > 0, spec
+    # every output token is a pass's own, forced by the grammar, or an accepted draft
+    assert (spec["forward_passes"] + spec["forced_tokens"] + spec["accepted_tokens"]
+            == drafted.usage_metadata["output_tokens"])
+    assert spec["forward_passes"] < plain_spec["forward_passes"]
+
+
 def test_a_second_hop_is_identical_on_and_off(chat):
     call = {"name": "track_order", "args": {"order_id": "48213-B"}, "id": "call_1"}
     history = [

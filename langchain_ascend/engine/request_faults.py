@@ -1,7 +1,7 @@
 """A request's own failures inside a model step, kept its own.
 
 A request's callbacks inside a step (its grammar constraint's ``mask_logits`` /
-``accept_token`` / ``is_terminated`` / ``jump_forward``) run behind a :class:`GuardedConstraint`
+``accept_token`` / ``is_terminated`` / ``jump_forward`` / ``count_accepted``) run behind a :class:`GuardedConstraint`
 that records an exception instead of letting it end the step; the driver then fails that
 request alone with the error :func:`fault_error` makes (see ``engine.driver``).
 """
@@ -61,6 +61,19 @@ class GuardedConstraint:
             except Exception as exc:  # noqa: BLE001 - the request's own failure
                 self.fault = ("jump_forward", exc)
         return []
+
+    def count_accepted(self, tokens: list[int]) -> int:
+        """How many leading ``tokens`` the wrapped constraint would accept (none once faulted;
+        every one if it cannot tell)."""
+        count = getattr(self.inner, "count_accepted", None)
+        if count is None:
+            return len(tokens)
+        if self.fault is None:
+            try:
+                return int(count(tokens))
+            except Exception as exc:  # noqa: BLE001 - the request's own failure
+                self.fault = ("count_accepted", exc)
+        return 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -8,6 +8,8 @@
 * ``accept_token`` advances the matcher; a token the grammar rejects (a sampler that ignored
   the mask) ends the request instead of corrupting the state;
 * ``is_terminated`` is true once the matcher accepted a stop token;
+* ``count_accepted`` checks drafted tokens on a fork of the matcher (speculative decoding
+  verifies a grammar's drafts row by row, ``engine.worker.sampler``);
 * the compiled grammar may arrive late (a future from the backend's compile thread): the
   matcher is made when a mask is first needed, at the first sampled token. Before that only
   the spec's forced prefix is appended (``jump_forward``); those tokens are replayed into the
@@ -471,6 +473,21 @@ class XGrammarConstraint:
         for token_id in tokens:
             self._advance(token_id, defer=defer)
         return tokens
+
+    def count_accepted(self, tokens: list[int]) -> int:
+        """How many leading ``tokens`` the grammar would accept in turn from here, advancing
+        nothing (drafted tokens are checked before their rows are computed). None while the
+        budget guard closes the reply (it takes its own path) or the grammar still compiles
+        (drafting must not wait for it)."""
+        if self._closing or self.rejected_token is not None or self._grammar_pending():
+            return 0
+        fork = self._matcher.fork()
+        for count, token_id in enumerate(tokens):
+            if not 0 <= token_id < self._vocab_size or not fork.accept_token(int(token_id)):
+                return count
+            if fork.is_terminated():
+                return count + 1
+        return len(tokens)
 
     def is_terminated(self) -> bool:
         """True once the grammar accepted a stop token (or rejected a token). Before the

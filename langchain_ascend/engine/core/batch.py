@@ -29,7 +29,8 @@ class ScheduledSegment:
           ``token_ids``: guesses after the request's last known token, not yet part of the
           request. The step returns the greedy token after the pending token and after each
           draft (``engine.core.speculation.accept_drafts`` keeps the verified ones); a
-          segment with drafts always samples, greedily and without a constraint.
+          segment with drafts always samples, greedily, without penalties; a constrained
+          one is verified row by row under its grammar (``engine.worker.sampler``).
     """
 
     request_id: str

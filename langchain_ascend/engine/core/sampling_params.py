@@ -54,6 +54,20 @@ def forced_tokens(constraint: TokenConstraint | None, limit: int) -> list[int]:
     return list(jump(limit)) if jump is not None and limit > 0 else []
 
 
+def grammar_drafts(constraint: TokenConstraint | None, drafts: list[int]) -> list[int]:
+    """The leading ``drafts`` a constraint would accept in turn (all of them without one).
+
+    A constraint may offer ``count_accepted(tokens) -> int``: how many leading tokens it would
+    accept from its current state, advancing nothing. A draft it rejects could never be
+    verified, so its row and every row after it are not computed. Constraints without it
+    keep every draft (verification rejects what the grammar does not allow).
+    """
+    count = getattr(constraint, "count_accepted", None)
+    if count is None or not drafts:
+        return drafts
+    return drafts[:max(0, int(count(drafts)))]
+
+
 @dataclass
 class SamplingParams:
     """Sampling controls for one request.

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.request import Request, RequestStatus
-from langchain_ascend.engine.core.sampling_params import forced_tokens
+from langchain_ascend.engine.core.sampling_params import forced_tokens, grammar_drafts
 from langchain_ascend.engine.core.speculation import drafted_row_cost
 from langchain_ascend.validation import check_choice, check_count
 
@@ -282,8 +282,7 @@ class Scheduler:
             self.kv.record_session_admission(request, num_hit_tokens)
             if request.first_scheduled_time is None:
                 request.first_scheduled_time = self.clock()
-                # A reply that starts with forced text has those tokens already, and a hit
-                # may cover them too: only the prompt's share is "cached prompt tokens".
+                # Forced text may be cached too: only the prompt's share counts as cached.
                 request.num_cached_tokens = min(num_hit_tokens, request.num_prompt_tokens)
             num_new[request.request_id] = count
             order.append(request)
@@ -292,8 +291,7 @@ class Scheduler:
 
     def _charge_service(self, order: list[Request], num_new: dict[str, int],
                         drafts_of: dict[str, list[int]]) -> None:
-        """Add this step's tokens to each session's attained service (and the background
-        prefill counter)."""
+        """Add this step's tokens to each session's service (and the background counter)."""
         for request in order:
             key = request.session_id or request.request_id
             granted = num_new[request.request_id] + len(drafts_of.get(request.request_id, ()))
@@ -302,8 +300,7 @@ class Scheduler:
                 self.kv.session_counters.num_background_tokens += num_new[request.request_id]
 
     def take_finished_ids(self) -> list[str]:
-        """Ids of requests finished since the last call (the model runner may drop their
-        per-request state)."""
+        """Ids of requests finished since the last call (the runner drops their state)."""
         finished_ids, self._finished_ids = self._finished_ids, []
         return finished_ids
 
@@ -344,10 +341,10 @@ class Scheduler:
             tokens = self._verified_tokens(segment, result)
             appended: list[int] = []  # sampled and accepted tokens
             status = None
-            for token_id in tokens:
+            for i, token_id in enumerate(tokens):
                 request.append_output_token(token_id)
                 appended.append(token_id)
-                status = self._stop_status(request, token_id)
+                status = self._stop_status(request, token_id, grammar=i == len(tokens) - 1)
                 if status is not None:
                     break
             # K/V is valid for the known tokens and the accepted drafts before the last token.
@@ -428,10 +425,13 @@ class Scheduler:
         limit = min(spare_budget, self._room_beyond_next(request))
         if limit <= 0:
             return []
-        return spec.propose(request.all_token_ids, limit, row_cost=row_cost)
+        drafts = spec.propose(request.all_token_ids, limit, row_cost=row_cost)
+        return grammar_drafts(request.sampling.constraint, drafts)
 
-    def _stop_status(self, request: Request, token_id: int) -> RequestStatus | None:
-        """The finished status the newly appended ``token_id`` causes, if any."""
+    def _stop_status(self, request: Request, token_id: int, *, grammar: bool = True,
+                     ) -> RequestStatus | None:
+        """The finished status the newly appended ``token_id`` causes, if any; the grammar's
+        end only with ``grammar`` (the step's last token: the sampler stops there)."""
         params = request.sampling
         if not params.ignore_eos and token_id in request.eos_token_ids:
             request.last_token_hidden = True
@@ -440,7 +440,7 @@ class Scheduler:
             request.last_token_hidden = True
             request.stop_reason = token_id
             return RequestStatus.FINISHED_STOPPED
-        if params.constraint is not None and params.constraint.is_terminated():
+        if grammar and params.constraint is not None and params.constraint.is_terminated():
             return RequestStatus.FINISHED_STOPPED
         if (request.num_output_tokens >= params.max_tokens
                 or request.num_tokens >= self.max_model_len):

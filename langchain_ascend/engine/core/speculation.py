@@ -4,7 +4,10 @@ Prompt lookup (:class:`PromptLookup`): the tokens that followed an earlier occur
 request's last n-gram are the draft (agents copy a lot: tool results restated, ids passed on).
 One pass checks all drafts and :func:`accept_drafts` keeps the longest prefix greedy decoding
 would have produced plus the model's own next token, so greedy output is token-identical with
-speculation on or off. Only greedy rows without grammar or penalties draft (:func:`can_draft`).
+speculation on or off. Only greedy rows without penalties draft (:func:`can_draft`); under a
+grammar the drafts it rejects are dropped before the pass and each verified row is masked by
+the grammar's state after the drafts before it (``engine.worker.sampler``), so a reply that
+repeats itself (items of a JSON array, a restated tool result) costs fewer passes there too.
 :class:`SpeculationState` adapts the draft length per request; ``"auto"`` drafts only while
 the acceptance rate beats the cost of an extra row in the step it joins (the measured cost
 for a lone request, near 1 in a big batch: ``Scheduler.step_row_cost``), and the engine allows
@@ -27,10 +30,11 @@ FIRST_DRAFT_LENGTH = 2
 
 
 def can_draft(params: SamplingParams) -> bool:
-    """Whether a request with ``params`` may draft: speculation on, greedy, no grammar, no
-    penalty (a penalty makes each verified token's target depend on the drafts before it)."""
+    """Whether a request with ``params`` may draft: speculation on, greedy, no penalty (a
+    penalty makes each verified token's target depend on the drafts before it). A grammar
+    is fine: its rows are verified one after another (module docstring)."""
     return (params.speculation != "off" and params.num_speculative_tokens > 0
-            and params.greedy and params.constraint is None and not params.has_penalties)
+            and params.greedy and not params.has_penalties)
 
 
 def accept_drafts(drafts: Sequence[int], targets: Sequence[int]) -> list[int]:

@@ -61,16 +61,27 @@ logger = logging.getLogger(__name__)
 
 
 def _check_drafts(segments: Sequence[ScheduledSegment]) -> None:
-    """Drafted tokens come only on sampling, greedy, unconstrained, unpenalized segments
-    (``batch``)."""
+    """Drafted tokens come only on sampling, greedy, unpenalized segments (``batch``)."""
     for seg in segments:
         drafts = seg.draft_token_ids
-        if drafts and (not seg.sample or not seg.sampling.greedy
-                       or seg.sampling.constraint is not None or seg.sampling.has_penalties
+        if drafts and (not seg.sample or not seg.sampling.greedy or seg.sampling.has_penalties
                        or len(drafts) >= len(seg.token_ids)
                        or seg.token_ids[len(seg.token_ids) - len(drafts):] != drafts):
             raise ValueError(f"request {seg.request_id!r}: drafted tokens need a sampling, "
-                             "greedy, unconstrained segment that ends with them")
+                             "greedy, unpenalized segment that ends with them")
+
+
+def _constrained_verifies(segments: Sequence[ScheduledSegment], sample_indices: Sequence[int],
+                          row_counts: Sequence[int]) -> list[tuple[int, list[int]]]:
+    """``(first_row, drafts)`` of the step's constrained segments with drafts, whose rows the
+    sampler verifies one after another under the grammar."""
+    verifies, first = [], 0
+    for i, count in zip(sample_indices, row_counts, strict=True):
+        seg = segments[i]
+        if seg.draft_token_ids and seg.sampling.constraint is not None:
+            verifies.append((first, seg.draft_token_ids))
+        first += count
+    return verifies
 
 
 def _without_autocast(device_type: str) -> contextlib.AbstractContextManager[object]:
@@ -297,7 +308,8 @@ class ModelRunner:
                     assert logits is not None  # a head that chose no tokens gives logits
                     tokens = self.sampler.sample(
                         logits, params, [seg.request_id for seg in row_segments],
-                        [(seg.prompt_token_ids, seg.output_token_ids) for seg in row_segments])
+                        [(seg.prompt_token_ids, seg.output_token_ids) for seg in row_segments],
+                        verify=_constrained_verifies(segments, sample_indices, row_counts))
                 else:
                     tokens = []
             start = 0

@@ -16,7 +16,9 @@ Penalties (repetition, presence, frequency: ``engine.worker.penalties``) change 
 the rows that carry one before anything else, greedy rows included.
 
 Constraints: ``constraint.mask_logits(row)`` edits the request's logits row in place before
-the choice; ``constraint.accept_token(token)`` is called with the chosen id afterwards.
+the choice; ``constraint.accept_token(token)`` is called with the chosen id afterwards. A
+constrained segment with drafted tokens is verified row by row (:func:`verify_under_constraint`):
+each row's mask is the grammar's state after the drafts before it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.core.sampling_params import SamplingParams, TokenConstraint
 from langchain_ascend.engine.worker.penalties import apply_penalties
 
 if TYPE_CHECKING:
@@ -113,6 +115,39 @@ def uniform_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     return (bits.float() + 0.5) * (1.0 / (1 << 23))
 
 
+def verify_under_constraint(logits: torch.Tensor, drafts: Sequence[int],
+                            constraint: TokenConstraint) -> list[int]:
+    """The greedy targets of a constrained verify pass, each row masked by the grammar's state
+    after the drafts before it.
+
+    Row ``i`` is masked and chosen only once ``drafts[:i]`` were all accepted (the constraint
+    advanced over them), so the constraint ends having accepted exactly the tokens
+    :func:`~langchain_ascend.engine.core.speculation.accept_drafts` keeps: the matched drafts
+    and the first target that differs (or the last row's), never a rejected draft; no rollback
+    is needed. Rows after the first mismatch, or after a token that ends the grammar, are not
+    chosen: their targets are ``-1``, which matches no draft.
+
+    Args:
+        logits: ``(k + 1, V)`` float32 logits of the pending token's row and each draft's row,
+            edited in place by the masks.
+        drafts: The ``k`` drafted tokens.
+        constraint: The segment's grammar state.
+
+    Returns:
+        ``k + 1`` targets for :func:`~langchain_ascend.engine.core.speculation.accept_drafts`.
+    """
+    targets = [-1] * (len(drafts) + 1)
+    for i in range(len(drafts) + 1):
+        row = logits[i]  # (V,)
+        constraint.mask_logits(row)
+        token = int(row.argmax())
+        constraint.accept_token(token)
+        targets[i] = token
+        if i == len(drafts) or token != drafts[i] or constraint.is_terminated():
+            break
+    return targets
+
+
 class Sampler:
     """Chooses one token per row of the step's logits.
 
@@ -140,6 +175,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, params: Sequence[SamplingParams],
                request_ids: Sequence[str],
                histories: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
+               verify: Sequence[tuple[int, Sequence[int]]] = (),
                ) -> list[int]:
         """Pick the next token of every row.
 
@@ -149,6 +185,9 @@ class Sampler:
             request_ids: Each row's request id (keys the per-request generator).
             histories: Each row's ``(prompt_ids, output_ids)`` so far; needed only when a row
                 has a penalty (:attr:`SamplingParams.has_penalties`).
+            verify: ``(first_row, drafts)`` of each constrained segment with drafts: its
+                ``len(drafts) + 1`` greedy rows from ``first_row`` on are chosen by
+                :func:`verify_under_constraint` (their entries are its targets).
 
         Returns:
             ``S`` token ids (the step's single device->host copy).
@@ -157,7 +196,10 @@ class Sampler:
 
         logits = logits.float()  # (S, V); a copy for bf16/fp16, masks edit it in place
         apply_penalties(logits, params, histories)  # rows with a penalty, in place
-        constrained = [(i, p.constraint) for i, p in enumerate(params) if p.constraint is not None]
+        verified = {row for first, drafts in verify
+                    for row in range(first, first + len(drafts) + 1)}
+        constrained = [(i, p.constraint) for i, p in enumerate(params)
+                       if p.constraint is not None and i not in verified]
         for i, constraint in constrained:
             constraint.mask_logits(logits[i])
         sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
@@ -180,4 +222,9 @@ class Sampler:
             token_ids = chosen.tolist()
         for i, constraint in constrained:
             constraint.accept_token(token_ids[i])
+        for first, drafts in verify:
+            constraint = params[first].constraint
+            assert constraint is not None and params[first].greedy
+            rows = slice(first, first + len(drafts) + 1)
+            token_ids[rows] = verify_under_constraint(logits[rows], drafts, constraint)
         return token_ids

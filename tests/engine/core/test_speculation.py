@@ -99,21 +99,41 @@ def test_draft_length_doubles_while_accepted_and_halves_on_failure():
     assert state.propose(tokens, 1) == [5]  # the caller's limit wins
 
 
-def test_only_greedy_unconstrained_rows_draft():
-    class Grammar:
-        def mask_logits(self, logits):
-            pass
+class SequenceGrammar:
+    """A grammar that accepts one fixed token sequence and then ends (a fake with the
+    constraint protocol and ``count_accepted``)."""
 
-        def accept_token(self, token_id):
-            pass
+    def __init__(self, sequence):
+        self.sequence = list(sequence)
+        self.position = 0
 
-        def is_terminated(self):
-            return False
+    def mask_logits(self, logits):
+        allowed = self.sequence[self.position]
+        keep = float(logits[allowed])
+        logits.fill_(float("-inf"))
+        logits[allowed] = keep
 
+    def accept_token(self, token_id):
+        assert token_id == self.sequence[self.position], (token_id, self.position)
+        self.position += 1
+
+    def is_terminated(self):
+        return self.position == len(self.sequence)
+
+    def count_accepted(self, tokens):
+        ahead = self.sequence[self.position:]
+        count = 0
+        while count < min(len(tokens), len(ahead)) and tokens[count] == ahead[count]:
+            count += 1
+        return count
+
+
+def test_only_greedy_unpenalized_rows_draft():
     assert can_draft(SamplingParams(speculation="auto"))
+    assert can_draft(SamplingParams(speculation="auto", constraint=SequenceGrammar([1])))
     assert not can_draft(SamplingParams(speculation="off"))
     assert not can_draft(SamplingParams(speculation="auto", temperature=0.7))
-    assert not can_draft(SamplingParams(speculation="auto", constraint=Grammar()))
+    assert not can_draft(SamplingParams(speculation="auto", repetition_penalty=1.2))
     assert not can_draft(SamplingParams(speculation="auto", num_speculative_tokens=0))
 
 
@@ -312,3 +332,36 @@ def test_auto_drafting_can_be_turned_off_while_prompt_lookup_still_drafts():
     sched.update(first, [12, 12])
     drafts = {s.request_id: s.draft_token_ids for s in sched.schedule().segments}
     assert drafts == {"a": [], "b": [13, 14, 15, 16]}
+
+
+def test_a_grammar_drops_the_drafts_it_rejects_before_the_pass():
+    sched = make_scheduler()
+    # the grammar allows 12 then 13 14 99 EOS: of the drafts 13 14 15 16 it keeps 13 14
+    grammar = SequenceGrammar([12, 13, 14, 99, EOS])
+    req = add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4, constraint=grammar)
+    prefill(sched, 12)
+    grammar.accept_token(12)  # what the sampler does with the sampled token
+    batch = sched.schedule()
+    assert batch.segments[0].draft_token_ids == [13, 14]
+    assert batch.segments[0].token_ids == [12, 13, 14]
+    assert grammar.position == 1  # checking the drafts advanced nothing
+    for token in (13, 14, 99):  # the sampler's row-by-row verify accepts what it returns
+        grammar.accept_token(token)
+    outputs = sched.update(batch, [[13, 14, 99]])
+    assert outputs[0].new_token_ids == [13, 14, 99] and not outputs[0].finished
+    assert req.output_token_ids == [12, 13, 14, 99]
+
+
+def test_a_grammar_that_ends_at_the_last_verified_token_keeps_every_token():
+    sched = make_scheduler()
+    grammar = SequenceGrammar([12, 13, 14, 15])  # ends after 15; no EOS involved
+    req = add(sched, "a", PROMPT, num_speculative_tokens=4, draft_length=4, constraint=grammar)
+    prefill(sched, 12)
+    grammar.accept_token(12)
+    batch = sched.schedule()
+    assert batch.segments[0].draft_token_ids == [13, 14, 15]  # ends the grammar: no more
+    for token in (13, 14, 15):
+        grammar.accept_token(token)
+    outputs = sched.update(batch, [[13, 14, 15]])  # the verify stops where the grammar ends
+    assert outputs[0].finished and req.status is RequestStatus.FINISHED_STOPPED
+    assert req.output_token_ids == [12, 13, 14, 15]  # none cut because the end was known

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from langchain_ascend.engine.core.sampling_params import SamplingParams
+from langchain_ascend.engine.core.speculation import accept_drafts
 from langchain_ascend.engine.worker.sampler import Sampler, filter_logits
 
 VOCAB = 50
@@ -139,6 +140,77 @@ def test_constraint_masks_before_and_accepts_after(sampler, temperature):
     assert constraint.calls == [("mask", None), ("accept", worst)]
     if temperature == 0.0:
         assert out[1] == int(logits[1].argmax())
+
+
+class ParityGrammar:
+    """Allows only even tokens after an even one and odd after an odd one (the first free);
+    ends after ``length`` tokens. Records the tokens it accepted."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.accepted: list[int] = []
+
+    def mask_logits(self, logits: torch.Tensor) -> None:
+        if self.accepted:
+            parity = self.accepted[-1] % 2
+            logits[torch.arange(VOCAB) % 2 != parity] = float("-inf")
+
+    def accept_token(self, token_id: int) -> None:
+        self.accepted.append(token_id)
+
+    def is_terminated(self) -> bool:
+        return len(self.accepted) >= self.length
+
+
+def sequential_greedy(logits: torch.Tensor, grammar: ParityGrammar) -> list[int]:
+    """What one pass per token would choose: row ``i`` masked after rows ``< i``."""
+    out = []
+    for row in logits.clone():
+        grammar.mask_logits(row)
+        out.append(int(row.argmax()))
+        grammar.accept_token(out[-1])
+    return out
+
+
+def test_a_constrained_verify_masks_each_row_after_the_drafts_before_it(sampler):
+    logits = random_logits(5, seed=11)  # the pending token's row and 4 drafts' rows
+    targets = sequential_greedy(logits, ParityGrammar(10))
+    grammar = ParityGrammar(10)
+    # every draft right: all 5 rows chosen as one pass per token would, each masked in turn
+    out = sampler.sample(logits.clone(), [SamplingParams(constraint=grammar)] * 5, ["a"] * 5,
+                         verify=[(0, targets[:4])])
+    assert out == targets and grammar.accepted == targets
+    # the second draft wrong: the rows after it are not chosen and the grammar holds only
+    # the accepted draft and the model's token
+    wrong = targets[1] + 2 if targets[1] + 2 < VOCAB else targets[1] - 2
+    grammar = ParityGrammar(10)
+    out = sampler.sample(logits.clone(), [SamplingParams(constraint=grammar)] * 5, ["a"] * 5,
+                         verify=[(0, [targets[0], wrong, *targets[2:4]])])
+    assert out == targets[:2] + [-1, -1, -1]
+    assert accept_drafts([targets[0], wrong, *targets[2:4]], out) == targets[:2]
+    assert grammar.accepted == targets[:2]
+
+
+def test_a_constrained_verify_stops_where_the_grammar_ends(sampler):
+    logits = random_logits(4, seed=12)
+    targets = sequential_greedy(logits, ParityGrammar(10))
+    grammar = ParityGrammar(2)
+    out = sampler.sample(logits.clone(), [SamplingParams(constraint=grammar)] * 4, ["a"] * 4,
+                         verify=[(0, targets[:3])])
+    assert out == targets[:2] + [-1, -1] and grammar.accepted == targets[:2]
+
+
+def test_a_constrained_verify_beside_plain_rows(sampler):
+    logits = random_logits(4, seed=13)
+    targets = sequential_greedy(logits[1:3], ParityGrammar(10))
+    grammar = RecordingConstraint({7})
+    params = [SamplingParams(constraint=grammar)] + [
+        SamplingParams(constraint=(verified := ParityGrammar(10)))] * 2 + [SamplingParams()]
+    out = sampler.sample(logits.clone(), params, ["c", "v", "v", "free"],
+                         verify=[(1, targets[:1])])
+    assert out == [7, *targets, int(logits[3].argmax())]
+    assert grammar.calls == [("mask", None), ("accept", 7)]  # masked once, not per row
+    assert verified.accepted == targets
 
 
 def test_uniform_noise_stays_strictly_inside_zero_one_even_at_the_extremes():
