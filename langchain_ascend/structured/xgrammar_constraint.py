@@ -475,10 +475,9 @@ class XGrammarConstraint:
         return tokens
 
     def count_accepted(self, tokens: list[int]) -> int:
-        """How many leading ``tokens`` the grammar would accept in turn from here, advancing
-        nothing (drafted tokens are checked before their rows are computed). None while the
-        budget guard closes the reply (it takes its own path) or the grammar still compiles
-        (drafting must not wait for it)."""
+        """How many leading ``tokens`` (drafts) the grammar would accept in turn from here,
+        advancing nothing; none while the budget guard closes the reply (it takes its own
+        path) or the grammar still compiles (drafting must not wait for it)."""
         if self._closing or self.rejected_token is not None or self._grammar_pending():
             return 0
         fork = self._matcher.fork()
