@@ -414,7 +414,9 @@ def main() -> None:
         args.model = str(smollm2_gguf_path())
     from langchain_ascend.engine.model_source import resolve_model_source
 
-    args.folder = str(resolve_model_source(args.model).path)
+    # As AscendChatModel loads a GGUF file: its blocks run as they are ("auto"), not the
+    # de-quantized float folder that quantization=None would give.
+    args.folder = str(resolve_model_source(args.model, quantization="auto").path)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.folder)
