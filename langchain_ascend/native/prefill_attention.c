@@ -9,6 +9,9 @@
  * contiguous, written at the segments' rows. A segment's token i sits at position
  * p = context + i and sees keys [lo, p], lo = max(0, p - window + 1) with a window, else 0.
  *
+ * The score and value products run 16 lanes wide (AVX-512F) where the CPU has it, else 8
+ * (AVX2), with the same bits (pf_wide).
+ *
  * GEMM-shaped blocking. A work item is one KV head and a tile of consecutive query positions
  * of a segment; its rows are (position, query head of the KV head's group) pairs, about
  * PF_ROWS_TARGET of them. Keys go by chunks of PF_KEYS positions aligned at multiples of
@@ -63,6 +66,7 @@ typedef struct {
     float *out;                           /* (T, H, D) contiguous */
     int64_t H, KVH, G, D, NB, BS, window, tile; /* tile: query positions per item */
     float scale, softcap;                 /* softcap 0: no logit soft-capping */
+    int wide;                             /* the AVX-512F products (pf_wide) */
 } PfCall;
 
 /* One prefill segment of the call. */
@@ -193,6 +197,106 @@ static inline void pf_values_3x8(const float *p, const float *v, int64_t D, int 
     _mm256_storeu_ps(o, a0); _mm256_storeu_ps(o + D, a1); _mm256_storeu_ps(o + 2 * D, a2);
 }
 
+/* The chunk's scores of 6 rows: s[r][0:64] = q[r] . kt[:, 0:64] (AVX2, 16 keys a pass). */
+static void pf_scores_avx2(const float *q, int64_t D, const float *kt, float *s) {
+    for (int c = 0; c < PF_KEYS; c += 16) pf_scores_6x16(q, D, kt + c, s + c);
+}
+
+/* AVX-512F forms of the two products, chosen at run time (pf_wide): 16 lanes where AVX2 has
+   8. Each lane computes exactly what an AVX2 lane computes -- a score is one FMA chain over d
+   from zero, an output one FMA chain over the keys in order -- so the bits are the same
+   whichever form runs (tests/native/test_prefill_attention.py compares them). The softmax
+   keeps its AVX2 code: its sums reduce across lanes. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+/* s[r][0:64] = q[r] . kt[:, 0:64] for 6 rows, 32 keys a pass (12 accumulators named). */
+static void pf_scores_avx512(const float *q, int64_t D, const float *kt, float *s) {
+    for (int c = 0; c < PF_KEYS; c += 32) {
+        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+        __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        const float *k = kt + c;
+        for (int64_t d = 0; d < D; d++) {
+            __m512 k0 = _mm512_loadu_ps(k + d * PF_KEYS), k1 = _mm512_loadu_ps(k + d * PF_KEYS + 16);
+            __m512 b;
+            b = _mm512_set1_ps(q[d]);         c00 = _mm512_fmadd_ps(b, k0, c00); c01 = _mm512_fmadd_ps(b, k1, c01);
+            b = _mm512_set1_ps(q[D + d]);     c10 = _mm512_fmadd_ps(b, k0, c10); c11 = _mm512_fmadd_ps(b, k1, c11);
+            b = _mm512_set1_ps(q[2 * D + d]); c20 = _mm512_fmadd_ps(b, k0, c20); c21 = _mm512_fmadd_ps(b, k1, c21);
+            b = _mm512_set1_ps(q[3 * D + d]); c30 = _mm512_fmadd_ps(b, k0, c30); c31 = _mm512_fmadd_ps(b, k1, c31);
+            b = _mm512_set1_ps(q[4 * D + d]); c40 = _mm512_fmadd_ps(b, k0, c40); c41 = _mm512_fmadd_ps(b, k1, c41);
+            b = _mm512_set1_ps(q[5 * D + d]); c50 = _mm512_fmadd_ps(b, k0, c50); c51 = _mm512_fmadd_ps(b, k1, c51);
+        }
+        float *o = s + c;
+        _mm512_storeu_ps(o, c00); _mm512_storeu_ps(o + 16, c01);
+        _mm512_storeu_ps(o + PF_KEYS, c10); _mm512_storeu_ps(o + PF_KEYS + 16, c11);
+        _mm512_storeu_ps(o + 2 * PF_KEYS, c20); _mm512_storeu_ps(o + 2 * PF_KEYS + 16, c21);
+        _mm512_storeu_ps(o + 3 * PF_KEYS, c30); _mm512_storeu_ps(o + 3 * PF_KEYS + 16, c31);
+        _mm512_storeu_ps(o + 4 * PF_KEYS, c40); _mm512_storeu_ps(o + 4 * PF_KEYS + 16, c41);
+        _mm512_storeu_ps(o + 5 * PF_KEYS, c50); _mm512_storeu_ps(o + 5 * PF_KEYS + 16, c51);
+    }
+}
+
+/* o[r][0:64] += p[r][0:keys] @ v[0:keys, 0:64] for 3 rows (12 accumulators named). */
+static void pf_values_3x64_avx512(const float *p, const float *v, int64_t D, int keys, float *o) {
+    __m512 a00 = _mm512_loadu_ps(o), a01 = _mm512_loadu_ps(o + 16);
+    __m512 a02 = _mm512_loadu_ps(o + 32), a03 = _mm512_loadu_ps(o + 48);
+    __m512 a10 = _mm512_loadu_ps(o + D), a11 = _mm512_loadu_ps(o + D + 16);
+    __m512 a12 = _mm512_loadu_ps(o + D + 32), a13 = _mm512_loadu_ps(o + D + 48);
+    __m512 a20 = _mm512_loadu_ps(o + 2 * D), a21 = _mm512_loadu_ps(o + 2 * D + 16);
+    __m512 a22 = _mm512_loadu_ps(o + 2 * D + 32), a23 = _mm512_loadu_ps(o + 2 * D + 48);
+    for (int j = 0; j < keys; j++) {
+        const float *x = v + j * D;
+        __m512 b0 = _mm512_set1_ps(p[j]), b1 = _mm512_set1_ps(p[PF_KEYS + j]);
+        __m512 b2 = _mm512_set1_ps(p[2 * PF_KEYS + j]);
+        __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        a00 = _mm512_fmadd_ps(b0, x0, a00); a10 = _mm512_fmadd_ps(b1, x0, a10); a20 = _mm512_fmadd_ps(b2, x0, a20);
+        a01 = _mm512_fmadd_ps(b0, x1, a01); a11 = _mm512_fmadd_ps(b1, x1, a11); a21 = _mm512_fmadd_ps(b2, x1, a21);
+        __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
+        a02 = _mm512_fmadd_ps(b0, x2, a02); a12 = _mm512_fmadd_ps(b1, x2, a12); a22 = _mm512_fmadd_ps(b2, x2, a22);
+        a03 = _mm512_fmadd_ps(b0, x3, a03); a13 = _mm512_fmadd_ps(b1, x3, a13); a23 = _mm512_fmadd_ps(b2, x3, a23);
+    }
+    _mm512_storeu_ps(o, a00); _mm512_storeu_ps(o + 16, a01);
+    _mm512_storeu_ps(o + 32, a02); _mm512_storeu_ps(o + 48, a03);
+    _mm512_storeu_ps(o + D, a10); _mm512_storeu_ps(o + D + 16, a11);
+    _mm512_storeu_ps(o + D + 32, a12); _mm512_storeu_ps(o + D + 48, a13);
+    _mm512_storeu_ps(o + 2 * D, a20); _mm512_storeu_ps(o + 2 * D + 16, a21);
+    _mm512_storeu_ps(o + 2 * D + 32, a22); _mm512_storeu_ps(o + 2 * D + 48, a23);
+}
+
+static void pf_values_avx512(const float *p, const float *v, int64_t D, int keys, float *o) {
+    int64_t d = 0;
+    for (; d + 64 <= D; d += 64) pf_values_3x64_avx512(p, v + d, D, keys, o + d);
+    for (; d + 32 <= D; d += 32) pf_values_3x32(p, v + d, D, keys, o + d);
+    for (; d < D; d += 8) pf_values_3x8(p, v + d, D, keys, o + d);
+}
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+/* 0: choose by the CPU (AVX-512F where it has it); 1: AVX2 always (tests compare the two). */
+static int pf_forced_avx2 = 0;
+
+int prefill_attention_force_avx2(int on) {
+    int was = pf_forced_avx2;
+    pf_forced_avx2 = on != 0;
+    return was;
+}
+
+/* Whether this call runs the AVX-512F products. */
+static int pf_wide(void) {
+    static int wide = -1;
+    if (wide < 0) {
+        __builtin_cpu_init();
+        wide = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
+    return wide && !pf_forced_avx2;
+}
+
 /* One row's online softmax over the chunk: keys [first, last) of it are visible (first < last).
    With softcap > 0 the visible scores are first soft-capped (s -> softcap * tanh(s / softcap),
    Gemma 2's attn_logit_softcapping); 0 runs exactly the uncapped code. Turns s into
@@ -239,7 +343,7 @@ static inline void pf_softmax_row(float *s, int first, int last, float *m, float
     *l += hsum(sum);
 }
 
-static void pf_values(const float *p, const float *v, int64_t D, int keys, float *o) {
+static void pf_values_avx2(const float *p, const float *v, int64_t D, int keys, float *o) {
     int64_t d = 0;
     for (; d + 32 <= D; d += 32) pf_values_3x32(p, v + d, D, keys, o + d);
     for (; d < D; d += 8) pf_values_3x8(p, v + d, D, keys, o + d);
@@ -281,8 +385,7 @@ static int pf_item(const PfCall *c, const PfSegment *g, int64_t kvh, int64_t fir
             if (status) return status;
         }
         for (int64_t r = 0; r < padded; r += PF_SCORE_ROWS)
-            for (int c = 0; c < PF_KEYS; c += 16)
-                pf_scores_6x16(w->q + r * D, D, kt + c, w->s + r * PF_KEYS + c);
+            (c->wide ? pf_scores_avx512 : pf_scores_avx2)(w->q + r * D, D, kt, w->s + r * PF_KEYS);
         int keys = 0; /* keys of the chunk any row sees: the values product stops there */
         for (int64_t r = 0; r < padded; r++) {
             float *s = w->s + r * PF_KEYS;
@@ -300,7 +403,8 @@ static int pf_item(const PfCall *c, const PfSegment *g, int64_t kvh, int64_t fir
             if (last > keys) keys = (int)last;
         }
         for (int64_t r = 0; r < padded; r += PF_VALUE_ROWS)
-            pf_values(w->s + r * PF_KEYS, v, D, keys, w->o + r * D);
+            (c->wide ? pf_values_avx512 : pf_values_avx2)(w->s + r * PF_KEYS, v, D, keys,
+                                                           w->o + r * D);
     }
     for (int64_t r = 0; r < rows; r++) {
         float *dst = c->out + (g->start + first_token + r / G) * c->H * D + (kvh * G + r % G) * D;
@@ -340,7 +444,7 @@ static int pf_run(const float *query, int64_t q_token_stride, int64_t q_head_str
     if (tile < 1) tile = 1;
     const PfCall call = {query, q_token_stride, q_head_stride, cache, f16, out,
                          H, KVH, G, D, NB, BS, window, tile, scale,
-                         softcap > 0.0f ? softcap : 0.0f};
+                         softcap > 0.0f ? softcap : 0.0f, pf_wide()};
     const int64_t padded = (tile * G + PF_SCORE_ROWS - 1) / PF_SCORE_ROWS * PF_SCORE_ROWS;
     const int64_t pack_floats = 2 * PF_KEYS * D;
     PfSegment *segs = malloc((size_t)S * sizeof(PfSegment));

@@ -47,6 +47,25 @@ def _kernel(cache_dtype: torch.dtype) -> Any:
         ctypes.c_float, ctypes.c_float, ctypes.c_int])
 
 
+def force_avx2(on: bool) -> bool:
+    """Run the kernel's AVX2 products even where the CPU has AVX-512F (``on``), or let it
+    choose again; returns the previous setting (tests compare the two forms bit for bit).
+
+    Raises:
+        RuntimeError: The kernel is not built here.
+    """
+    setter = build.function(KERNEL, "prefill_attention_force_avx2", [ctypes.c_int])
+    if setter is None:
+        raise RuntimeError("the prefill attention kernel is not built here")
+    return bool(setter(int(on)))
+
+
+def wide_products() -> bool:
+    """Whether this CPU runs the kernel's AVX-512F products (16 lanes; the same bits as AVX2's
+    8)."""
+    return "avx512f" in build.cpu_flags()
+
+
 def available(cache_dtype: torch.dtype) -> bool:
     """Whether the kernel for float32 queries over a ``cache_dtype`` cache is built and loaded
     here (builds it on first call)."""

@@ -75,6 +75,21 @@ def test_prefill_matches_a_naive_softmax(case, window):
     torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_the_avx512_and_avx2_products_give_the_same_bits(case):
+    if not prefill_attention.wide_products():
+        pytest.skip("this CPU has no AVX-512F: only the AVX2 products run here")
+    query, cache, table = make_segment(**case)
+    scale = query.shape[2] ** -0.5
+    wide = prefill_attention.prefill(query, cache, table, case["context_len"], scale, 50)
+    was = prefill_attention.force_avx2(True)
+    try:
+        narrow = prefill_attention.prefill(query, cache, table, case["context_len"], scale, 50)
+    finally:
+        prefill_attention.force_avx2(was)
+    assert torch.equal(wide, narrow)
+
+
 def test_a_row_does_not_depend_on_the_segment_it_is_computed_in():
     """A prompt cut into chunked-prefill steps, any thread count, a strided query: same bits
     for every token as the whole segment at once."""
