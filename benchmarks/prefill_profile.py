@@ -2,8 +2,9 @@
 
 ``perf`` is not available on the benchmark VMs and torch's profiler does not see the engine's
 step thread, so this wraps the native entry points a CPU prefill calls -- the quantized
-products (``native.qmatmul.qmatmul``, by weight shape and rows), the prefill attention
-(``native.prefill_attention.prefill_segments``), RoPE and the cache write, the RMSNorms and the
+products (``native.qmatmul.qmatmul``, by weight shape and rows), the attention
+(``native.paged_attention.paged_decode``: every prefill token as the one-row decode at its
+position), RoPE and the cache write, the RMSNorms and the
 MLP's SiLU -- for the duration of the measured prefills, and reports each one's wall time and
 its calling thread's CPU time (the product kernels run on that thread and one more; on a shared
 machine the CPU time is what the work cost, the wall time what it took). What is left of the
@@ -52,14 +53,14 @@ class CallTimes:
 @contextlib.contextmanager
 def timing(times: CallTimes) -> Iterator[None]:
     """Wrap the native entry points of a CPU prefill for the duration (restored after)."""
-    from langchain_ascend.native import prefill_attention, qmatmul, rms_norm, rope_kv, stack_kernel
+    from langchain_ascend.native import paged_attention, qmatmul, rms_norm, rope_kv, stack_kernel
     from langchain_ascend.quant import linear
 
     def product(x: Any, qw: Any, *_: Any, **__: Any) -> str:
         return f"qmatmul {qw.fmt} {qw.layout} {qw.out_features}x{qw.in_features} M={x.shape[0]}"
 
     patches = [(qmatmul, "qmatmul", product),
-               (prefill_attention, "prefill_segments", lambda *a, **k: "prefill attention"),
+               (paged_attention, "paged_decode", lambda *a, **k: "attention"),
                (rope_kv, "rope_and_write", lambda *a, **k: "rope + cache write"),
                (rms_norm, "rms_norm", lambda *a, **k: "rms_norm"),
                (stack_kernel, "silu_mul", lambda *a, **k: "silu * up")]

@@ -19,8 +19,7 @@ written to a temporary name and renamed into place, so concurrent processes neve
 half-written file.
 
 A kernel whose source another one includes (``decode_stack.c`` includes ``matvec.c``,
-``rms_norm.c``, ``rope_kv.c``, ``paged_attention.c``, ``prefill_attention.c`` and
-``qmatmul.c``) is loaded from that one's library (:func:`provider`): the same code, compiled
+``rms_norm.c``, ``rope_kv.c``, ``paged_attention.c`` and ``qmatmul.c``) is loaded from that one's library (:func:`provider`): the same code, compiled
 once instead of twice, and the per-op path then runs the very machine code the decode stack
 runs. Where the including library does
 not build, the kernel's own source is built instead.

@@ -40,7 +40,6 @@
 #include "rms_norm.c"
 #include "rope_kv.c"
 #include "paged_attention.c"
-#include "prefill_attention.c"
 #include "qmatmul.c"
 #include "team.h"
 

@@ -1,6 +1,13 @@
 /* Paged decode attention: one query token per request over its blocks of the paged cache,
  * every request of the step in one call. AVX2 + FMA, OpenMP; float32 or bfloat16 cache.
  *
+ * It is the CPU's only attention kernel: a prefill's tokens are rows too, each the one-row
+ * decode at its position (its own length, its segment's table), so a token's keys, values and
+ * output have the same bits whether it was prefilled or decoded (attention/backends/cpu.py).
+ * A prefill's rows that read the same key range are one item; items hold at most
+ * ROWS_PER_ITEM query rows, so a long prefill's item attends its chunks with its
+ * accumulators in cache and its tiles spread over the team.
+ *
  * Cache of one layer: (2, KVH, NB, BS, D) -- keys then values, per KV head NB blocks of BS
  * rows of D values (the torch_ref / cpu backends' layout). Request b attends the first
  * seq_lens[b] slots named by its row of the int32 block table (B, W); with a sliding window
@@ -45,6 +52,7 @@
 #include "team.h"
 
 #define KEY_BLOCK 64
+#define ROWS_PER_ITEM 48 /* query rows (members x G) an item attends together, at most */
 
 /* 8 stored values at p as floats. */
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
@@ -87,10 +95,16 @@ typedef struct {
                         a[4 + i] = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a[4 + i]);       \
                     }                                                                            \
             }                                                                                    \
-            float sums[8];                                                                       \
-            _mm256_storeu_ps(sums, _mm256_mul_ps(                                                \
-                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));               \
-            for (int i = 0; i < cnt; i++) { row0[j + i] = sums[i]; row1[j + i] = sums[4 + i]; } \
+            __m256 s8 = _mm256_mul_ps(                                                           \
+                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale);                \
+            if (cnt == 4) {                                                                      \
+                _mm_storeu_ps(row0 + j, _mm256_castps256_ps128(s8));                             \
+                _mm_storeu_ps(row1 + j, _mm256_extractf128_ps(s8, 1));                           \
+            } else {                                                                             \
+                float sums[8];                                                                   \
+                _mm256_storeu_ps(sums, s8);                                                      \
+                for (int i = 0; i < cnt; i++) { row0[j + i] = sums[i]; row1[j + i] = sums[4 + i]; } \
+            }                                                                                    \
         }                                                                                        \
     }                                                                                            \
     static inline void NAME##_one(const float *q0, const TYPE *k, int64_t n, int64_t D,         \
@@ -112,10 +126,15 @@ typedef struct {
                         a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), LOAD(k + (j + i) * D + d), \
                                                a[i]);                                            \
             }                                                                                    \
-            float sums[8];                                                                       \
-            _mm256_storeu_ps(sums, _mm256_mul_ps(                                                \
-                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale));               \
-            for (int i = 0; i < cnt; i++) row0[j + i] = sums[i];                                 \
+            __m256 s8 = _mm256_mul_ps(                                                           \
+                hsum8x8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]), vscale);                \
+            if (cnt == 8) {                                                                      \
+                _mm256_storeu_ps(row0 + j, s8);                                                  \
+            } else {                                                                             \
+                float sums[8];                                                                   \
+                _mm256_storeu_ps(sums, s8);                                                      \
+                for (int i = 0; i < cnt; i++) row0[j + i] = sums[i];                             \
+            }                                                                                    \
         }                                                                                        \
     }
 
@@ -281,6 +300,16 @@ static int same_range(const Call *c, int64_t a, int64_t b, int64_t sp) {
     return 1;
 }
 
+/* A hash of the slots row b reads in [s0, s1): the range and the block ids over it (rows that
+   read the same slots hash alike; same_range decides). */
+static uint64_t range_hash(const Call *c, int64_t b, int64_t s0, int64_t s1) {
+    const int32_t *t = c->tables + b * c->table_stride;
+    uint64_t h = ((uint64_t)s0 * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)s1 + 0x632BE59BD9B4E019ull);
+    for (int64_t i = s0 / c->BS; i <= (s1 - 1) / c->BS; i++)
+        h = (h ^ (uint32_t)t[i]) * 0x100000001B3ull;
+    return h;
+}
+
 /* Larger items first (they are scheduled dynamically: the long ones start early). */
 static int by_count_desc(const void *x, const void *y) {
     const Item *a = x, *b = y;
@@ -295,19 +324,35 @@ static int by_count_desc(const void *x, const void *y) {
    the members, items (B * num_splits) the items. Returns the number of items, -1 when out of
    memory. */
 static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
+    int64_t cap = 16;  /* open addressing, at most half full: a prefill's rows mostly differ */
+    while (cap < 2 * c->B) cap <<= 1;
     int64_t *leader = (int64_t *)malloc(sizeof(int64_t) * c->B);
     int64_t *gid = (int64_t *)malloc(sizeof(int64_t) * c->B);
-    if (!leader || !gid) { free(leader); free(gid); return -1; }
+    uint64_t *ghash = (uint64_t *)malloc(sizeof(uint64_t) * c->B);
+    int64_t *slot = (int64_t *)malloc(sizeof(int64_t) * cap);
+    if (!leader || !gid || !ghash || !slot) {
+        free(leader); free(gid); free(ghash); free(slot);
+        return -1;
+    }
     int64_t n_items = 0, placed = 0;
     for (int64_t sp = 0; sp < c->num_splits; sp++) {
         int64_t groups = 0;
+        for (int64_t i = 0; i < cap; i++) slot[i] = -1;
         for (int64_t b = 0; b < c->B; b++) {
-            int64_t s0, s1, g = 0;
+            int64_t s0, s1, g;
             row_range(c, b, sp, &s0, &s1);
             gid[b] = -1;
             if (s0 >= s1) continue;
-            while (g < groups && !same_range(c, leader[g], b, sp)) g++;
-            if (g == groups) leader[groups++] = b;
+            uint64_t hv = range_hash(c, b, s0, s1);
+            int64_t at = (int64_t)(hv & (uint64_t)(cap - 1));
+            while ((g = slot[at]) >= 0 && !(ghash[g] == hv && same_range(c, leader[g], b, sp)))
+                at = (at + 1) & (cap - 1);
+            if (g < 0) {
+                g = groups++;
+                leader[g] = b;
+                ghash[g] = hv;
+                slot[at] = g;
+            }
             gid[b] = g;
         }
         Item *mine = items + n_items;
@@ -325,6 +370,16 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
     }
     free(leader);
     free(gid);
+    free(ghash);
+    free(slot);
+    /* Tiles of members: an item's accumulators stay in cache while it walks its chunks, and
+       the tiles of a long prefill spread over the team (a row's bits never depend on them). */
+    const int64_t tile = ROWS_PER_ITEM / c->G > 0 ? ROWS_PER_ITEM / c->G : 1;
+    for (int64_t i = 0; i < n_items; i++)
+        if (items[i].count > tile) {
+            items[n_items++] = (Item){items[i].sp, items[i].first + tile, items[i].count - tile};
+            items[i].count = tile;
+        }
     qsort(items, (size_t)n_items, sizeof(Item), by_count_desc);
     return n_items;
 }

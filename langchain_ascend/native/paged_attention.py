@@ -27,6 +27,10 @@ OP_NAME = "langchain_ascend::paged_decode_attention"
 SPLIT_KEYS = 256
 """Keys of one work item's range (whole blocks): fixed, so each row is cut the same way
 whatever the batch and the row's result does not depend on the other rows."""
+STATE_BYTES = 32 << 20
+"""Most bytes of per-range row states one call holds (``(rows, H, ranges, D + 2)`` float32):
+a long prefill's rows go in several calls, which gives the same bits (rows are independent)
+and keeps an 8B model's 1k-token step at a long context from allocating hundreds of MB."""
 
 
 def _kernel(dtype: torch.dtype, cache_dtype: torch.dtype | None = None) -> Any:
@@ -102,21 +106,36 @@ def paged_decode(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torc
             or seq_lens.shape != (query.shape[0],)):
         return None
     batch, heads, dim = query.shape
-    kv_heads, blocks, block_size = kv_cache.shape[1], kv_cache.shape[2], kv_cache.shape[3]
     query = query.contiguous()
     out = torch.empty_like(query)
-    threads = torch.get_num_threads()
+    longest = int(seq_lens.max()) if window <= 0 else min(int(seq_lens.max()), window)
+    row_bytes = heads * -(-longest // SPLIT_KEYS) * (dim + 2) * 4
+    step = max(1, STATE_BYTES // row_bytes)
+    for first in range(0, batch, step):
+        rows = slice(first, min(batch, first + step))
+        _run(query[rows], kv_cache, block_tables[rows], seq_lens[rows], out[rows], scale,
+             window, softcap)
+    return out
+
+
+def _run(query: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+         seq_lens: torch.Tensor, out: torch.Tensor, scale: float, window: int,
+         softcap: float) -> None:
+    """One kernel call over contiguous ``query`` / ``out`` rows (see :func:`paged_decode`)."""
+    import torch
+
+    batch, heads, dim = query.shape
+    kv_heads, blocks, block_size = kv_cache.shape[1], kv_cache.shape[2], kv_cache.shape[3]
     status = _kernel(query.dtype, kv_cache.dtype)(
         query.data_ptr(), kv_cache.data_ptr(), block_tables.data_ptr(), block_tables.stride(0),
         seq_lens.data_ptr(), out.data_ptr(), batch, heads, kv_heads, dim, blocks, block_size,
-        window, scale, softcap, SPLIT_KEYS, threads)
+        window, scale, softcap, SPLIT_KEYS, torch.get_num_threads())
     if status == 1:
         raise MemoryError("paged decode attention kernel: out of memory for its scratch")
     if status == 3:
         raise ValueError(f"paged decode attention: a block id is outside [0, {blocks})")
     if status:
         raise RuntimeError(f"paged decode attention kernel failed with status {status}")
-    return out
 
 
 _op_lock = threading.Lock()

@@ -1,4 +1,5 @@
-"""The CPU attention backend: the native kernels on the decode paths, torch_ref's elsewhere."""
+"""The CPU attention backend: the paged kernel for every decode and (float32) every prefill
+token, torch_ref's paths elsewhere."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from _paged_attention_cases import make_case
 
 from langchain_ascend.attention.backends.cpu import CPUBackend, CPUMetadata
-from langchain_ascend.native import paged_attention, prefill_attention
+from langchain_ascend.native import paged_attention
 from langchain_ascend.testing import needs_native_kernels
 
 needs_kernel = needs_native_kernels()
@@ -27,6 +28,7 @@ def paged_calls(monkeypatch):
 def test_every_decode_step_runs_the_paged_kernel_in_one_call(monkeypatch, paged_calls):
     # Decodes over a shared prefix (one span of blocks, or the prefix plus separate tails),
     # unrelated contexts, single requests: every request over exactly its own keys.
+    # The step's prefill tokens follow in a call of their own (see the prefill tests).
     steps = [(dict(segments=[(40, 1), (41, 1), (0, 5)], shared_prefix=32,
                    allocation=allocation), [41, 42]) for allocation in ("contiguous", "gapped")]
     steps += [(dict(segments=[(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], pool_slack=200,
@@ -39,14 +41,14 @@ def test_every_decode_step_runs_the_paged_kernel_in_one_call(monkeypatch, paged_
         out, metadata = case.run()
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
         assert metadata.decodes.paged is not None
-        assert paged_calls == [lens], kwargs
+        assert paged_calls[0] == lens, kwargs
     for window in (6, 100):  # a sliding window narrower or wider than the contexts
         paged_calls.clear()
         case = make_case([(7, 1), (16, 1), (0, 1), (33, 1), (0, 9)], block_size=4,
                          pool_slack=200, window=window, backend_cls=CPUBackend)
         out, metadata = case.run(window)
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        assert len(paged_calls) == 1
+        assert paged_calls == [[8, 17, 1, 34], list(range(1, 10))]
 
 
 @needs_kernel
@@ -94,32 +96,42 @@ def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
 
 
 @needs_kernel
-def test_prefill_segments_run_the_prefill_kernel(monkeypatch):
-    """Fresh prompts and chunks after a cached prefix, alone or next to decodes, read their
-    keys from the pages: all the step's prefill segments in one kernel call."""
-    calls = []
-    prefill = prefill_attention.prefill_segments
-    monkeypatch.setattr(prefill_attention, "prefill_segments",
-                        lambda q, c, rows, *a: calls.append(rows.tolist()) or prefill(
-                            q, c, rows, *a))
+def test_prefill_tokens_run_the_paged_kernel_as_decodes(paged_calls):
+    """Fresh prompts and chunks after a cached prefix, alone or next to decodes, windowed or
+    not: every prefill token of the step in one paged-kernel call, each with its own length
+    (its context, itself included) over its segment's blocks."""
     for segments, window in (([(0, 9)], None), ([(40, 1), (20, 7), (0, 5)], None),
                              ([(33, 12), (2, 30)], 10)):
-        calls.clear()
+        paged_calls.clear()
         case = make_case(segments, block_size=4, pool_slack=64, allocation="shuffled",
                          window=window, backend_cls=CPUBackend)
         assert case.backend.prefill_native
-        out, _ = case.run(window)
+        out, metadata = case.run(window)
+        assert isinstance(metadata, CPUMetadata)
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        rows, first = [], 0
-        for context, new in segments:
-            if new > 1:
-                rows.append([first, new, context])
-                first += new
-        assert calls == [rows]
+        lens = [context + i + 1 for context, new in segments if new > 1 for i in range(new)]
+        assert paged_calls[-1] == lens
 
 
-def test_prefills_run_torch_ref_when_the_prefill_kernel_is_off(monkeypatch):
-    monkeypatch.setattr(prefill_attention, "available", lambda *dtypes: False)
+@needs_kernel
+def test_a_prefilled_token_has_the_bits_of_its_decode():
+    """A prompt's token attends exactly as the one-row decode at its position would: the keys
+    and values a hop's output left in the cache and the same text prefilled after an eviction
+    give the same bits (greedy text is the same whichever way the cache was filled)."""
+    segments = [(20, 7), (0, 40)]
+    case = make_case(segments, block_size=16, pool_slack=64, allocation="shuffled",
+                     num_heads=6, num_kv_heads=2, head_dim=64, backend_cls=CPUBackend)
+    out, metadata = case.run()
+    scale = case.backend.head_dim ** -0.5
+    for row in range(out.shape[0]):
+        alone = paged_attention.paged_decode(
+            case.query[row:row + 1], case.kv_cache, metadata.prefill_tables[row:row + 1],
+            metadata.prefill_lens[row:row + 1], scale)
+        assert torch.equal(alone[0], out[row]), f"row {row}"
+
+
+def test_prefills_run_torch_ref_without_the_paged_kernel(monkeypatch):
+    monkeypatch.setattr(paged_attention, "available", lambda *dtypes: False)
     case = make_case([(20, 7), (0, 5)], block_size=4, backend_cls=CPUBackend)
     assert not case.backend.prefill_native
     out, metadata = case.run()

@@ -42,7 +42,7 @@ STEPS = {
 @pytest.mark.parametrize("backend_cls", [TorchRefBackend, CPUBackend], ids=["torch_ref", "cpu"])
 def test_backends_soft_cap_every_path(backend_cls, name, window):
     """Decodes (gather, shared view, piecewise runs, the paged kernel) and prefills (fresh,
-    after a cached prefix, the prefill kernel) give the naive soft-capped attention."""
+    after a cached prefix, the paged kernel's rows) give the naive soft-capped attention."""
     case = make_case(backend_cls=backend_cls, seed=5, softcap=CAP, window=window, **STEPS[name])
     out, metadata = case.run(window)
     if backend_cls is TorchRefBackend and name in ("shared-runs", "one-run-tail"):

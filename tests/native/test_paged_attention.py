@@ -122,6 +122,33 @@ def test_a_row_gets_the_same_bits_alone_and_in_any_batch(dtype, threads):
         torch.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("window", [0, 300])
+def test_a_prefill_as_rows_gets_each_rows_bits_in_any_number_of_calls(monkeypatch, window):
+    """A prefill's tokens as rows of one table (lengths c+1 .. c+n; the CPU backend's
+    prefills): more rows than an item holds, split over calls when their states would exceed
+    STATE_BYTES, each row bit for bit its decode alone."""
+    gen = torch.Generator().manual_seed(3)
+    context, new, block_size = 500, 150, 16
+    blocks = -(-(context + new) // block_size)
+    cache = torch.randn(2, 3, blocks + 4, block_size, 64, generator=gen)
+    ids = list(range(blocks + 4))
+    random.Random(3).shuffle(ids)
+    table = torch.tensor(ids[:blocks], dtype=torch.int32)
+    tables = table[None, :].expand(new, -1)  # (new, W): one table, stride 0 between rows
+    lens = torch.arange(context + 1, context + new + 1, dtype=torch.int64)
+    query = torch.randn(new, 9, 64, generator=gen)
+    whole = paged_attention.paged_decode(query, cache, tables, lens, 0.125, window)
+    torch.testing.assert_close(whole, naive(query, cache, tables, lens, 0.125, window),
+                               atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(paged_attention, "STATE_BYTES", 40 * 9 * 3 * 66 * 4)  # ~40 rows
+    assert torch.equal(paged_attention.paged_decode(query, cache, tables, lens, 0.125, window),
+                       whole)
+    for row in (0, 17, 64, new - 1):
+        alone = paged_attention.paged_decode(query[row:row + 1], cache, table[None, :],
+                                             lens[row:row + 1], 0.125, window)
+        assert torch.equal(alone[0], whole[row]), f"row {row}"
+
+
 def shared_prefix_step(dtype, *, prefix_blocks=130, block_size=16, seed=1):
     """Nine rows over one cache: five decodes sharing a prefix of ``prefix_blocks`` blocks
     (private tails of different lengths, one row inside the prefix), then a verify pass's four

@@ -11,13 +11,16 @@ sharing a cached prefix (an agent's system prompt, a speculative verify pass's r
 shared blocks once for all of them inside that kernel, and every row is computed exactly as
 alone: a request's text does not depend on what it was batched with.
 
-Prefill segments of a float32 model (over a float32 or float16 cache) run the prefill
-kernel (``native.prefill_attention``): each segment's new tokens attend their cached prefix
-and each other straight from the pages, no gather, blocked like a GEMM -- the agent's turn
-after a tool call, whose few hundred new tokens attend a cached system prompt of thousands.
+Prefill segments of a float32 model (over a float32 or float16 cache) run the same kernel:
+each new token is the one-row decode at its position (its context length, its segment's
+block table), every prefill token of the step in one call. Rows of a segment that read the
+same key range are one work item of the kernel, which reads those keys once for all of them
+-- the agent's turn after a tool call, whose few hundred new tokens attend a cached system
+prompt of thousands. One kernel for both is what makes a token's keys and values the same
+bits whether it was prefilled or decoded: a hop's output kept in the cache (retention,
+prefix caching) and the same text recomputed after an eviction give the same next tokens.
 
-Both kernels take Gemma 2's logit soft-cap (``softcap``). Where the paged kernel is not built
-here, torch_ref's decode paths run; everything else -- bfloat16 prefills, hosts where no kernel
+The kernel takes Gemma 2's logit soft-cap (``softcap``). Where it is not built here, torch_ref's decode paths run; everything else -- bfloat16 prefills, hosts where no kernel
 can be built -- runs torch_ref's code unchanged, so this backend is correct wherever torch_ref
 is.
 """
@@ -31,11 +34,12 @@ from typing import TYPE_CHECKING, ClassVar
 from langchain_ascend.attention.backends.base import BatchLayout, num_blocks_for
 from langchain_ascend.attention.backends.torch_ref import (
     DecodeGroup,
+    PrefillSegment,
     TorchRefBackend,
     TorchRefMetadata,
     decode_tables,
 )
-from langchain_ascend.native import paged_attention, prefill_attention
+from langchain_ascend.native import paged_attention
 
 if TYPE_CHECKING:
     import torch
@@ -52,17 +56,34 @@ def padded_tables(tables: list[list[int]]) -> torch.Tensor:
     return torch.tensor([t + [t[0]] * (width - len(t)) for t in tables], dtype=torch.int32)
 
 
+def prefill_rows(layout: BatchLayout, prefills: list[PrefillSegment],
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(seq_lens (P,) int64, block_tables (P, W) int32)`` of the step's ``P`` prefill
+    tokens, each as the one-row decode at its position: its context length (itself included)
+    and its segment's blocks."""
+    import torch
+
+    first = layout.num_decodes
+    lens = torch.cat([torch.arange(seg.context_len + 1, seg.seq_len + 1, dtype=torch.int64)
+                      for seg in prefills])  # (P,)
+    tables = padded_tables([layout.block_tables[first + index][
+        : num_blocks_for(seg.seq_len, layout.block_size)]
+        for index, seg in enumerate(prefills)])  # (S, W)
+    counts = torch.tensor([seg.end - seg.start for seg in prefills])  # (S,)
+    return lens, tables.repeat_interleave(counts, dim=0)  # (P, W)
+
+
 @dataclass
 class CPUMetadata(TorchRefMetadata):
-    """torch_ref's step metadata plus what the prefill kernel reads.
+    """torch_ref's step metadata plus the paged kernel's view of the prefill tokens
+    (:func:`prefill_rows`).
 
     Attributes:
-        prefill_rows: ``(S, 3)`` int64: each prefill segment's first row among the step's
-            prefill tokens, its new tokens, its context length.
-        prefill_tables: ``(S, W)`` int32 blocks covering each segment's whole sequence.
+        prefill_lens: ``(P,)`` int64: each prefill token's context length, itself included.
+        prefill_tables: ``(P, W)`` int32: its segment's blocks.
     """
 
-    prefill_rows: torch.Tensor | None = None
+    prefill_lens: torch.Tensor | None = None
     prefill_tables: torch.Tensor | None = None
 
 
@@ -72,8 +93,8 @@ class CPUBackend(TorchRefBackend):
     Attributes:
         paged_native: Whether the paged kernel runs every decode (float32 or bfloat16 on CPU,
             built here, head size a multiple of 8).
-        prefill_native: Whether the prefill kernel runs every prefill segment (float32 on CPU
-            over a float32 or float16 cache, built here, head size a multiple of 8 up to 256).
+        prefill_native: Whether the paged kernel also runs every prefill token (a float32
+            model with the paged kernel).
     """
 
     name: ClassVar[str] = "cpu"
@@ -85,9 +106,7 @@ class CPUBackend(TorchRefBackend):
         on_cpu = self.device.type == "cpu" and self.head_dim % 8 == 0
         self.paged_native = (on_cpu and self.dtype in (torch.float32, torch.bfloat16)
                              and paged_attention.available(self.dtype, self.cache_dtype))
-        self.prefill_native = (on_cpu and self.dtype == torch.float32
-                               and self.head_dim <= prefill_attention.MAX_HEAD_DIM
-                               and prefill_attention.available(self.cache_dtype))
+        self.prefill_native = self.paged_native and self.dtype == torch.float32
         if not self.paged_native:
             logger.info("cpu attention backend without the paged kernel (%s)",
                         paged_attention.unavailable_reason() if on_cpu
@@ -104,30 +123,22 @@ class CPUBackend(TorchRefBackend):
             and paged_attention.available(self.dtype, cache_dtype))
 
     def build_metadata(self, layout: BatchLayout) -> TorchRefMetadata:
-        """torch_ref's metadata; with the prefill kernel, a :class:`CPUMetadata` that also
-        holds the prefill segments' rows and block tables for it."""
-        import torch
-
+        """torch_ref's metadata; where the paged kernel runs prefills, a
+        :class:`CPUMetadata` that also holds the prefill tokens' lengths and tables."""
         metadata = super().build_metadata(layout)
         if not (self.prefill_native and metadata.prefills):
             return metadata
-        first = layout.num_decodes
-        base = metadata.prefills[0].start
-        rows = [(seg.start - base, seg.end - seg.start, seg.context_len)
-                for seg in metadata.prefills]
-        tables = [layout.block_tables[first + index][: num_blocks_for(seg.seq_len,
-                                                                      layout.block_size)]
-                  for index, seg in enumerate(metadata.prefills)]
+        lens, tables = prefill_rows(layout, metadata.prefills)
         return CPUMetadata(metadata.slot_mapping, metadata.decodes, metadata.prefills,
-                           prefill_rows=torch.tensor(rows, dtype=torch.int64),  # (S, 3)
-                           prefill_tables=padded_tables(tables))  # (S, W)
+                           prefill_lens=lens, prefill_tables=tables)
 
     def _prefills(self, query, key, value, kv_cache, metadata, scale, window, softcap=None):
-        """Every prefill segment in one call of the prefill kernel (where it applies)."""
+        """Every prefill token of the step in one call of the paged kernel, each as the
+        one-row decode at its position (where the kernel applies)."""
         if isinstance(metadata, CPUMetadata):
             start, end = metadata.prefills[0].start, metadata.prefills[-1].end
-            out = prefill_attention.prefill_segments(
-                query[start:end], kv_cache, metadata.prefill_rows, metadata.prefill_tables,
+            out = paged_attention.paged_decode(
+                query[start:end], kv_cache, metadata.prefill_tables, metadata.prefill_lens,
                 scale, window or 0, softcap or 0.0)
             if out is not None:
                 return [out]  # (n_1 + ... + n_S, H, D)

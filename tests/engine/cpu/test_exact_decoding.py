@@ -115,3 +115,19 @@ def test_verify_pass_after_several_known_tokens_keeps_their_prefill(runner):
     for i, row in enumerate(after):
         assert torch.equal(verified[1 + i], row), i
     runner.release(["k"])
+
+
+def test_tokens_decoded_then_reused_give_the_bits_of_a_prefill(runner):
+    """An agent's next hop reads its previous output from the cache (retention, a prefix hit)
+    or recomputes it (after an eviction): the same text either way. A prompt prefilled at once
+    and the same prompt whose last tokens were decoded one by one give the same logits."""
+    if not runner.exact_per_op:
+        pytest.skip("float weights: a per-op step rounds a row unlike the stack")
+    prompt, outputs = LONG_PROMPT[:40], [31, 32, 33, 34, 35, 36]
+    _, prefilled = runner.forward_batch([seg("p", prompt + outputs, 0, list(range(30, 45)))])
+    table = list(range(50, 65))
+    runner.forward_batch([seg("d", prompt, 0, table)])
+    for i, token in enumerate(outputs):
+        _, decoded = runner.forward_batch([seg("d", [token], len(prompt) + i, table)])
+    assert torch.equal(decoded[0], prefilled[0])
+    runner.release(["p", "d"])
