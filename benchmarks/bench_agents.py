@@ -386,6 +386,20 @@ def _params(max_tokens: int) -> Any:
     return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
 
 
+def first_differences(reference: list[list[list[int]]], tokens: list[list[list[int]]],
+                      ) -> list[tuple[int, int, int]]:
+    """``(agent, hop, first differing token)`` of each hop whose greedy tokens differ from
+    the reference configuration's (where a divergence starts tells what caused it)."""
+    found = []
+    for agent, (ref_hops, hops) in enumerate(zip(reference, tokens, strict=True)):
+        for hop, (ref, out) in enumerate(zip(ref_hops, hops, strict=False)):
+            if ref != out:
+                at = next((i for i, (a, b) in enumerate(zip(ref, out, strict=False)) if a != b),
+                          min(len(ref), len(out)))
+                found.append((agent, hop, at))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="model path (default: SmolLM2 GGUF)")
@@ -453,6 +467,7 @@ def main() -> None:
         same = result["tokens"] == reference["tokens"]
         row = {k: v for k, v in result.items() if k != "tokens"}
         row["greedy_identical"] = same
+        row["hops_differing"] = first_differences(reference["tokens"], result["tokens"])
         row["job_mean_x_vs_first"] = reference["job_mean_s"] / result["job_mean_s"]
         row["job_p99_x_vs_first"] = reference["job_p99_s"] / result["job_p99_s"]
         row["recomputed_fewer_pct"] = (
@@ -462,7 +477,8 @@ def main() -> None:
         summary["configs"].append(row)
         print(f"{result['config']:10s} vs {reference['config']}: mean "
               f"{row['job_mean_x_vs_first']:.2f}x p99 {row['job_p99_x_vs_first']:.2f}x "
-              f"recomputed -{row['recomputed_fewer_pct']:.0f}% greedy identical {same}")
+              f"recomputed -{row['recomputed_fewer_pct']:.0f}% greedy identical {same}"
+              + ("" if same else f" (differing hops, first token: {row['hops_differing']})"))
     if args.llama_server:
         peer = run_peer(args, plan, system)
         summary["llama_server"] = peer
