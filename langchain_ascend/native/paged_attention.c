@@ -4,9 +4,12 @@
  * It is the CPU's only attention kernel: a prefill's tokens are rows too, each the one-row
  * decode at its position (its own length, its segment's table), so a token's keys, values and
  * output have the same bits whether it was prefilled or decoded (attention/backends/cpu.py).
- * A prefill's rows that read the same key range are one item; items hold at most
- * ROWS_PER_ITEM query rows, so a long prefill's item attends its chunks with its
- * accumulators in cache and its tiles spread over the team.
+ * A call whose rows share one table row (block table stride 0: a prefill segment's tokens)
+ * groups its rows by their first key alone: they read the same slots as far as each goes, so
+ * one item walks the chunks up to its longest member and a member that ends inside a chunk
+ * sees its own first keys only (its other scores get probability 0, which adds exact zeros:
+ * the bits it gets alone). Items hold at most ROWS_PER_ITEM query rows, so a long prefill's
+ * item attends its chunks with its accumulators in cache and its tiles spread over the team.
  *
  * Cache of one layer: (2, KVH, NB, BS, D) -- keys then values, per KV head NB blocks of BS
  * rows of D values (the torch_ref / cpu backends' layout). Request b attends the first
@@ -53,6 +56,8 @@
 
 #define KEY_BLOCK 64
 #define ROWS_PER_ITEM 48 /* query rows (members x G) an item attends together, at most */
+#define MAX_MEMBERS ROWS_PER_ITEM /* an item's members: ROWS_PER_ITEM / G, at least 1 */
+#define MAX_ITEM_ROWS 1024 /* an item's query rows: G where one member holds more than 48 */
 
 /* 8 stored values at p as floats. */
 static inline __m256 load_f32(const float *p) { return _mm256_loadu_ps(p); }
@@ -227,7 +232,8 @@ typedef struct {
     DEFINE_SCORES(NAME##_scores, TYPE, LOAD)                                                     \
     DEFINE_VALUES(NAME##_values, TYPE, LOAD)                                                     \
     static void NAME(const float *qf, const Pieces *pc, int64_t n, int64_t R, int64_t D,        \
-                     float scale, float softcap, float *sc, const Row *rows) {                   \
+                     float scale, float softcap, float *sc, const Row *rows,                     \
+                     const int64_t *keys) {                                                      \
         for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++) {                        \
             const TYPE *k = (const TYPE *)pc->k[p];                                              \
             int64_t r = 0;                                                                       \
@@ -239,7 +245,11 @@ typedef struct {
         }                                                                                        \
         if (softcap > 0.f)                                                                       \
             for (int64_t r = 0; r < R; r++) softcap_scores(sc + r * KEY_BLOCK, n, softcap);      \
-        for (int64_t r = 0; r < R; r++) softmax_update(sc + r * KEY_BLOCK, n, D, rows + r);      \
+        for (int64_t r = 0; r < R; r++) { /* keys: row r sees only its first keys[r] */          \
+            int64_t seen = keys ? keys[r] : n;                                                   \
+            softmax_update(sc + r * KEY_BLOCK, seen, D, rows + r);                               \
+            for (int64_t j = seen; j < n; j++) sc[r * KEY_BLOCK + j] = 0.f; /* adds exact 0s */  \
+        }                                                                                        \
         for (int p = 0, off = 0; p < pc->np; off += (int)pc->n[p], p++) {                        \
             const TYPE *v = (const TYPE *)pc->v[p];                                              \
             int64_t r = 0, m = pc->n[p];                                                         \
@@ -300,6 +310,14 @@ static int same_range(const Call *c, int64_t a, int64_t b, int64_t sp) {
     return 1;
 }
 
+/* Whether rows a and b of a call over one table start range sp at the same key. */
+static int same_first_key(const Call *c, int64_t a, int64_t b, int64_t sp) {
+    int64_t a0, a1, b0, b1;
+    row_range(c, a, sp, &a0, &a1);
+    row_range(c, b, sp, &b0, &b1);
+    return a0 == b0;
+}
+
 /* A hash of the slots row b reads in [s0, s1): the range and the block ids over it (rows that
    read the same slots hash alike; same_range decides). */
 static uint64_t range_hash(const Call *c, int64_t b, int64_t s0, int64_t s1) {
@@ -343,9 +361,14 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
             row_range(c, b, sp, &s0, &s1);
             gid[b] = -1;
             if (s0 >= s1) continue;
-            uint64_t hv = range_hash(c, b, s0, s1);
+            /* One table for every row (a prefill's tokens): rows from the same first key read
+               the same slots as far as each goes, and share an item (see DEFINE_ITEM). */
+            const int shared = c->table_stride == 0;
+            uint64_t hv = shared ? (uint64_t)s0 * 0x9E3779B97F4A7C15ull : range_hash(c, b, s0, s1);
             int64_t at = (int64_t)(hv & (uint64_t)(cap - 1));
-            while ((g = slot[at]) >= 0 && !(ghash[g] == hv && same_range(c, leader[g], b, sp)))
+            while ((g = slot[at]) >= 0
+                   && !(ghash[g] == hv && (shared ? same_first_key(c, leader[g], b, sp)
+                                                  : same_range(c, leader[g], b, sp))))
                 at = (at + 1) & (cap - 1);
             if (g < 0) {
                 g = groups++;
@@ -392,9 +415,21 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
     static int NAME(const Call *c, const QTYPE *q, const TYPE *cache, const Item *item,         \
                     const int64_t *rows, int64_t h, float *part, float *sc, float *qf,           \
                     Row *rs) {                                                                   \
-        const int64_t G = c->G, D = c->D, BS = c->BS, NB = c->NB;                                \
-        for (int64_t i = 0; i < item->count; i++) {                                              \
-            int64_t b = rows[item->first + i];                                                   \
+        const int64_t G = c->G, D = c->D, BS = c->BS, NB = c->NB, count = item->count;           \
+        int64_t member[MAX_MEMBERS], ends[MAX_MEMBERS], keys[MAX_ITEM_ROWS], s0, s1;             \
+        if (count > MAX_MEMBERS || count * G > MAX_ITEM_ROWS) return 2;                          \
+        for (int64_t i = 0; i < count; i++) { /* members by the end of their keys */            \
+            int64_t b = rows[item->first + i], j = i;                                            \
+            row_range(c, b, item->sp, &s0, &s1);                                                 \
+            for (; j > 0 && ends[j - 1] > s1; j--) {                                             \
+                member[j] = member[j - 1];                                                       \
+                ends[j] = ends[j - 1];                                                           \
+            }                                                                                    \
+            member[j] = b;                                                                       \
+            ends[j] = s1;                                                                        \
+        }                                                                                        \
+        for (int64_t i = 0; i < count; i++) {                                                    \
+            int64_t b = member[i];                                                               \
             float *base = part + ((b * c->KVH + h) * c->num_splits + item->sp) * G * (D + 2);    \
             for (int64_t r = 0; r < G; r++) {                                                    \
                 rs[i * G + r] = (Row){base + r * D, base + G * D + r, base + G * D + G + r};     \
@@ -406,15 +441,15 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
             for (int64_t j = 0; j < G * D; j++) qi[j] = TO_F32(qb[j]);                           \
             memset(base, 0, sizeof(float) * G * D);                                              \
         }                                                                                        \
-        int64_t lead = rows[item->first], s0, s1;                                                \
-        row_range(c, lead, item->sp, &s0, &s1);                                                  \
-        const int32_t *table = c->tables + lead * c->table_stride;                               \
-        const int64_t head_stride = NB * BS * D;                                                 \
+        row_range(c, member[0], item->sp, &s0, &s1); /* the members' common first key */        \
+        const int32_t *table = c->tables + member[count - 1] * c->table_stride;                  \
+        const int64_t head_stride = NB * BS * D, last = ends[count - 1];                         \
         const TYPE *kh = cache + h * head_stride, *vh = cache + (c->KVH + h) * head_stride;      \
-        int64_t pos = s0;                                                                        \
-        while (pos < s1) {                                                                       \
+        int64_t pos = s0, first = 0;                                                             \
+        while (pos < last) {                                                                     \
             /* chunks of KEY_BLOCK keys by position alone, cut into pieces at block bounds */   \
-            int64_t n = s1 - pos < KEY_BLOCK ? s1 - pos : KEY_BLOCK;                             \
+            int64_t n = last - pos < KEY_BLOCK ? last - pos : KEY_BLOCK;                         \
+            while (ends[first] <= pos) first++; /* members whose keys ended before */           \
             Pieces pc;                                                                           \
             pc.np = 0;                                                                           \
             for (int64_t at = pos; at < pos + n;) {                                              \
@@ -428,7 +463,12 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
                 pc.n[pc.np++] = len;                                                             \
                 at += len;                                                                       \
             }                                                                                    \
-            CHUNK(qf, &pc, n, item->count * G, D, c->scale, c->softcap, sc, rs);                 \
+            /* a member ending inside the chunk sees its first keys only, as alone */           \
+            for (int64_t i = first; i < count; i++)                                              \
+                for (int64_t r = 0; r < G; r++)                                                  \
+                    keys[(i - first) * G + r] = (ends[i] < pos + n ? ends[i] : pos + n) - pos;   \
+            CHUNK(qf + first * G * D, &pc, n, (count - first) * G, D, c->scale, c->softcap, sc,  \
+                  rs + first * G, ends[first] < pos + n ? keys : NULL);                          \
             pos += n;                                                                            \
         }                                                                                        \
         return 0;                                                                                \

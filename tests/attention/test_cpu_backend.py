@@ -98,8 +98,8 @@ def test_cpu_backend_runs_torch_ref_paths_when_the_kernel_is_off(monkeypatch):
 @needs_kernel
 def test_prefill_tokens_run_the_paged_kernel_as_decodes(paged_calls):
     """Fresh prompts and chunks after a cached prefix, alone or next to decodes, windowed or
-    not: every prefill token of the step in one paged-kernel call, each with its own length
-    (its context, itself included) over its segment's blocks."""
+    not: each prefill segment's tokens in one paged-kernel call, each with its own length
+    (its context, itself included) over the segment's blocks."""
     for segments, window in (([(0, 9)], None), ([(40, 1), (20, 7), (0, 5)], None),
                              ([(33, 12), (2, 30)], 10)):
         paged_calls.clear()
@@ -109,8 +109,8 @@ def test_prefill_tokens_run_the_paged_kernel_as_decodes(paged_calls):
         out, metadata = case.run(window)
         assert isinstance(metadata, CPUMetadata)
         torch.testing.assert_close(out, case.expected, atol=1e-5, rtol=1e-5)
-        lens = [context + i + 1 for context, new in segments if new > 1 for i in range(new)]
-        assert paged_calls[-1] == lens
+        lens = [[context + i + 1 for i in range(new)] for context, new in segments if new > 1]
+        assert paged_calls[-len(lens):] == lens  # a call per prefill segment
 
 
 @needs_kernel
@@ -123,11 +123,15 @@ def test_a_prefilled_token_has_the_bits_of_its_decode():
                      num_heads=6, num_kv_heads=2, head_dim=64, backend_cls=CPUBackend)
     out, metadata = case.run()
     scale = case.backend.head_dim ** -0.5
-    for row in range(out.shape[0]):
-        alone = paged_attention.paged_decode(
-            case.query[row:row + 1], case.kv_cache, metadata.prefill_tables[row:row + 1],
-            metadata.prefill_lens[row:row + 1], scale)
-        assert torch.equal(alone[0], out[row]), f"row {row}"
+    row = 0
+    for lens, tables in metadata.prefill_calls:
+        for i in range(len(lens)):
+            alone = paged_attention.paged_decode(  # its own table row: read as a decode's
+                case.query[row:row + 1], case.kv_cache, tables[i:i + 1].contiguous(),
+                lens[i:i + 1], scale)
+            assert torch.equal(alone[0], out[row]), f"row {row}"
+            row += 1
+    assert row == out.shape[0]
 
 
 def test_prefills_run_torch_ref_without_the_paged_kernel(monkeypatch):

@@ -13,14 +13,15 @@ alone: a request's text does not depend on what it was batched with.
 
 Prefill segments of a float32 model (over a float32 or float16 cache) run the same kernel:
 each new token is the one-row decode at its position (its context length, its segment's
-block table), every prefill token of the step in one call. Rows of a segment that read the
-same key range are one work item of the kernel, which reads those keys once for all of them
--- the agent's turn after a tool call, whose few hundred new tokens attend a cached system
+block table), a call per segment. The segment's rows share one table, so the kernel makes
+rows from the same first key one work item, which reads those keys once for all of them (a
+row that ends sooner sees its own keys only) -- the agent's turn after a tool call, whose few hundred new tokens attend a cached system
 prompt of thousands. One kernel for both is what makes a token's keys and values the same
 bits whether it was prefilled or decoded: a hop's output kept in the cache (retention,
 prefix caching) and the same text recomputed after an eviction give the same next tokens.
 
-The kernel takes Gemma 2's logit soft-cap (``softcap``). Where it is not built here, torch_ref's decode paths run; everything else -- bfloat16 prefills, hosts where no kernel
+The kernel takes Gemma 2's logit soft-cap (``softcap``). Where it is not built here,
+torch_ref's decode paths run; everything else -- bfloat16 prefills, hosts where no kernel
 can be built -- runs torch_ref's code unchanged, so this backend is correct wherever torch_ref
 is.
 """
@@ -57,34 +58,33 @@ def padded_tables(tables: list[list[int]]) -> torch.Tensor:
 
 
 def prefill_rows(layout: BatchLayout, prefills: list[PrefillSegment],
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(seq_lens (P,) int64, block_tables (P, W) int32)`` of the step's ``P`` prefill
-    tokens, each as the one-row decode at its position: its context length (itself included)
-    and its segment's blocks."""
+                 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per prefill segment, its tokens as one-row decodes: ``(seq_lens (n,) int64,
+    block_tables (n, W) int32)`` -- each token's context length (itself included) and the
+    segment's blocks, one table row for all of them (stride 0: the kernel then knows its rows
+    read the same slots as far as each goes)."""
     import torch
 
-    first = layout.num_decodes
-    lens = torch.cat([torch.arange(seg.context_len + 1, seg.seq_len + 1, dtype=torch.int64)
-                      for seg in prefills])  # (P,)
-    tables = padded_tables([layout.block_tables[first + index][
-        : num_blocks_for(seg.seq_len, layout.block_size)]
-        for index, seg in enumerate(prefills)])  # (S, W)
-    counts = torch.tensor([seg.end - seg.start for seg in prefills])  # (S,)
-    return lens, tables.repeat_interleave(counts, dim=0)  # (P, W)
+    first, calls = layout.num_decodes, []
+    for index, seg in enumerate(prefills):
+        table = layout.block_tables[first + index][: num_blocks_for(seg.seq_len,
+                                                                    layout.block_size)]
+        lens = torch.arange(seg.context_len + 1, seg.seq_len + 1, dtype=torch.int64)  # (n,)
+        row = torch.tensor(table, dtype=torch.int32)  # (W,)
+        calls.append((lens, row[None, :].expand(len(lens), -1)))  # (n,), (n, W)
+    return calls
 
 
 @dataclass
 class CPUMetadata(TorchRefMetadata):
-    """torch_ref's step metadata plus the paged kernel's view of the prefill tokens
+    """torch_ref's step metadata plus the paged kernel's view of the prefill segments
     (:func:`prefill_rows`).
 
     Attributes:
-        prefill_lens: ``(P,)`` int64: each prefill token's context length, itself included.
-        prefill_tables: ``(P, W)`` int32: its segment's blocks.
+        prefill_calls: Per prefill segment, ``(seq_lens (n,), block_tables (n, W))``.
     """
 
-    prefill_lens: torch.Tensor | None = None
-    prefill_tables: torch.Tensor | None = None
+    prefill_calls: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 class CPUBackend(TorchRefBackend):
@@ -128,20 +128,23 @@ class CPUBackend(TorchRefBackend):
         metadata = super().build_metadata(layout)
         if not (self.prefill_native and metadata.prefills):
             return metadata
-        lens, tables = prefill_rows(layout, metadata.prefills)
         return CPUMetadata(metadata.slot_mapping, metadata.decodes, metadata.prefills,
-                           prefill_lens=lens, prefill_tables=tables)
+                           prefill_calls=prefill_rows(layout, metadata.prefills))
 
     def _prefills(self, query, key, value, kv_cache, metadata, scale, window, softcap=None):
-        """Every prefill token of the step in one call of the paged kernel, each as the
-        one-row decode at its position (where the kernel applies)."""
+        """Every prefill token of the step through the paged kernel, each as the one-row
+        decode at its position, a call per segment (where the kernel applies)."""
         if isinstance(metadata, CPUMetadata):
-            start, end = metadata.prefills[0].start, metadata.prefills[-1].end
-            out = paged_attention.paged_decode(
-                query[start:end], kv_cache, metadata.prefill_tables, metadata.prefill_lens,
-                scale, window or 0, softcap or 0.0)
-            if out is not None:
-                return [out]  # (n_1 + ... + n_S, H, D)
+            outs = []
+            for seg, (lens, tables) in zip(metadata.prefills, metadata.prefill_calls,
+                                           strict=True):
+                out = paged_attention.paged_decode(query[seg.start:seg.end], kv_cache, tables,
+                                                   lens, scale, window or 0, softcap or 0.0)
+                if out is None:
+                    break
+                outs.append(out)  # (n, H, D)
+            else:
+                return outs
         return super()._prefills(query, key, value, kv_cache, metadata, scale, window, softcap)
 
     def _decode_group(self, layout: BatchLayout) -> DecodeGroup:
