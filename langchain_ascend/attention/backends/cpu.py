@@ -1,5 +1,5 @@
-"""The CPU backend: torch_ref's cache layout, metadata and paths, with decode attention done
-by native kernels (``langchain_ascend.native``).
+"""The CPU backend: torch_ref's cache layout, metadata and paths, with attention done by the
+native paged kernel (``langchain_ascend.native.paged_attention``).
 
 A decode step on CPU streams every cached key and value once per layer; torch's CPU
 flash-attention op does that at about a third of the memory rate for the few query rows a
@@ -15,10 +15,11 @@ Prefill segments of a float32 model (over a float32 or float16 cache) run the sa
 each new token is the one-row decode at its position (its context length, its segment's
 block table), a call per segment. The segment's rows share one table, so the kernel makes
 rows from the same first key one work item, which reads those keys once for all of them (a
-row that ends sooner sees its own keys only) -- the agent's turn after a tool call, whose few hundred new tokens attend a cached system
-prompt of thousands. One kernel for both is what makes a token's keys and values the same
-bits whether it was prefilled or decoded: a hop's output kept in the cache (retention,
-prefix caching) and the same text recomputed after an eviction give the same next tokens.
+row that ends sooner sees its own keys only) -- the agent's turn after a tool call, whose few
+hundred new tokens attend a cached system prompt of thousands. One kernel for both is what
+makes a token's keys and values the same bits whether it was prefilled or decoded: a hop's
+output kept in the cache (retention, prefix caching) and the same text recomputed after an
+eviction give the same next tokens.
 
 The kernel takes Gemma 2's logit soft-cap (``softcap``). Where it is not built here,
 torch_ref's decode paths run; everything else -- bfloat16 prefills, hosts where no kernel
@@ -114,7 +115,8 @@ class CPUBackend(TorchRefBackend):
 
     def supports_cache_dtype(self, cache_dtype) -> bool:
         """The model's dtype, or float16 under a float32 model where the paged kernel reads it
-        (every decode then runs that kernel; prefills widen the keys and values they read)."""
+        (every decode and prefill token then runs that kernel, widening each key and value
+        as it reads it)."""
         import torch
 
         return cache_dtype == self.dtype or (
