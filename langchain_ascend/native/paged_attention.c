@@ -352,6 +352,9 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
         free(leader); free(gid); free(ghash); free(slot);
         return -1;
     }
+    /* One table for every row (a prefill's tokens): rows from the same first key read the
+       same slots as far as each goes, and share an item (see DEFINE_ITEM). */
+    const int shared = c->table_stride == 0;
     int64_t n_items = 0, placed = 0;
     for (int64_t sp = 0; sp < c->num_splits; sp++) {
         int64_t groups = 0;
@@ -361,9 +364,6 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
             row_range(c, b, sp, &s0, &s1);
             gid[b] = -1;
             if (s0 >= s1) continue;
-            /* One table for every row (a prefill's tokens): rows from the same first key read
-               the same slots as far as each goes, and share an item (see DEFINE_ITEM). */
-            const int shared = c->table_stride == 0;
             uint64_t hv = shared ? (uint64_t)s0 * 0x9E3779B97F4A7C15ull : range_hash(c, b, s0, s1);
             int64_t at = (int64_t)(hv & (uint64_t)(cap - 1));
             while ((g = slot[at]) >= 0
@@ -441,11 +441,10 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
             for (int64_t j = 0; j < G * D; j++) qi[j] = TO_F32(qb[j]);                           \
             memset(base, 0, sizeof(float) * G * D);                                              \
         }                                                                                        \
-        row_range(c, member[0], item->sp, &s0, &s1); /* the members' common first key */        \
         const int32_t *table = c->tables + member[count - 1] * c->table_stride;                  \
         const int64_t head_stride = NB * BS * D, last = ends[count - 1];                         \
         const TYPE *kh = cache + h * head_stride, *vh = cache + (c->KVH + h) * head_stride;      \
-        int64_t pos = s0, first = 0;                                                             \
+        int64_t pos = s0, first = 0; /* s0: every member's first key (group_rows) */             \
         while (pos < last) {                                                                     \
             /* chunks of KEY_BLOCK keys by position alone, cut into pieces at block bounds */   \
             int64_t n = last - pos < KEY_BLOCK ? last - pos : KEY_BLOCK;                         \
@@ -463,12 +462,15 @@ static int64_t group_rows(const Call *c, int64_t *rows, Item *items) {
                 pc.n[pc.np++] = len;                                                             \
                 at += len;                                                                       \
             }                                                                                    \
-            /* a member ending inside the chunk sees its first keys only, as alone */           \
-            for (int64_t i = first; i < count; i++)                                              \
-                for (int64_t r = 0; r < G; r++)                                                  \
-                    keys[(i - first) * G + r] = (ends[i] < pos + n ? ends[i] : pos + n) - pos;   \
+            const int64_t *seen = NULL; /* all see the whole chunk, unless one ends inside */   \
+            if (ends[first] < pos + n) { /* ... which then sees its first keys only, as alone */ \
+                for (int64_t i = first; i < count; i++)                                          \
+                    for (int64_t r = 0; r < G; r++)                                              \
+                        keys[(i - first) * G + r] = (ends[i] < pos + n ? ends[i] : pos + n) - pos; \
+                seen = keys;                                                                     \
+            }                                                                                    \
             CHUNK(qf + first * G * D, &pc, n, (count - first) * G, D, c->scale, c->softcap, sc,  \
-                  rs + first * G, ends[first] < pos + n ? keys : NULL);                          \
+                  rs + first * G, seen);                                                         \
             pos += n;                                                                            \
         }                                                                                        \
         return 0;                                                                                \
@@ -577,9 +579,8 @@ static Work *work_new(const Call *c) {
         Row *rs = (Row *)malloc(sizeof(Row) * w->widest * G);                                    \
         if (!sc || !rs) st = 1;                                                                  \
         for (int64_t u; !st && (u = team_next(t, 1)) < w->n_items * KVH;)                        \
-            if (ITEM(&c, q, cache, w->items + u / KVH, w->rows, u % KVH, w->part, sc,           \
-                     sc + w->widest * G * KEY_BLOCK, rs))                                        \
-                st = 3;                                                                          \
+            st = ITEM(&c, q, cache, w->items + u / KVH, w->rows, u % KVH, w->part, sc,          \
+                      sc + w->widest * G * KEY_BLOCK, rs);                                       \
         free(sc);                                                                                \
         free(rs);                                                                                \
         float *merged = (float *)malloc(sizeof(float) * D);                                      \
