@@ -318,6 +318,7 @@ def run_config(name: str, args: argparse.Namespace, plan: Plan, system: str,
                        num_blocks=num_blocks, block_size=args.block_size,
                        max_batch_size=args.agents, max_num_batched_tokens=args.step_tokens,
                        session_retention=config["session_retention"],
+                       retention_cap=args.retention_cap,
                        scheduling=config["scheduling"])
     render = make_render(engine.tokenizer)
     try:
@@ -413,6 +414,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=None,
                         help="max context per request (default: the longest agent's + 64)")
     parser.add_argument("--configs", default="lru,retention,land,agent")
+    parser.add_argument("--retention-cap", type=float, default=0.5,
+                        help="most of the pool parked sessions may hold (the engine's "
+                             "retention_cap)")
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--llama-server", default=None,

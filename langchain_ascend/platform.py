@@ -198,6 +198,20 @@ def callers_drive_steps(device: Any) -> bool:
     return getattr(device, "type", None) == "cpu"
 
 
+CPU_PREFILL_BESIDE_DECODES = 256
+"""Most prefill tokens a CPU step with decode rows computes: a 2,048-token step of SmolLM2-135M
+is ~2 s on 2 cores, and every stream decoding beside it waits that long for its next token;
+256-token chunks prefill a 2k-token prompt within a few per cent of 2,048-token ones
+(``docs/performance.md``)."""
+
+
+def prefill_beside_decodes(device: Any) -> int | None:
+    """The scheduler's ``prefill_beside_decodes`` on ``device`` (a ``torch.device``):
+    :data:`CPU_PREFILL_BESIDE_DECODES` on the CPU, None (the whole step budget) on
+    accelerators, whose steps take milliseconds."""
+    return CPU_PREFILL_BESIDE_DECODES if getattr(device, "type", None) == "cpu" else None
+
+
 def _backend_module(device: torch.device) -> Any:
     torch = import_torch()
     kind = device_type(device)

@@ -101,6 +101,7 @@ class EngineDriver:
             max_batch_size=max_batch_size,
             max_model_len=min(max_context_length, self.kv.capacity_tokens),
             policy=scheduling,
+            prefill_beside_decodes=platform.prefill_beside_decodes(runner.device),
         )
         self.session_retention = session_retention
         self._background: dict[str, Request] = {}  # session -> its latest background prefill

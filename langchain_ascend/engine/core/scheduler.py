@@ -9,15 +9,16 @@ Policy of :meth:`Scheduler.schedule`:
 1. Running requests first, decodes before unfinished (chunked) prefills, oldest first. When the
    pool cannot give one of them its slots, the newest running request not yet scheduled this
    step is preempted (blocks freed, recomputed later with the tokens it generated) - possibly
-   the request itself.
+   the request itself. A step with decode rows computes at most ``prefill_beside_decodes``
+   prefill tokens (running and admitted together): a stream's next token waits for at most
+   that much prefill (Sarathi-Serve's stall-free batching; on the CPU a 2,048-token step is
+   over a second).
 2. Then waiting requests, while budget, batch size and blocks last, in the order of the
    scheduling policy: ``"fcfs"`` first come first served; ``"agent"`` least attained service
-   first (Autellix): a request ranks by the level ``bit_length(service // SERVICE_QUANTUM)``
-   of the tokens its session (or, without one, the request itself) has been granted so far,
-   preempted requests first, then within a level a resuming hop whose session is parked
-   (its prefix retained) before a cold one, then arrival order. A prompt longer than the
-   remaining budget is prefilled in chunks over several steps. When the chosen request does
-   not fit, nothing else is admitted; nothing is admitted in a step that had to preempt.
+   first by session, resuming hops before cold ones (``engine.core.agent_policy``). A prompt
+   longer than the remaining budget is prefilled in chunks over several steps. When the
+   chosen request does not fit, nothing else is admitted; nothing is admitted in a step that
+   had to preempt.
 3. Background prefills (``Request.prefill_only``: tool results as they land) only in a step
    that would run nothing else, :data:`BACKGROUND_CHUNK` tokens a step (beside other work, or
    in long steps, they delayed hops: ``docs/performance.md``). One is dropped (its computed
@@ -45,6 +46,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from langchain_ascend.engine.core import agent_policy
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.request import Request, RequestStatus
@@ -55,8 +57,6 @@ from langchain_ascend.validation import check_choice, check_count
 SCHEDULING_POLICIES = ("fcfs", "agent")
 BACKGROUND_CHUNK = 128
 """Most tokens a background prefill computes in one step (a hop arriving waits for it)."""
-SERVICE_QUANTUM = 256
-"""Tokens of service per level of the ``"agent"`` policy (levels double: 256, 512, 1k...)."""
 
 
 @dataclass
@@ -91,6 +91,8 @@ class Scheduler:
             pool's capacity.
         clock: Time source for the request timestamps.
         policy: Order of the waiting queue, ``"fcfs"`` or ``"agent"`` (module docstring).
+        prefill_beside_decodes: Most prefill tokens of a step with decode rows (module
+            docstring, 1); None: the whole budget.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Scheduler:
         max_model_len: int,
         clock: Callable[[], float] = time.monotonic,
         policy: str = "fcfs",
+        prefill_beside_decodes: int | None = None,
     ) -> None:
         check_choice("scheduling", policy, SCHEDULING_POLICIES)
         check_count("max_num_batched_tokens", max_num_batched_tokens)
@@ -112,6 +115,8 @@ class Scheduler:
                              f"{kv_cache_manager.capacity_tokens}")
         self.kv = kv_cache_manager
         self.max_num_batched_tokens = max_num_batched_tokens
+        check_count("prefill_beside_decodes", prefill_beside_decodes, allow_none=True)
+        self.prefill_beside_decodes = prefill_beside_decodes or max_num_batched_tokens
         self.max_batch_size = max_batch_size
         self.max_model_len = max_model_len
         self.clock = clock
@@ -138,10 +143,6 @@ class Scheduler:
         self._finished_ids: list[str] = []
         self._scheduled: dict[str, Request] = {}
         self._scheduled_row_cost = 0.0  # step_row_cost of the scheduled step
-
-    @property
-    def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.background)
 
     def step_row_cost(self, num_rows: int) -> float:
         """What a drafted row costs in a step of ``num_rows`` decode rows
@@ -216,13 +217,13 @@ class Scheduler:
         if idle := not (self.waiting or decodes or prefills):  # background only in such steps
             prefills += [r for r in self.running if r.prefill_only]
         row_cost = self.step_row_cost(len(decodes))
+        prefill_budget = self.prefill_beside_decodes if decodes else budget
         for request in decodes + prefills:
-            if budget == 0:
-                break
-            if request.status is not RequestStatus.RUNNING:
-                continue  # preempted earlier in this loop
             pending = request.num_tokens - request.num_computed_tokens
-            count = min(pending, budget, BACKGROUND_CHUNK if request.prefill_only else budget)
+            cap = budget if pending == 1 else min(budget, prefill_budget)
+            if request.status is not RequestStatus.RUNNING or cap == 0:
+                continue  # preempted earlier in this loop, or no budget left for it
+            count = min(pending, cap, BACKGROUND_CHUNK if request.prefill_only else cap)
             drafts = (self._drafts_for(request, budget - count, row_cost)
                       if count == pending else [])
             if not drafts or self.kv.allocate_slots(request, count + len(drafts)) is None:
@@ -239,9 +240,10 @@ class Scheduler:
                     drafts_of[request.request_id] = drafts
                 order.append(request)
                 budget -= count + len(drafts)
+                prefill_budget -= 0 if pending == 1 else count
 
         if not preempted:
-            budget = self._admit_waiting(budget, num_new, order, idle)
+            self._admit_waiting(min(budget, prefill_budget), num_new, order, idle)
         self._charge_service(order, num_new, drafts_of)
         self._scheduled = {r.request_id: r for r in order}
         self._scheduled_row_cost = row_cost
@@ -471,20 +473,11 @@ class Scheduler:
         raise RuntimeError("no running request left to preempt")
 
     def _next_waiting(self) -> Request:
-        """The waiting request the policy admits next (module docstring)."""
+        """The waiting request the policy admits next (``engine.core.agent_policy``)."""
         if self.policy == "fcfs":
             return self.waiting[0]
-        parked = self.kv.pool.retention.sessions
-
-        def rank(item: tuple[int, Request]) -> tuple[int, int, int, int]:
-            index, request = item
-            service = self.attained_service.get(request.session_id or request.request_id, 0)
-            level = (service // SERVICE_QUANTUM).bit_length()
-            cold = 0 if request.session_id is not None and request.session_id in parked else 1
-            fresh = 0 if request.status is RequestStatus.PREEMPTED else 1
-            return fresh, level, cold, index
-
-        return min(enumerate(self.waiting), key=rank)[1]
+        return agent_policy.next_waiting(self.waiting, service=self.attained_service,
+                                         parked=self.kv.pool.retention.sessions)
 
     def _preempt(self, request: Request) -> None:
         if request.prefill_only:  # dropped: what it computed stays cached

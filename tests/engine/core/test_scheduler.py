@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from langchain_ascend.engine.core.batch import ScheduledBatch
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
 from langchain_ascend.engine.core.request import Request, RequestStatus
@@ -24,11 +26,11 @@ class FakeClock:
 
 
 def make_scheduler(num_blocks=16, budget=64, batch=8, max_model_len=None, caching=True,
-                   clock=None):
+                   clock=None, prefill_beside_decodes=None):
     kv = KVCacheManager(num_blocks, BS, enable_prefix_caching=caching)
     return Scheduler(kv, max_num_batched_tokens=budget, max_batch_size=batch,
                      max_model_len=max_model_len or num_blocks * BS,
-                     clock=clock or FakeClock())
+                     clock=clock or FakeClock(), prefill_beside_decodes=prefill_beside_decodes)
 
 
 def add(sched: Scheduler, rid: str, prompt, **params) -> Request:
@@ -91,6 +93,21 @@ def test_decodes_go_first_and_share_budget_with_new_prefill():
     # a decodes, b is mid-prefill: decode first, then b's next chunk
     assert [(s.request_id, s.num_tokens, s.sample) for s in batch.segments] == [
         ("a", 1, True), ("b", 4, False)]
+
+
+def test_a_step_with_decodes_takes_at_most_its_prefill_share():
+    sched = make_scheduler(num_blocks=32, budget=16, prefill_beside_decodes=5)
+    alone = add(sched, "a", list(range(100, 116)))  # 16 tokens, nobody decodes: one step
+    assert [(s.request_id, s.num_tokens) for s in step(sched).segments] == [("a", 16)]
+    add(sched, "b", list(range(20, 27)))  # 7 tokens
+    add(sched, "c", list(range(40, 43)))  # 3 tokens
+    chunks = [[(s.request_id, s.num_tokens) for s in step(sched).segments] for _ in range(3)]
+    # a decodes in every step; b and c share 5 prefill tokens a step, running ones first
+    assert chunks == [[("a", 1), ("b", 5)], [("a", 1), ("b", 2), ("c", 3)],
+                      [("a", 1), ("b", 1), ("c", 1)]]
+    assert alone.num_output_tokens == 4
+    with pytest.raises(ValueError, match="prefill_beside_decodes"):
+        make_scheduler(prefill_beside_decodes=0)
 
 
 def test_max_batch_size_limits_admission():
