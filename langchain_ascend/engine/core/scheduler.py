@@ -255,9 +255,9 @@ class Scheduler:
         )
 
     def _admit_waiting(self, budget: int, num_new: dict[str, int], order: list[Request],
-                       idle: bool) -> int:
+                       idle: bool) -> None:
         """Admit waiting requests, then - in an ``idle`` step, one - a background prefill
-        (module docstring, 2-3) into ``num_new`` / ``order``; returns the budget left."""
+        (module docstring, 2-3) within ``budget`` tokens into ``num_new`` / ``order``."""
         while ((self.waiting or (idle and self.background and not order)) and budget > 0
                and len(self.running) < self.max_batch_size):
             queue = self.waiting if self.waiting else self.background
@@ -274,7 +274,7 @@ class Scheduler:
                 victim = None if request.prefill_only else next((r for r in reversed(
                     self.running) if r.prefill_only and r.request_id not in num_new), None)
                 if victim is None:
-                    return budget
+                    return
                 self._preempt(victim)  # dropped; its blocks join the free lists, hits stay
             queue.remove(request)
             self.running.append(request)
@@ -289,7 +289,6 @@ class Scheduler:
             num_new[request.request_id] = count
             order.append(request)
             budget -= count
-        return budget
 
     def _charge_service(self, order: list[Request], num_new: dict[str, int],
                         drafts_of: dict[str, list[int]]) -> None:
