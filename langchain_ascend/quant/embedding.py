@@ -3,6 +3,11 @@
 A tied LM head and its embedding can share one :class:`QuantizedEmbedding`'s blocks with a
 ``QuantizedLinear`` head, so the table is held once, quantized (SmolLM2: 28 MB of Q8_0 blocks
 instead of 113 MB of float32).
+
+A decode step looks up one row per request, and de-quantizing it through torch's small ops
+costs ~65-150 us (a SmolLM2 decode step takes ~5 ms); so the rows of such small lookups are
+kept de-quantized in a bounded first-in first-out table (:data:`KEPT_ROWS_BYTES`): text repeats
+its tokens, and a kept row is the same values the blocks give.
 """
 
 from __future__ import annotations
@@ -16,6 +21,12 @@ from langchain_ascend.quant import formats
 
 if TYPE_CHECKING:
     from langchain_ascend.quant.formats import QuantizedWeight
+
+KEPT_ROWS_BYTES = 8 << 20
+"""The most bytes of de-quantized rows a table keeps (SmolLM2: 3,640 rows of 576 floats)."""
+SMALL_LOOKUP = 16
+"""Lookups of at most this many ids (decode steps) go through the kept rows; larger ones
+(prefills) de-quantize their rows at once and keep none."""
 
 
 class QuantizedEmbedding(nn.Module):
@@ -50,6 +61,8 @@ class QuantizedEmbedding(nn.Module):
         self.scale = scale
         self.register_buffer("blocks", qweight.blocks, persistent=False)
         self._qweight = qweight
+        self._kept: dict[int, torch.Tensor] = {}  # token id -> (embedding_dim,) row
+        self._kept_limit = max(SMALL_LOOKUP, KEPT_ROWS_BYTES // (4 * self.embedding_dim))
 
     @classmethod
     def replacing(cls, embedding: nn.Module, qweight: QuantizedWeight, *,
@@ -74,12 +87,33 @@ class QuantizedEmbedding(nn.Module):
         flat = input_ids.reshape(-1)  # (T,)
         if flat.numel() == 0:
             return torch.empty(*input_ids.shape, self.embedding_dim, dtype=self.dtype)
-        rows = self.blocks.index_select(0, flat)  # (T, bytes per row)
-        part = formats.QuantizedWeight(self.fmt, int(flat.numel()), self.embedding_dim, rows)
+        if flat.numel() <= SMALL_LOOKUP and flat.device.type == "cpu":
+            values = self._kept_rows(flat.tolist())  # (T, D)
+        else:
+            values = self._rows(flat)  # (T, D)
+        return values.reshape(*input_ids.shape, self.embedding_dim)
+
+    def _rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(T, D)`` rows of ``ids`` ``(T,)``, de-quantized (and scaled) in ``self.dtype``."""
+        rows = self.blocks.index_select(0, ids)  # (T, bytes per row)
+        part = formats.QuantizedWeight(self.fmt, int(ids.numel()), self.embedding_dim, rows)
         values = formats.dequantize(part).to(self.dtype)  # (T, D)
         if self.scale is not None:
             values = values * torch.tensor(self.scale, dtype=self.dtype)
-        return values.reshape(*input_ids.shape, self.embedding_dim)
+        return values
+
+    def _kept_rows(self, ids: list[int]) -> torch.Tensor:
+        """``(T, D)`` rows of a small lookup from the kept rows; the missing ones are
+        de-quantized together and kept (the oldest kept rows make room)."""
+        kept = self._kept
+        missing = list(dict.fromkeys(i for i in ids if i not in kept))
+        if missing:
+            fresh = self._rows(torch.tensor(missing, dtype=torch.long))  # (U, D)
+            for token, row in zip(missing, fresh, strict=True):
+                while len(kept) >= self._kept_limit:
+                    del kept[next(iter(kept))]
+                kept[token] = row
+        return torch.stack([kept[i] for i in ids])  # (T, D), a new tensor: callers edit it
 
     def extra_repr(self) -> str:
         return (f"{self.num_embeddings}, {self.embedding_dim}, fmt={self.fmt}, "

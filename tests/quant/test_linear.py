@@ -121,6 +121,22 @@ def test_embedding_rows_are_the_dequantized_rows(fmt: str) -> None:
     assert embedding(torch.zeros(0, dtype=torch.long)).shape == (0, 64)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_small_lookups_from_kept_rows_are_the_batch_lookups_values(fmt: str,
+                                                                   monkeypatch) -> None:
+    monkeypatch.setattr("langchain_ascend.quant.embedding.KEPT_ROWS_BYTES", 4 * 64 * 20)
+    qw = formats.quantize(_weight(100, 64, seed=3), fmt)
+    embedding = QuantizedEmbedding(qw, scale=1.5)
+    batch = embedding(torch.arange(100))  # (100, D): one de-quantization, nothing kept
+    assert embedding._kept == {}
+    for ids in ([7], [7, 9, 7], [50], list(range(30, 46)), [7]):
+        out = embedding(torch.tensor([ids]))[0]  # (T, D) through the kept rows
+        assert torch.equal(out, batch[ids])
+        out.add_(1.0)  # the caller owns what it gets: the kept rows do not change
+        assert torch.equal(embedding(torch.tensor(ids)), batch[ids])
+    assert 0 < len(embedding._kept) <= 20  # the bound holds; the oldest rows made room
+
+
 def test_shared_blocks_are_counted_once() -> None:
     qw = formats.quantize(_weight(64, 32), "q8_0")
     model = nn.ModuleDict({"embed": QuantizedEmbedding(qw), "head": QuantizedLinear(qw),

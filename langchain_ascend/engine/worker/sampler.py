@@ -28,11 +28,24 @@ import secrets
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from langchain_ascend.engine.core.sampling_params import SamplingParams, TokenConstraint
 from langchain_ascend.engine.worker.penalties import apply_penalties
 
 if TYPE_CHECKING:
     import torch
+
+
+def greedy_ids(logits: torch.Tensor) -> list[int]:
+    """The argmax of each row of ``logits`` ``(S, V)`` (lowest id on ties, a NaN wins, as
+    ``torch.argmax``). Float32 rows on the CPU go through numpy: one 49k-token row takes
+    ~7 us there against ~85 us for torch's reduction, which wakes its thread pool for it."""
+    import torch
+
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return np.asarray(logits).argmax(axis=-1).tolist()
+    return logits.argmax(dim=-1).tolist()
 
 
 def filter_logits(logits: torch.Tensor, temperatures: Sequence[float], top_ks: Sequence[int],
@@ -140,7 +153,7 @@ def verify_under_constraint(logits: torch.Tensor, drafts: Sequence[int],
     for i in range(len(drafts) + 1):
         row = logits[i]  # (V,)
         constraint.mask_logits(row)
-        token = int(row.argmax())
+        token = greedy_ids(row[None])[0]
         constraint.accept_token(token)
         targets[i] = token
         if i == len(drafts) or token != drafts[i] or constraint.is_terminated():
@@ -204,7 +217,7 @@ class Sampler:
             constraint.mask_logits(logits[i])
         sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
         if not sampled_rows:
-            token_ids = logits.argmax(dim=-1).tolist()
+            token_ids = greedy_ids(logits)
         else:
             chosen = logits.argmax(dim=-1)  # (S,)
             picked = [params[i] for i in sampled_rows]

@@ -186,3 +186,17 @@ def test_rotary_tables_are_transformers_bit_for_bit(tiny_model_paths):
         cos, sin = ops.rotary_tables(positions, rotary.inv_freq,
                                      float(rotary.attention_scaling), dtype)
         assert torch.equal(cos, want_cos[0]) and torch.equal(sin, want_sin[0])
+
+
+def test_the_rotary_table_holds_each_positions_own_values(tiny_model_paths):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_paths["llama"], dtype=torch.float32)
+    rotary = model.model.rotary_emb
+    for dtype in (torch.float32, torch.bfloat16):
+        table = ops.RotaryTable(rotary.inv_freq, float(rotary.attention_scaling), dtype)
+        for positions in ([5], [0, 1, 2, 3], [300], list(range(250, 263)), [4095, 7]):
+            at = torch.tensor(positions)
+            cos, sin = table(at)
+            want_cos, want_sin = ops.rotary_tables(at, rotary.inv_freq,
+                                                   float(rotary.attention_scaling), dtype)
+            assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
+        assert table.cos is not None and table.cos.shape[0] == 4096  # grown by doubling

@@ -7,7 +7,7 @@ import torch
 
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.core.speculation import accept_drafts
-from langchain_ascend.engine.worker.sampler import Sampler, filter_logits
+from langchain_ascend.engine.worker.sampler import Sampler, filter_logits, greedy_ids
 
 VOCAB = 50
 
@@ -27,6 +27,16 @@ def test_greedy_is_argmax(sampler):
     out = sampler.sample(logits, [SamplingParams()] * 6, ids)
     assert out == logits.argmax(-1).tolist()
     assert sampler.req_to_generator == {}  # greedy rows need no generator
+
+
+def test_greedy_ids_break_ties_and_nans_as_torch_argmax():
+    nan = float("nan")
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [nan, 1.0, nan, 2.0], [-1.0, -1.0, -1.0, -1.0],
+                           [0.0, 2.0, nan, 5.0], [-float("inf"), -float("inf"), 0.0, 0.0]])
+    assert greedy_ids(logits) == logits.argmax(-1).tolist() == [1, 0, 0, 2, 2]
+    wide = random_logits(3)
+    assert greedy_ids(wide.bfloat16()) == wide.bfloat16().argmax(-1).tolist()  # torch's path
+    assert greedy_ids(wide) == wide.argmax(-1).tolist()
 
 
 def test_bfloat16_logits_are_sampled_in_float32(sampler):

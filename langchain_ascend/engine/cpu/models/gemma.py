@@ -100,7 +100,8 @@ class GemmaModel:
     Attributes:
         embed_tokens: The scaled token embedding (``(1, T) -> (1, T, D)``).
         ropes: ``[(inv_freq (Dh/2,), attention scaling)]``: the distinct rotary frequencies
-            of the layers (Gemma 3: local and global; Gemma 2: one).
+            of the layers (Gemma 3: local and global; Gemma 2: one); ``rotaries``: their
+            :class:`~.ops.RotaryTable` s.
         layers: One :class:`GemmaLayer` per decoder layer.
         norm, norm_eps: The final norm (``1 + w``).
         head: The LM head; ``final_softcap``: Gemma 2's logit cap (None: none).
@@ -117,6 +118,7 @@ class GemmaModel:
                  dtype: Any) -> None:
         self.embed_tokens = embed_tokens
         self.ropes = ropes
+        self.rotaries = [ops.RotaryTable(inv_freq, scaling, dtype) for inv_freq, scaling in ropes]
         self.layers = layers
         self.norm, self.norm_eps = norm, norm_eps
         self.head, self.final_softcap = head, final_softcap
@@ -197,8 +199,7 @@ class GemmaModel:
         """``(1, T, D)`` final-normed hidden states of the step (``input_ids``,
         ``position_ids`` ``(1, T)``), writing every layer's K/V."""
         x = self.embed_tokens(input_ids)[0].contiguous()  # (T, D)
-        tables = [ops.rotary_tables(position_ids[0], inv_freq, scaling, self.dtype)
-                  for inv_freq, scaling in self.ropes]  # [(cos, sin) (T, Dh) each]
+        tables = [rotary(position_ids[0]) for rotary in self.rotaries]  # [(cos, sin) (T, Dh)]
         for layer in self.layers:
             x = self._layer(layer, x, *tables[layer.rope], step)
         return gemma_norm(x, self.norm, self.norm_eps)[None]  # (1, T, D)

@@ -103,7 +103,8 @@ class LlamaModel:
     Attributes:
         embed_tokens: The token embedding (``(1, T) -> (1, T, D)``: float or quantized rows).
         inv_freq: ``(Dh/2,)`` rotary inverse frequencies (rope scaling applied);
-            ``rope_scaling``: the rope's attention factor.
+            ``rope_scaling``: the rope's attention factor; ``rotary``: their
+            :class:`~.ops.RotaryTable`.
         layers: One :class:`LlamaLayer` per decoder layer.
         norm, norm_eps: The final RMSNorm.
         head: The LM head (``(..., D) -> (..., V)``).
@@ -121,6 +122,7 @@ class LlamaModel:
         self.embed_tokens = embed_tokens
         self.inv_freq = inv_freq
         self.rope_scaling = rope_scaling
+        self.rotary = ops.RotaryTable(inv_freq, rope_scaling, dtype)
         self.layers = layers
         self.norm = norm
         self.norm_eps = norm_eps
@@ -198,8 +200,7 @@ class LlamaModel:
         """``(1, T, D)`` final-normed hidden states of the step (``input_ids``,
         ``position_ids`` ``(1, T)``), writing every layer's K/V."""
         x = self.embed_tokens(input_ids)[0].contiguous()  # (T, D)
-        cos, sin = ops.rotary_tables(position_ids[0], self.inv_freq, self.rope_scaling,
-                                     self.dtype)  # (T, Dh) each
+        cos, sin = self.rotary(position_ids[0])  # (T, Dh) each
         if self.stack is not None and self.stack.takes(step, input_ids):
             self.stack.run(x, cos, sin, step)  # every layer in one native call, in place
         else:

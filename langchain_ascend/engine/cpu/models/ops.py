@@ -8,7 +8,8 @@ two ran its step:
 * :func:`rms_norm`: the native one-pass RMSNorm (float32), or the bf16 kernel in transformers'
   rounding order; ``F.rms_norm`` where neither is built;
 * :func:`rotary_tables`: ``cos``/``sin`` of the positions, as transformers' rotary embedding
-  computes them (an outer product of the positions and the inverse frequencies, exact);
+  computes them (an outer product of the positions and the inverse frequencies, exact), and
+  :class:`RotaryTable`, the same values of every position computed once and looked up;
 * :func:`attend`: rotate q/k and write k/v into the paged cache in one native call
   (``native.rope_kv``), then the CPU backend's paged attention;
 * :func:`mlp`: ``down(act(gate(x)) * up(x))`` over a fused gate/up product, in row chunks for
@@ -75,6 +76,39 @@ def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, scaling: floa
     freqs = positions.to(torch.float32)[:, None] * inv_freq.to(torch.float32)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)  # (T, Dh)
     return (emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype)
+
+
+class RotaryTable:
+    """``cos``/``sin`` of positions looked up in a table of :func:`rotary_tables` over every
+    position up to the longest one seen (grown by doubling, at least :attr:`MIN_POSITIONS`).
+
+    Per step, :func:`rotary_tables` costs ~40 us of small torch ops, about 1% of a SmolLM2
+    decode step; the lookup ~10 us. A position's values are its own element-wise ops, so the
+    table holds what a step computed for it, and prefill and decode rows read the same bits.
+
+    Attributes:
+        inv_freq: ``(Dh/2,)`` inverse frequencies; ``scaling``: the attention factor;
+            ``dtype``: the tables' dtype.
+        cos, sin: ``(P, Dh)`` tables of positions ``0..P-1`` (None before the first lookup).
+    """
+
+    MIN_POSITIONS = 256
+
+    def __init__(self, inv_freq: torch.Tensor, scaling: float, dtype: torch.dtype) -> None:
+        self.inv_freq, self.scaling, self.dtype = inv_freq, scaling, dtype
+        self.cos: torch.Tensor | None = None
+        self.sin: torch.Tensor | None = None
+
+    def __call__(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)`` ``(T, Dh)`` of ``positions`` ``(T,)`` int64 (non-negative)."""
+        import torch
+
+        last = int(positions.max()) if positions.numel() else 0
+        if self.cos is None or self.sin is None or last >= self.cos.shape[0]:
+            size = max(self.MIN_POSITIONS, 1 << last.bit_length())  # > last
+            self.cos, self.sin = rotary_tables(torch.arange(size), self.inv_freq, self.scaling,
+                                               self.dtype)  # (P, Dh) each
+        return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
 
 
 def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cos: torch.Tensor,
