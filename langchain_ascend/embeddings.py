@@ -22,6 +22,7 @@ mixed, and short texts travel in large batches. Repeated texts in one call are e
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -155,6 +156,12 @@ class AscendEmbeddings(BaseModel, Embeddings):
 
     _client: Any = PrivateAttr(default=None)
     _torch_device: Any = PrivateAttr(default=None)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_path(cls, value: Any) -> Any:
+        """A ``pathlib.Path`` (any ``os.PathLike``) names a local model: taken as its string."""
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     @field_validator("batch_size", "max_batch_tokens", "max_seq_length", mode="before")
     @classmethod

@@ -11,6 +11,7 @@
   that mean nothing for a local model (:data:`NO_EFFECT_ARGS`: ``timeout``, ``max_retries``,
   ``api_key``...) and drops them;
 * moves sampling keys found in ``model_kwargs`` to their fields and refuses what it cannot use;
+* takes a ``pathlib.Path`` (any ``os.PathLike``) ``model`` as its string;
 * refuses any other unknown argument with an ``InvalidRequestError``;
 * checks the values with the same rules as the per-call arguments
   (:func:`~langchain_ascend.chat.checks.check_sampling`, ``langchain_ascend.validation``).
@@ -175,6 +176,8 @@ def normalize_init_args(values: Mapping[str, Any], fields: Collection[str]) -> d
             f"AscendChatModel got unknown argument(s) {sorted(unknown)}; see "
             "help(AscendChatModel) for the supported ones")
     _split_model_kwargs(values, fields)
+    if isinstance(values.get("model"), os.PathLike):  # a pathlib.Path names a local model
+        values["model"] = os.fspath(values["model"])
     _check_values(values)  # on the raw values: a bool is refused before pydantic makes it 1
     if "stop" in values:
         values["stop"] = stop_list(values["stop"])

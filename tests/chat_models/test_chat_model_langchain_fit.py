@@ -153,6 +153,12 @@ def test_argument_spellings_of_other_chat_models(tiny_qwen2_path):
         AscendChatModel(model=path, presence_penalty=2.5)
 
 
+def test_a_pathlib_path_names_the_model(tiny_qwen2_path):
+    chat = AscendChatModel(model=Path(tiny_qwen2_path), device="cpu")
+    assert chat.model == str(tiny_qwen2_path)
+    assert AscendChatModel(model_path=Path(tiny_qwen2_path)).model == str(tiny_qwen2_path)
+
+
 def test_arguments_of_remote_models_warn_by_name(tiny_qwen2_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -4,6 +4,7 @@ AscendEmbeddings (MiniLM, CPU, offline)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +100,10 @@ def test_bad_encode_kwargs_name_the_key(kwargs, match):
     # other fields
     with pytest.raises(ValueError, match=match):
         AscendEmbeddings(model=MINILM, device="cpu", **kwargs)
+
+
+def test_a_pathlib_path_names_the_model():
+    assert AscendEmbeddings(model=Path(MINILM), device="cpu").model == str(MINILM)
 
 
 def test_encode_kwargs_check_raises_typed_errors():
