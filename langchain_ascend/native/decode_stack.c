@@ -1,4 +1,7 @@
 /* Every decoder layer of a Llama-style model for one pure-decode step, in ONE native call.
+ * A step that is one prefill segment runs here too: its M tokens are rows, each the one-row
+ * decode at its position (one block table for all of them, table_stride 0), so the same
+ * kernels as the per-op path and the same bits.
  *
  * A decode step of a 30-layer model runs about ten kernels per layer; called one by one from
  * Python each costs interpreter and dispatch time (a few microseconds per op, ~0.4 ms per

@@ -3,7 +3,9 @@
 :class:`PackedLayers` holds, for every layer of an owned Llama-style model
 (``engine.cpu.models.llama``), the record ``native.stack_kernel`` reads (pointers to the
 norms, the products' tiles or GGUF blocks, the biases, Qwen3's head norms, the layer's paged
-cache) and runs all layers of a pure-decode step on the hidden rows in ONE native call. The
+cache) and runs all layers of a step on the hidden rows in ONE native call: a pure-decode
+step, or a step that is one prefill segment (a chat turn, an agent's tool result: its tokens
+as the rows of the one-row decodes at their positions, as the CPU backend attends them). The
 owned model builds and calls it, and owns the rest of the step (embedding, rotary tables,
 final norm, LM head) and which steps it takes.
 
@@ -28,9 +30,14 @@ from typing import Any
 from langchain_ascend.engine.cpu.quantized_layout import QuantizedParts, is_quantized_linear
 from langchain_ascend.native import paged_attention, qmatmul, stack_kernel
 
-QUANTIZED_MAX_ROWS = 256
-"""Row limit of a quantized product in the stack (``native.qmatmul`` takes any number of rows;
-this bounds the stack's scratch)."""
+QUANTIZED_MAX_ROWS = 1 << 20
+"""Row limit of a quantized product in the stack: none of its own (``native.qmatmul`` takes
+any number of rows); the stack's scratch bounds them (:data:`SCRATCH_BYTES`)."""
+SCRATCH_BYTES = 32 << 20
+"""The most scratch a step's rows may take in the stack (``stack_kernel.scratch_elements``):
+so it takes a lone prefill of up to ~1,040 rows at SmolLM2's shape, 225 at Llama-3.2-1B's,
+123 at an 8B's, where the gate/up rows still fit the last-level cache as the per-op MLP's
+chunks do."""
 
 
 def _tiles(linear: Any, dtype: Any) -> Any:
@@ -86,7 +93,8 @@ class PackedLayers:
         layers: One :class:`~langchain_ascend.native.stack_kernel.DecodeLayer` per layer
             (cache pointers filled on the first step, from the step's caches).
         indices: Each record's layer index (its paged cache).
-        max_rows: Most rows of a step (every product's native row limit).
+        max_rows: Most rows of a step (every product's native row limit, and the rows whose
+            scratch fits :data:`SCRATCH_BYTES`).
         geometry: ``(heads, kv_heads, head_dim, intermediate)``.
         keep: The tensors the records point at (kept alive here).
     """
@@ -143,19 +151,47 @@ class PackedLayers:
             keep.extend(tensor for product in products for tensor in product[:2]
                         if tensor is not None)
             keep.extend(tensor for product in products for tensor in product[4])
+        heads, kv_heads, head_dim, intermediate = geometry
+        row_bytes = (stack_kernel.scratch_elements(1, layers[0].input_norm.numel(), heads,
+                                                   kv_heads, head_dim, intermediate)
+                     * torch.empty(0, dtype=dtype).element_size())
+        max_rows = min(max_rows or 0, SCRATCH_BYTES // row_bytes)
         array = (stack_kernel.DecodeLayer * len(records))(*records)
         return cls(dtype=dtype, layers=array, indices=[layer.index for layer in layers],
-                   max_rows=max_rows or 0, geometry=geometry, keep=keep)
+                   max_rows=max_rows, geometry=geometry, keep=keep)
 
     def takes(self, step: Any, input_ids: Any) -> bool:
-        """Whether this call is a pure-decode step the stack runs: the CPU backend's paged
-        path for every row (shared prefixes and verify passes included), at most
-        :attr:`max_rows` rows."""
+        """Whether this call (``input_ids`` ``(1, T)``) is a step the stack runs: the CPU
+        backend's paged path for at most :attr:`max_rows` rows, every row a decode (shared
+        prefixes and verify passes included) or all of them one prefill segment
+        (:meth:`attention_rows`)."""
         metadata = getattr(step, "metadata", None)
+        return (metadata is not None and input_ids is not None and input_ids.dim() == 2
+                and input_ids.shape[0] == 1 and 0 < input_ids.shape[1] <= self.max_rows
+                and self.attention_rows(metadata, input_ids.shape[1]) is not None)
+
+    def attention_rows(self, metadata: Any, rows: int) -> tuple[Any, Any] | None:
+        """``(block_tables (T, W) int32, seq_lens (T,) int64)`` the stack attends ``rows``
+        rows with, or None where it does not take the step: the decodes' own tables, or a
+        step that is one prefill segment as the CPU backend runs its tokens (each the one-row
+        decode at its position, one table row for all: stride 0; the same kernel, so the
+        same bits) while their attention state fits ``paged_attention.STATE_BYTES``."""
         decodes = getattr(metadata, "decodes", None)
-        return (metadata is not None and decodes is not None and not metadata.prefills
-                and decodes.paged is not None and input_ids is not None and input_ids.dim() == 2 and input_ids.shape[0] == 1
-                and 0 < input_ids.shape[1] == decodes.num_decodes <= self.max_rows)
+        prefills = getattr(metadata, "prefills", None)
+        if not prefills:
+            paged = getattr(decodes, "paged", None)
+            return paged if paged is not None and decodes.num_decodes == rows else None
+        calls = getattr(metadata, "prefill_calls", None)
+        if (decodes is not None and decodes.num_decodes) or not calls or len(prefills) != 1:
+            return None
+        seg, (seq_lens, block_tables) = prefills[0], calls[0]
+        if (seg.start, seg.end) != (0, rows):
+            return None
+        heads, _, head_dim, _ = self.geometry
+        splits = -(-int(seq_lens[-1]) // paged_attention.SPLIT_KEYS)
+        if rows * heads * splits * (head_dim + 2) * 4 > paged_attention.STATE_BYTES:
+            return None
+        return block_tables, seq_lens
 
     def run(self, hidden: Any, cos: Any, sin: Any, step: Any) -> None:
         """Every layer on ``hidden`` ``(M, D)`` in place, writing the step's K/V."""
@@ -172,8 +208,9 @@ class PackedLayers:
                                              intermediate)
         if self._scratch is None or self._scratch.numel() < need:
             self._scratch = torch.empty(need, dtype=self.dtype)
-        decodes = step.metadata.decodes
-        block_tables, seq_lens = decodes.paged
+        found = self.attention_rows(step.metadata, rows)
+        assert found is not None  # the model asked takes() first
+        block_tables, seq_lens = found
         cache = caches[0]  # (2, KVH, NB, BS, Dh), the same shape for every layer
         stack_kernel.run_stack(
             self.layers, hidden, cos, sin, step.metadata.slot_mapping, block_tables, seq_lens,

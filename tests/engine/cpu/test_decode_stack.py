@@ -68,11 +68,16 @@ def test_stack_writes_the_same_cache(tiny_model_paths):
 def test_steps_the_stack_does_not_take_run_the_per_op_path(tiny_model_paths,
                                                            stack_calls):
     runner = _runner(tiny_model_paths["llama"], torch.float32, stack=True)
-    # a mixed step (a decode and a prefill chunk): per-op
+    # a step that is one prefill segment: the stack; a mixed step (a decode and a prefill
+    # chunk) or prefills of several requests: per-op
     runner.forward_batch([ScheduledSegment("a", [1, 2, 3, 4, 5], 0, [0, 1], True, GREEDY)])
+    assert stack_calls == [5]
     runner.forward_batch([ScheduledSegment("a", [6], 5, [0, 1], True, GREEDY),
                           ScheduledSegment("b", [7, 8, 9], 0, [2], True, GREEDY)])
-    assert stack_calls == []
+    runner.forward_batch([ScheduledSegment("c", [7, 8, 9], 0, [3], True, GREEDY),
+                          ScheduledSegment("d", [7, 8], 0, [4], True, GREEDY)])
+    assert stack_calls == [5]
+    stack_calls.clear()
     # decodes sharing a cached prefix run in the stack too: its paged kernel groups the rows
     # that read the same blocks, each row summed exactly as alone
     prefix = list(range(1, 17))
@@ -84,7 +89,7 @@ def test_steps_the_stack_does_not_take_run_the_per_op_path(tiny_model_paths,
     shared = [ScheduledSegment(f"s{i}", [30 + i], 17, [10, 11, 12, 13, 14 + i], True, GREEDY)
               for i in range(4)]
     runner.forward_batch(shared)
-    assert stack_calls == [3, 4]
+    assert stack_calls == [17, 3, 4]
     stack_calls.clear()
     # more rows than the stack's limit: per-op
     runner.hooks.owned_model.stack.max_rows = 1

@@ -84,13 +84,15 @@ def test_owned_and_transformers_forwards_give_the_same_tokens(tiny_model_paths, 
 
 
 @needs_native_kernels()
-def test_the_stack_takes_only_pure_decode_steps(tiny_model_paths, monkeypatch):
+def test_the_stack_takes_decode_steps_and_lone_prefills(tiny_model_paths, monkeypatch):
     runner = prepared_runner(tiny_model_paths["llama"], torch.float32)
     calls = _calls(runner, monkeypatch)
     runner.forward_batch([ScheduledSegment("a", [1, 2, 3, 4, 5], 0, [0, 1], True, GREEDY)])
+    assert calls == {"owned": [5], "stack": [5]}  # one prefill segment: the stack
     runner.forward_batch([ScheduledSegment("a", [6], 5, [0, 1], True, GREEDY),
                           ScheduledSegment("b", [7, 8, 9], 0, [2], True, GREEDY)])
-    assert calls == {"owned": [5, 4], "stack": []}  # a prefill, then a mixed step: per op
+    assert calls == {"owned": [5, 4], "stack": [5]}  # a mixed step: per op
+    calls["stack"].clear()
     runner.forward_batch([ScheduledSegment("a", [10], 6, [0, 1], True, GREEDY),
                           ScheduledSegment("b", [11], 3, [2], True, GREEDY)])
     assert calls["stack"] == [2]

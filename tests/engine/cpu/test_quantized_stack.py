@@ -246,7 +246,33 @@ def test_per_op_decode_rows_equal_the_stack_bit_for_bit(tiny_model_paths, arch, 
             ScheduledSegment("p", long_prompt, 0, other, True, GREEDY)])
         stacked.release(["d", "p"])
         assert torch.equal(mixed[0], got[i]), i
-    assert stack_calls == [3]  # the mixed steps ran per op
+    # the lone prefills ran in the stack, the mixed steps per op
+    assert stack_calls == [3] + [len(prompt) for prompt in PROMPTS]
+
+
+@pytest.mark.parametrize(("arch", "fmt"), [("llama", "q4_0"), ("qwen3", "q4_1")])
+def test_a_lone_prefill_runs_in_the_stack_with_the_per_op_bits(tiny_model_paths, arch, fmt,
+                                                                stack_calls):
+    """A step that is one prefill segment (a chat turn, a tool result) runs in the stack: its
+    tokens as the one-row decodes at their positions, the per-op path's kernels, so the same
+    logits and cache, bit for bit, after a cached prefix too."""
+    stacked = _runner(tiny_model_paths[arch], torch.float32, fmt, stack=True)
+    plain = _runner(tiny_model_paths[arch], torch.float32, fmt, stack=False)
+    first = [(7 * i) % 150 + 3 for i in range(40)]
+    more = [(5 * i) % 90 + 11 for i in range(23)]
+    table = list(range(20))
+    outs = {}
+    for name, runner in (("stack", stacked), ("plain", plain)):
+        before = len(stack_calls)
+        _, a = runner.forward_batch([ScheduledSegment("r", first, 0, table, True, GREEDY)])
+        _, b = runner.forward_batch([ScheduledSegment("r", more, len(first), table, True,
+                                                      GREEDY)])
+        outs[name] = (a, b, [t.clone() for t in runner.kv_cache.tensors])
+        assert stack_calls[before:] == ([40, 23] if name == "stack" else [])
+    for got, want in zip(outs["stack"][:2], outs["plain"][:2], strict=True):
+        assert torch.equal(got, want)
+    for got, want in zip(outs["stack"][2], outs["plain"][2], strict=True):
+        assert torch.equal(got, want)
 
 
 def test_the_mlp_of_quantized_products_runs_the_stack_silu(tiny_model_paths):

@@ -19,9 +19,10 @@ products as they are instead of fusing siblings.
 then the final norm and the LM head on the rows that sample. :class:`LlamaModel` holds every
 weight as a plain attribute (norm vectors, the fused products -- GGUF blocks, int8/int4 blocks
 or float tiles -- the rotary inverse frequencies, the embedding and the head) and runs EVERY
-step of the CPU backend's paged path: a pure-decode step of at most the stack's rows in one
-native call over all layers (``engine.cpu.packed_layers``, ``native/decode_stack.c``), any
-other step (prefills, mixed steps) layer by layer through the same kernels
+step of the CPU backend's paged path: a pure-decode step, or a step that is one prefill
+segment (a chat turn, a tool result), of at most the stack's rows in one native call over all
+layers (``engine.cpu.packed_layers``, ``native/decode_stack.c``), any other step (prefills of
+several requests, mixed steps, longer prefills) layer by layer through the same kernels
 (``engine.cpu.models.ops``). The two compute a row with the same kernels in the same order, so
 a row's bits do not depend on what shared its step (tested).
 

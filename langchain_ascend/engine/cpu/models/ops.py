@@ -1,9 +1,9 @@
 """The per-op pieces of an owned CPU model's layer, over our native kernels: pure functions.
 
-Every step an owned model runs outside the native decode stack (prefills, mixed steps, more rows
-than the stack takes) goes through these, layer by layer; the stack (``native.decode_stack.c``)
-runs the same kernels for a pure-decode step, so a row's values do not depend on which of the
-two ran its step:
+Every step an owned model runs outside the native decode stack (prefills of several requests,
+mixed steps, more rows than the stack takes) goes through these, layer by layer; the stack
+(``native.decode_stack.c``) runs the same kernels for a pure-decode step or a lone prefill
+segment, so a row's values do not depend on which of the two ran its step:
 
 * :func:`rms_norm`: the native one-pass RMSNorm (float32), or the bf16 kernel in transformers'
   rounding order; ``F.rms_norm`` where neither is built;
