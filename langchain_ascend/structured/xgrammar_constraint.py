@@ -292,15 +292,12 @@ class XGrammarConstraint:
         slack = remaining - needed - growth - _GUARD_MARGIN
         if slack >= _LOOKAHEAD_SLACK:
             return allowed
-        if self._matcher.find_jump_forward_string():
-            # The next bytes are forced; only their tokenization is free, and a short token
-            # can cost several more. Take the closing path's (longest) token.
-            if self._path is None:
-                self._estimate(limit)
-            if self._path:
-                forced = np.zeros_like(allowed)  # (W,)
-                _set_bit(forced, self._path[0])
-                return forced
+        forced_bytes = len(self._matcher.find_jump_forward_string().encode())
+        if forced_bytes and slack >= forced_bytes:
+            # The next bytes are forced; only their tokenization is free, and it costs at most
+            # a token a byte: within the slack any split fits, so the model's own stands (its
+            # greedy text does not depend on max_tokens while the reply fits). Past it, the
+            # choices are checked one by one below like any others.
             return allowed
         stop = self._backend.policy_masks["stop"]
         choices = set_bit_ids(allowed & ~stop, self._vocab_size)

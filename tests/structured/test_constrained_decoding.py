@@ -209,6 +209,23 @@ def test_named_tool_gives_exactly_one_call_of_that_tool_even_greedy(backend, tok
         Weather.model_validate(call["args"])
 
 
+def test_greedy_text_does_not_depend_on_max_tokens_while_it_fits(backend):
+    """The budget guard steps in only where closing would no longer fit: a greedy reply that
+    ends on its own within the budget is the same reply under any budget it fits in (with
+    forced bytes ahead, the model's own split of them stands)."""
+    spec = tool_call_grammar(TOOLS, fmt="hermes", tool_name="Weather")
+    checked = 0
+    for seed in range(14):
+        ids, stopped = _generate(backend, spec, seed=seed, max_tokens=400, temperature=0)
+        if not stopped or len(ids) > 360:
+            continue  # a reply the budget shaped
+        checked += 1
+        for budget in (len(ids) + 17, len(ids) + 64):
+            assert _generate(backend, spec, seed=seed, max_tokens=budget,
+                             temperature=0) == (ids, True), (seed, budget)
+    assert checked >= 10
+
+
 def test_json_mode_gives_a_json_object(backend, tokenizer):
     for seed in range(10):
         ids, stopped = _generate(backend, json_object_grammar(), seed=seed, max_tokens=40)
