@@ -27,9 +27,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ascend.chat.template import HOW_TO_SET
+from langchain_ascend.chat.tool_schemas import openai_tool
 from langchain_ascend.errors import (
     ChatTemplateError,
     InvalidArgumentTypeError,
@@ -197,7 +197,7 @@ def to_template_tools(tools: Any) -> list[dict[str, Any]]:
 
     Raises:
         InvalidArgumentTypeError: ``tools`` is a string, or not a list of tools.
-        InvalidRequestError: A tool that ``convert_to_openai_tool`` cannot convert, or a tool
+        InvalidRequestError: A tool that ``tool_schemas.openai_tool`` cannot convert, or a tool
             dict without a non-empty string ``name``.
     """
     if isinstance(tools, (Mapping, type, BaseTool)) or (
@@ -212,7 +212,7 @@ def to_template_tools(tools: Any) -> list[dict[str, Any]]:
                 f"tools[{i}] is the string {tool!r}; pass the tool itself (a BaseTool, "
                 "function, pydantic class or OpenAI tool dict), not its name")
         try:
-            schema = convert_to_openai_tool(tool)
+            schema = openai_tool(tool)
         except Exception as exc:  # langchain raises ValueError / TypeError / KeyError variants
             raise InvalidRequestError(
                 f"cannot convert tools[{i}]={tool!r} to a tool schema: {exc!r}") from exc

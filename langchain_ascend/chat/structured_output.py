@@ -17,9 +17,9 @@ from langchain_core.output_parsers.openai_tools import (
     PydanticToolsParser,
 )
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
-from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 
+from langchain_ascend.chat.tool_schemas import json_schema, openai_tool
 from langchain_ascend.errors import InvalidRequestError
 
 METHODS = ("json_schema", "function_calling", "json_mode")
@@ -31,7 +31,7 @@ def _bound_and_parser(chat: Any, schema: dict[str, Any] | type, method: str,
     is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
     json_schema = ls_format["schema"]
     if method == "function_calling":
-        tool_name = convert_to_openai_tool(schema)["function"]["name"]
+        tool_name = openai_tool(schema)["function"]["name"]
         bound = chat.bind_tools([schema], tool_choice=tool_name, parallel_tool_calls=False,
                                 ls_structured_output_format=ls_format)
         parser: Runnable = (
@@ -66,7 +66,7 @@ def structured_output(chat: Any, schema: dict[str, Any] | type, *, method: str,
         raise InvalidRequestError(
             f"unknown method {method!r}: use 'json_schema', 'function_calling' or 'json_mode'")
     ls_format = {"kwargs": {"method": method, "strict": strict},
-                 "schema": convert_to_json_schema(schema)}
+                 "schema": json_schema(schema)}
     bound, parser = _bound_and_parser(chat, schema, method, ls_format)
     if not include_raw:
         return bound | parser

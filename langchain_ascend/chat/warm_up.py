@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import HumanMessage
-from langchain_core.utils.function_calling import convert_to_json_schema
 
 from langchain_ascend.chat.messages import to_template_tools
 from langchain_ascend.chat.prepare import (
@@ -23,6 +22,7 @@ from langchain_ascend.chat.prepare import (
     prompt_token_ids,
     tool_support_for,
 )
+from langchain_ascend.chat.tool_schemas import json_schema
 from langchain_ascend.engine.core.sampling_params import SamplingParams
 from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.structured.grammars import GrammarSpec
@@ -36,7 +36,7 @@ def warm_up_grammar_specs(engine: Any, settings: ChatSettings, tools: Sequence[A
     support = tool_support_for(engine, settings, settings.model)
     return warm_up_specs(
         to_template_tools(tools or ()),
-        [convert_to_json_schema(s) for s in schemas or ()],
+        [json_schema(s) for s in schemas or ()],
         fmt=support.fmt,
         special_tokens=set(special_tokens_of(engine.tokenizer)),
     )

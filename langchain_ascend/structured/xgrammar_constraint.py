@@ -434,17 +434,19 @@ class XGrammarConstraint:
         while the budget guard is closing the reply, or when the tokens would not spell the
         forced text exactly (a tokenizer that adds a prefix space, a split character).
 
-        While the grammar is still compiling (the scheduler asks before the prompt's prefill)
-        the spec's forced prefix is used instead, so the compile is not waited for; without
-        one the grammar is waited for here.
+        At the start the spec's forced prefix is used, whether or not the grammar has compiled
+        (the scheduler asks before the prompt's prefill, often while it compiles: the compile
+        is not waited for, and a reply does not depend on when it finished); without one the
+        grammar is waited for here.
 
         Args:
             limit: Most tokens to return.
         """
         if limit <= 0 or self._closing or self.rejected_token is not None:
             return []
-        defer = self._grammar_pending() and bool(self._forced_prefix) and self.num_accepted == 0
-        if defer:
+        at_start = bool(self._forced_prefix) and self.num_accepted == 0
+        defer = at_start and self._grammar_pending()
+        if at_start:  # compiled or not: the same tokens whatever the compile's timing
             text = self._forced_prefix
         else:
             if self._matcher.is_terminated():

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from transformers import AutoTokenizer
 
 from langchain_ascend.chat.tool_parsers import parse_tool_calls
+from langchain_ascend.chat.tool_schemas import json_schema, openai_tool
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured import (
     GrammarSpec,
@@ -224,6 +225,28 @@ def test_greedy_text_does_not_depend_on_max_tokens_while_it_fits(backend):
             assert _generate(backend, spec, seed=seed, max_tokens=budget,
                              temperature=0) == (ids, True), (seed, budget)
     assert checked >= 10
+
+
+class Node(BaseModel):
+    """A tree node."""
+
+    value: int
+    children: list[Node] = []
+
+
+def test_a_self_referencing_schema_gives_valid_trees(backend, tokenizer):
+    """A class that refers to itself keeps its ``$ref`` (``chat.tool_schemas``), so every
+    structured reply and forced call is a valid tree, however deep."""
+    output = json_schema_grammar(json_schema(Node))
+    call = tool_call_grammar([openai_tool(Node)], fmt="hermes", tool_name="Node")
+    for seed in range(8):
+        ids, stopped = _generate(backend, output, seed=seed, max_tokens=120)
+        assert stopped
+        Node.model_validate(json.loads(tokenizer.decode(ids)))
+        ids, stopped = _generate(backend, call, seed=seed, max_tokens=160)
+        assert stopped
+        (parsed,) = parse_tool_calls(tokenizer.decode(ids), "hermes").tool_calls
+        Node.model_validate(parsed["args"])
 
 
 def test_json_mode_gives_a_json_object(backend, tokenizer):
