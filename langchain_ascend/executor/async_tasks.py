@@ -135,6 +135,6 @@ class TaskRun:
             record.attempt_ms.append(timeout_s * 1e3)  # type: ignore[operator]
             return False, timeout_error(self.specs[index].name,
                                         timeout_s,  # type: ignore[arg-type]
-                                        record.attempts, self.limits.retry.times + 1)
+                                        record.attempts, self.limits.retry)
         record.attempt_ms.append((t1 - t0) * 1e3)
         return False, value

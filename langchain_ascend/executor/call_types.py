@@ -131,10 +131,15 @@ class Limits:
     propagate: Callable[[BaseException], bool]
 
 
-def timeout_error(name: str, timeout_s: float, attempts: int, total: int) -> ToolTimeoutError:
+def timeout_error(name: str, timeout_s: float, attempts: int, retry: RetryPolicy
+                  ) -> ToolTimeoutError:
+    """The error of a call's attempt that ran past ``timeout_s``; the count of attempts is
+    named only where a timeout is retried (``retry.on_timeout``)."""
+    which = (f"attempt {attempts} of {retry.times + 1}" if retry.on_timeout
+             else "timeouts are not retried: retry_on_timeout=False")
     return ToolTimeoutError(
-        f"tool {name!r} timed out after {timeout_s * 1e3:.0f} ms (attempt {attempts} of "
-        f"{total}); its result will be ignored")
+        f"tool {name!r} timed out after {timeout_s * 1e3:.0f} ms ({which}); its result will "
+        "be ignored")
 
 
 @dataclass

@@ -168,7 +168,7 @@ class _LaneRun:
                 record.attempt_ms.append(timeout_s * 1e3)
                 self.contexts[index] = contextvars.copy_context()
                 self._fail_locked(index, timeout_error(
-                    self.specs[index].name, timeout_s, record.attempts, limits.retry.times + 1),
+                    self.specs[index].name, timeout_s, record.attempts, limits.retry),
                     now)
             if self.fatal is not None:
                 self._abandon_all_locked()

@@ -209,6 +209,19 @@ def test_timeouts_are_retried_only_when_asked(release: threading.Event) -> None:
     no_retry = NPUStreamToolExecutor([slow_once], timeout_ms=150, retry_backoff_ms=1)
     (message,) = no_retry.invoke([tool_call("slow_once", "s", x=1)])
     assert message.status == "error" and attempts["n"] == 1
+    # the message does not promise attempts that will not come
+    assert "not retried" in message.content and "attempt 1 of" not in message.content
+
+    @tool
+    def always_slow(x: int) -> str:
+        """Hangs on every attempt."""
+        release.wait(10)
+        return "late"
+
+    retried = NPUStreamToolExecutor([always_slow], timeout_ms=100, retry_on_timeout=True,
+                                    retry_times=1, retry_backoff_ms=1)
+    (message,) = retried.invoke([tool_call("always_slow", "s", x=1)])
+    assert message.status == "error" and "attempt 2 of 2" in message.content
 
 
 def test_unknown_tool_invalid_args_and_tool_errors_become_messages() -> None:
