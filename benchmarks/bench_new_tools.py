@@ -280,7 +280,8 @@ def grammar_only(count: int) -> None:
 
 
 def xgrammar_constraint_for(backend: Any, compiled: Any, spec: Any) -> Any:
-    from langchain_ascend.structured.xgrammar_constraint import XGrammarConstraint, pack_mask
+    from langchain_ascend.structured.packed_masks import pack_mask
+    from langchain_ascend.structured.xgrammar_constraint import XGrammarConstraint
 
     return XGrammarConstraint(compiled, backend=backend, base_mask=pack_mask(~backend._special),
                               max_tokens=256)

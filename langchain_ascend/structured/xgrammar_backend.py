@@ -44,11 +44,8 @@ import xgrammar as xgr
 from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.structured.grammars import GrammarSpec
-from langchain_ascend.structured.xgrammar_constraint import (
-    XGrammarConstraint,
-    pack_mask,
-    unpack_mask,
-)
+from langchain_ascend.structured.packed_masks import pack_mask, unpack_mask
+from langchain_ascend.structured.xgrammar_constraint import XGrammarConstraint
 
 __all__ = ["GrammarBackend", "XGrammarConstraint", "get_grammar_backend", "pack_mask",
            "unpack_mask"]

@@ -15,9 +15,8 @@
   the spec's forced prefix is appended (``jump_forward``); those tokens are replayed into the
   matcher when it is made.
 
-Masks are kept packed like xgrammar's bitmask (``(ceil(V/32),) int32``, bit ``i % 32`` of
-word ``i // 32`` is token ``i``) so the per-step work is a few word-wise operations. Imports
-torch, numpy and xgrammar: load lazily.
+Masks are kept packed like xgrammar's bitmask (``structured.packed_masks``) so the per-step
+work is a few word-wise operations. Imports torch, numpy and xgrammar: load lazily.
 """
 
 from __future__ import annotations
@@ -29,8 +28,18 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
+from langchain_ascend.structured.packed_masks import (
+    clear_bit,
+    mask_row,
+    set_bit,
+    set_bit_ids,
+    unpack_mask,
+)
+
 if TYPE_CHECKING:
     from langchain_ascend.structured.xgrammar_backend import GrammarBackend
+
+__all__ = ["XGrammarConstraint"]
 
 # Budget guard (see XGrammarConstraint). The guard watches once the remaining budget is
 # within twice the last estimate of the closing length plus _WATCH_SLACK tokens; between
@@ -50,63 +59,12 @@ _LOOKAHEAD_SLACK = 64
 # _UNCHECKED_GROWTH, only tokens whose growth of the closing path is bounded within the slack
 # stay (one token can add up to 3 continuation bytes of a character, or 5 of an escape).
 _UNCHECKED_GROWTH = 8
+_FAVOURITES = 4  # of many such choices, the model's best few (over every safe one) are checked
 # Closing policy preference order, inside and outside a JSON string.
 _STRING_TIERS = (
     "quote_colon", "quote_then_closers", "quote_first", "contains_no_opener", "no_opener")
 _OUTSIDE_TIERS = (
     "stop", "closers", "contains_no_opener", "separators", "digits", "no_opener")
-
-
-def pack_mask(mask: np.ndarray) -> np.ndarray:
-    """Pack a ``(V,)`` bool array into xgrammar's ``(ceil(V/32),) int32`` layout."""
-    num_words = (mask.shape[0] + 31) // 32
-    padded = np.zeros(num_words * 32, dtype=bool)  # (W*32,)
-    padded[: mask.shape[0]] = mask
-    return np.packbits(padded, bitorder="little").view(np.int32)  # (W,)
-
-
-def unpack_mask(packed: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Unpack ``(W,) int32`` words into a ``(V,)`` bool array."""
-    return np.unpackbits(packed.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
-
-
-DENSE_MASK_FRACTION = 0.9
-"""Allowed share of the vocabulary from which xgrammar's kernel masks a row (it visits the
-disallowed tokens one by one: ~10 us for a nearly open mask, ~200 us for a sparse one)."""
-
-
-def set_bit_ids(packed: np.ndarray, limit: int) -> np.ndarray:
-    """Ids below ``limit`` of the set bits of a packed ``(W,)`` mask, ascending (only the
-    words with a bit set are unpacked)."""
-    words = np.flatnonzero(packed)  # (K,)
-    if words.size == 0:
-        return words
-    bits = np.unpackbits(packed[words].view(np.uint8), bitorder="little").reshape(-1, 32)
-    ids = (words[:, None] * 32 + np.arange(32))[bits.astype(bool)]  # (N,)
-    return ids[ids < limit]
-
-
-def mask_row(row: np.ndarray, packed: np.ndarray, width: int) -> bool:
-    """``row[t] = -inf`` for every token ``t < width`` whose bit in ``packed`` ``(W,)`` is
-    clear, in place, where the mask is sparse enough that this beats xgrammar's kernel: the
-    allowed values are kept, the row filled, the kept values put back (~20-30 us a 49k row
-    with a few hundred allowed, one thread). Returns False, changing nothing, for a mask
-    with more than :data:`DENSE_MASK_FRACTION` of the row allowed."""
-    kept = set_bit_ids(packed, width)  # (A,) allowed token ids
-    if len(kept) > DENSE_MASK_FRACTION * width:
-        return False
-    values = row[kept]  # (A,)
-    row[:width] = -np.inf
-    row[kept] = values
-    return True
-
-
-def _set_bit(packed: np.ndarray, token_id: int) -> None:
-    packed.view(np.uint32)[token_id // 32] |= np.uint32(1 << (token_id % 32))
-
-
-def _clear_bit(packed: np.ndarray, token_id: int) -> None:
-    packed.view(np.uint32)[token_id // 32] &= ~np.uint32(1 << (token_id % 32))
 
 
 class _StringTracker:
@@ -220,7 +178,6 @@ class XGrammarConstraint:
         matcher.fill_next_token_bitmask(bitmask)
         return bitmask.numpy()[0] & self._base  # (W,)
 
-
     def _policy_choice(self, allowed: np.ndarray, in_string: bool) -> int:
         """The closing policy's token among the packed ``allowed`` mask."""
         masks = self._backend.policy_masks
@@ -271,8 +228,9 @@ class XGrammarConstraint:
         self._needed = len(self._path) if self._path is not None else limit
         return self._needed
 
-    def _guard(self, allowed: np.ndarray) -> np.ndarray:
-        """Apply the budget guard to the packed ``allowed`` mask (may switch to closing)."""
+    def _guard(self, allowed: np.ndarray, scores: np.ndarray | None = None) -> np.ndarray:
+        """Apply the budget guard to the packed ``allowed`` mask (may switch to closing);
+        ``scores``: the step's logits row where known (the model's favourites are checked)."""
         self._choice_paths = {}
         remaining = self._max_tokens - self.num_accepted  # tokens left, this one included
         limit = min(remaining + 1, _MAX_SIMULATED_TOKENS)
@@ -292,22 +250,24 @@ class XGrammarConstraint:
         slack = remaining - needed - growth - _GUARD_MARGIN
         if slack >= _LOOKAHEAD_SLACK:
             return allowed
-        forced_bytes = len(self._matcher.find_jump_forward_string().encode())
-        if forced_bytes and slack >= forced_bytes:
-            # The next bytes are forced; only their tokenization is free, and it costs at most
-            # a token a byte: within the slack any split fits, so the model's own stands (its
-            # greedy text does not depend on max_tokens while the reply fits). Past it, the
-            # choices are checked one by one below like any others.
-            return allowed
         stop = self._backend.policy_masks["stop"]
         choices = set_bit_ids(allowed & ~stop, self._vocab_size)
         total = choices.size + int((allowed & stop).any())
         if total < 2:
             return allowed
+        forced = self._matcher.find_jump_forward_string().encode()
+        if forced and slack >= len(forced) and choices.size <= _LOOKAHEAD_CHOICES:
+            # Forced bytes: a token inside them costs at most a token a byte, so within the
+            # slack the model's own split stands; a token reaching past them is checked.
+            vocab = self._backend.decoded_vocab
+            past = np.array([t for t in choices.tolist() if not forced.startswith(vocab[t])],
+                            dtype=np.int64)
+            self._keep_fitting(allowed, past, limit, remaining)
+            return allowed
         if choices.size > _LOOKAHEAD_CHOICES:
             if slack >= _UNCHECKED_GROWTH:
                 return allowed
-            return self._keep_bounded_growth(allowed, slack, limit, remaining)
+            return self._keep_bounded_growth(allowed, slack, limit, remaining, scores)
         self._keep_fitting(allowed, choices, limit, remaining)
         return allowed
 
@@ -319,17 +279,17 @@ class XGrammarConstraint:
                 continue  # on the closing path: fits by construction
             path = self._simulate_close(limit, first_token=token)
             if path is None or len(path) > remaining - _GUARD_MARGIN:
-                _clear_bit(allowed, token)  # taking it would leave no room to close
+                clear_bit(allowed, token)  # taking it would leave no room to close
             else:
                 self._choice_paths[token] = path
 
     def _keep_bounded_growth(self, allowed: np.ndarray, slack: int, limit: int,
-                             remaining: int) -> np.ndarray:
+                             remaining: int, scores: np.ndarray | None) -> np.ndarray:
         """Too many choices to look ahead one by one, with little slack: keep the tokens that
         cannot lengthen the closing path past ``slack`` (plain text inside a string, digits
         or closers outside: a multi-byte character's first byte can cost 3 more tokens, an
         escape 5), the closing path's next token, and the rest only where a lookahead shows
-        they fit."""
+        they fit: all of them when few, else the model's favourites (best ``scores``)."""
         masks = self._backend.policy_masks
         if self._strings.in_string and not self._strings.escaped:
             bound = max((g for g in (0, 3, 5) if g <= slack), default=0)
@@ -337,14 +297,21 @@ class XGrammarConstraint:
         else:
             safe = allowed & (masks["grows_0_outside"] | masks["stop"])  # (W,)
         others = set_bit_ids(allowed & ~safe & ~masks["stop"], self._vocab_size)
+        if others.size > _LOOKAHEAD_CHOICES and scores is not None and others[-1] < scores.size:
+            kept = set_bit_ids(safe, scores.size)
+            floor = scores[kept].max() if kept.size else -np.inf
+            rank = np.argsort(-scores[others], kind="stable")[:_FAVOURITES]
+            others = others[rank][scores[others[rank]] > floor]  # preferred to every safe one
         if others.size <= _LOOKAHEAD_CHOICES:
-            fitting = allowed & ~safe
+            fitting = allowed & ~allowed  # (W,) zeros, then the looked-ahead ones that fit
+            for token in others.tolist():
+                set_bit(fitting, token)
             self._keep_fitting(fitting, others, limit, remaining)
-            return safe | fitting
+            safe |= fitting
         if self._path is None:
             self._estimate(limit)
         if self._path:
-            _set_bit(safe, self._path[0])
+            set_bit(safe, self._path[0])
         return safe if safe.any() else allowed
 
     # -- TokenConstraint protocol ------------------------------------------------------------
@@ -353,17 +320,17 @@ class XGrammarConstraint:
         """Ids of the tokens allowed next (advances nothing; runs the budget guard)."""
         return set_bit_ids(self._next_allowed(), self._vocab_size)
 
-    def _next_allowed(self) -> np.ndarray:
+    def _next_allowed(self, scores: np.ndarray | None = None) -> np.ndarray:
         allowed = self._allowed_packed(self._matcher, self._bitmask)  # (W,)
         if not self._closing:
-            allowed = self._guard(allowed)
+            allowed = self._guard(allowed, scores)
         if self._closing:
             if self._path:
                 choice = self._path[0]
             else:
                 choice = self._policy_choice(allowed, self._strings.in_string)
             forced = np.zeros_like(allowed)  # (W,)
-            _set_bit(forced, choice)
+            set_bit(forced, choice)
             return forced
         if not allowed.any():
             return self._backend.policy_masks["stop"].copy()
@@ -376,15 +343,16 @@ class XGrammarConstraint:
         ops (over a 49k row they go parallel and cost 0.3-25 ms each on a busy 2-core host):
         a sparse mask by :func:`mask_row`, a nearly open one by xgrammar's kernel straight
         from the packed words; other rows through an unpacked bool mask on their device."""
-        packed = self._next_allowed()  # (W,)
         width = min(int(logits.shape[-1]), self._vocab_size)
+        cpu_row = (logits.device.type == "cpu" and logits.dtype == torch.float32
+                   and logits.dim() == 1 and logits.is_contiguous())
+        packed = self._next_allowed(logits.numpy()[:width] if cpu_row else None)  # (W,)
         # The row may be an inference tensor (made under torch.inference_mode), which may
         # only be edited in place inside inference mode; a normal tensor is fine there too.
         with torch.inference_mode():
             if width < logits.shape[-1]:
                 logits[..., width:] = float("-inf")
-            if (logits.device.type == "cpu" and logits.dtype == torch.float32
-                    and logits.dim() == 1 and logits.is_contiguous()):
+            if cpu_row:
                 if mask_row(logits.numpy(), packed, width):
                     return
                 xgr.apply_token_bitmask_inplace(

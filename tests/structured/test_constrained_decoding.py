@@ -227,6 +227,35 @@ def test_greedy_text_does_not_depend_on_max_tokens_while_it_fits(backend):
     assert checked >= 10
 
 
+class Parcel(BaseModel):
+    """Items to search: an array of objects, an enum and free text."""
+
+    date: int
+    items: list[Item]
+
+
+class Item(BaseModel):
+    """One item."""
+
+    notes: str | None = None
+    priority: Literal["fahrenheit", "blue", "celsius"]
+
+
+def test_greedy_forced_calls_close_at_every_budget(backend, tokenizer):
+    """Near the budget the guard lets the model's own split of forced bytes stand, and still
+    closes every call in time (a token reaching past the forced bytes, such as the start of
+    another key, is checked like any other choice)."""
+    Parcel.model_rebuild()
+    spec = tool_call_grammar([openai_tool(Parcel)], fmt="hermes", tool_name="Parcel")
+    for seed in range(4):
+        for budget in range(40, 100, 3):
+            ids, stopped = _generate(backend, spec, seed=seed, max_tokens=budget,
+                                     temperature=0, scale=1.0)
+            assert stopped, (seed, budget, tokenizer.decode(ids))
+            (call,) = parse_tool_calls(tokenizer.decode(ids), "hermes").tool_calls
+            Parcel.model_validate(call["args"])
+
+
 class Node(BaseModel):
     """A tree node."""
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from langchain_ascend.structured.xgrammar_constraint import (
+from langchain_ascend.structured.packed_masks import (
     DENSE_MASK_FRACTION,
     mask_row,
     pack_mask,

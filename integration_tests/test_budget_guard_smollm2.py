@@ -1,0 +1,63 @@
+"""The budget guard on the real SmolLM2-135M-Instruct (GGUF, greedy, CPU): ``max_tokens`` only
+cuts a forced call short where closing would no longer fit.
+
+* A greedy forced call that fits gives the same arguments under every budget it fits in
+  (the guard once re-spelled forced text near the budget: "Weather in Beijing?" gave
+  Bangkok at 50, 80 and 100 tokens and Beijing at 64 and 128).
+* A forced call whose model repeats array items until the budget still closes, valid, within
+  it (a case of ``benchmarks/bench_new_tools.py`` that was cut at 256 tokens while the guard
+  let a token reaching past forced bytes through unchecked).
+"""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from langchain_ascend.chat_models import AscendChatModel
+from langchain_ascend.testing import needs_smollm2
+from langchain_ascend.testing.real_model import smollm2_chat_kwargs
+
+pytestmark = needs_smollm2()
+
+GET_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+ITEM = {"type": "object", "properties": {
+    "notes": {"type": "string", "description": "a name or place"},
+    "priority": {"type": "string", "enum": ["fahrenheit", "blue", "celsius"]}},
+    "required": ["priority"]}
+SEARCH_PARCEL = {"type": "function", "function": {
+    "name": "search_parcel_11", "description": "search parcel 11 for the user",
+    "parameters": {"type": "object", "properties": {
+        "date": {"type": "integer", "description": "a count"},
+        "items": {"type": "array", "items": ITEM, "description": "a list of items"},
+        "count": {"type": "array", "items": {"type": "object", "properties": {
+            "date": {"type": "integer", "description": "a count"}}}},
+        "language": {"type": "boolean"}, "owner": {"type": "integer"}},
+        "required": ["date", "items"]}}}
+
+
+@pytest.fixture(scope="module")
+def chat() -> AscendChatModel:
+    return AscendChatModel(**smollm2_chat_kwargs(speculative_decoding="off"))
+
+
+def test_a_greedy_forced_call_does_not_depend_on_the_budget_it_fits_in(chat):
+    bound = chat.bind_tools([GET_WEATHER], tool_choice="get_weather")
+    calls = {budget: bound.invoke("Weather in Beijing?", max_tokens=budget).tool_calls
+             for budget in (40, 50, 64, 80, 128)}
+    assert all(len(found) == 1 for found in calls.values()), calls
+    assert len({str(found[0]["args"]) for found in calls.values()}) == 1, calls
+
+
+def test_a_repeating_call_still_closes_within_its_budget(chat):
+    bound = chat.bind_tools([SEARCH_PARCEL], tool_choice="search_parcel_11")
+    question = ("Please search parcel: date 13, items notes Oslo, priority fahrenheit, count "
+                "date 8, language yes, owner 30.")
+    for budget in (128, 256):
+        reply = bound.invoke(question, max_tokens=budget)
+        assert reply.usage_metadata["output_tokens"] <= budget
+        (call,) = reply.tool_calls
+        jsonschema.validate(call["args"], SEARCH_PARCEL["function"]["parameters"])
