@@ -46,7 +46,8 @@ def json_schema(schema: Any) -> dict[str, Any]:
 def _self_referencing_schema(tool: Any) -> dict[str, Any] | None:
     """The object schema of a pydantic class whose definitions refer to themselves, its
     ``$defs`` attached, or None for anything else (pure function of the class)."""
-    if not (isinstance(tool, type) and is_basemodel_subclass(tool)):
+    if not (isinstance(tool, type) and is_basemodel_subclass(tool)
+            and hasattr(tool, "model_json_schema")):  # pydantic 2 (a v1 class converts as is)
         return None
     own = tool.model_json_schema()
     defs = own.get("$defs") or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from pydantic import BaseModel
+from pydantic.v1 import BaseModel as BaseModelV1
 
 from langchain_ascend.chat.tool_schemas import json_schema, openai_tool
 
@@ -74,10 +75,17 @@ def test_classes_that_refer_to_each_other_or_hold_a_recursive_one_keep_theirs():
     assert schema["properties"]["root"] == {"$ref": "#/$defs/Node"} and "$defs" in schema
 
 
+class WeatherV1(BaseModelV1):
+    """Weather in a city (a pydantic 1 class)."""
+
+    city: str
+
+
 def test_every_other_tool_converts_as_langchain_converts_it():
     weather_dict = {"type": "function", "function": {
         "name": "lookup", "description": "Look up a word.",
         "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}
-    for tool in (Weather, weather_dict):
+    for tool in (Weather, weather_dict, WeatherV1):
         assert openai_tool(tool) == convert_to_openai_tool(tool)
-    assert json_schema(Weather) == convert_to_json_schema(Weather)
+    for schema in (Weather, WeatherV1):
+        assert json_schema(schema) == convert_to_json_schema(schema)
