@@ -112,7 +112,7 @@ class QuantizedEmbedding(nn.Module):
             for token, row in zip(missing, fresh, strict=True):
                 while len(kept) >= self._kept_limit:
                     del kept[next(iter(kept))]
-                kept[token] = row
+                kept[token] = row.clone()  # its own storage: the bound counts every row
         return torch.stack([kept[i] for i in ids])  # (T, D), a new tensor: callers edit it
 
     def extra_repr(self) -> str:

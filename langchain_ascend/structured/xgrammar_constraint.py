@@ -300,8 +300,8 @@ class XGrammarConstraint:
         if others.size > _LOOKAHEAD_CHOICES and scores is not None and others[-1] < scores.size:
             kept = set_bit_ids(safe, scores.size)
             floor = scores[kept].max() if kept.size else -np.inf
-            rank = np.argsort(-scores[others], kind="stable")[:_FAVOURITES]
-            others = others[rank][scores[others[rank]] > floor]  # preferred to every safe one
+            best = others[np.argpartition(-scores[others], _FAVOURITES)[:_FAVOURITES]]
+            others = best[scores[best] > floor]  # preferred to every safe one
         if others.size <= _LOOKAHEAD_CHOICES:
             fitting = allowed & ~allowed  # (W,) zeros, then the looked-ahead ones that fit
             for token in others.tolist():

@@ -7,8 +7,8 @@ Which step goes where:
   Llama, Mistral, Qwen2, Qwen3 and Phi-3, ``gemma.GemmaModel`` for Gemma 2 and 3): its
   weights taken once as plain attributes, and EVERY step of the CPU backend's paged path run
   by it -- for the Llama layer a pure-decode step, or a step that is one prefill segment, in
-  one native call over all layers, any other step layer by layer through the same kernels. The model runner calls it explicitly
-  (``hooks.owned_model``).
+  one native call over all layers, any other step layer by layer through the same kernels.
+  The model runner calls it explicitly (``hooks.owned_model``).
 * Any other model (another family, a rotary scaling the owned models do not compute...) runs
   transformers' forward with our paged attention, and its quantized linears compute from
   their blocks; ``stats().weights["forward"]`` says ``"transformers"`` and the log says why.

@@ -152,23 +152,23 @@ class PackedLayers:
                         if tensor is not None)
             keep.extend(tensor for product in products for tensor in product[4])
         heads, kv_heads, head_dim, intermediate = geometry
-        row_bytes = (stack_kernel.scratch_elements(1, layers[0].input_norm.numel(), heads,
-                                                   kv_heads, head_dim, intermediate)
-                     * torch.empty(0, dtype=dtype).element_size())
+        row_bytes = dtype.itemsize * stack_kernel.scratch_elements(
+            1, layers[0].input_norm.numel(), heads, kv_heads, head_dim, intermediate)
         max_rows = min(max_rows or 0, SCRATCH_BYTES // row_bytes)
         array = (stack_kernel.DecodeLayer * len(records))(*records)
         return cls(dtype=dtype, layers=array, indices=[layer.index for layer in layers],
                    max_rows=max_rows, geometry=geometry, keep=keep)
 
-    def takes(self, step: Any, input_ids: Any) -> bool:
-        """Whether this call (``input_ids`` ``(1, T)``) is a step the stack runs: the CPU
-        backend's paged path for at most :attr:`max_rows` rows, every row a decode (shared
-        prefixes and verify passes included) or all of them one prefill segment
-        (:meth:`attention_rows`)."""
+    def step_tables(self, step: Any, input_ids: Any) -> tuple[Any, Any] | None:
+        """The attention tables (:meth:`attention_rows`) of a step the stack runs, for
+        :meth:`run`, or None where it does not take this call (``input_ids`` ``(1, T)``): the
+        CPU backend's paged path for at most :attr:`max_rows` rows, every row a decode
+        (shared prefixes and verify passes included) or all of them one prefill segment."""
         metadata = getattr(step, "metadata", None)
-        return (metadata is not None and input_ids is not None and input_ids.dim() == 2
-                and input_ids.shape[0] == 1 and 0 < input_ids.shape[1] <= self.max_rows
-                and self.attention_rows(metadata, input_ids.shape[1]) is not None)
+        if (metadata is None or input_ids is None or input_ids.dim() != 2
+                or input_ids.shape[0] != 1 or not 0 < input_ids.shape[1] <= self.max_rows):
+            return None
+        return self.attention_rows(metadata, input_ids.shape[1])
 
     def attention_rows(self, metadata: Any, rows: int) -> tuple[Any, Any] | None:
         """``(block_tables (T, W) int32, seq_lens (T,) int64)`` the stack attends ``rows``
@@ -193,8 +193,9 @@ class PackedLayers:
             return None
         return block_tables, seq_lens
 
-    def run(self, hidden: Any, cos: Any, sin: Any, step: Any) -> None:
-        """Every layer on ``hidden`` ``(M, D)`` in place, writing the step's K/V."""
+    def run(self, hidden: Any, cos: Any, sin: Any, step: Any, tables: tuple[Any, Any]) -> None:
+        """Every layer on ``hidden`` ``(M, D)`` in place, writing the step's K/V; ``tables``:
+        the step's :meth:`step_tables`."""
         import torch
 
         caches = step.kv_caches
@@ -208,9 +209,7 @@ class PackedLayers:
                                              intermediate)
         if self._scratch is None or self._scratch.numel() < need:
             self._scratch = torch.empty(need, dtype=self.dtype)
-        found = self.attention_rows(step.metadata, rows)
-        assert found is not None  # the model asked takes() first
-        block_tables, seq_lens = found
+        block_tables, seq_lens = tables
         cache = caches[0]  # (2, KVH, NB, BS, Dh), the same shape for every layer
         stack_kernel.run_stack(
             self.layers, hidden, cos, sin, step.metadata.slot_mapping, block_tables, seq_lens,

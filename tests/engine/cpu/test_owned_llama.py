@@ -32,9 +32,9 @@ def _calls(runner, monkeypatch) -> dict[str, list[int]]:
         calls["owned"].append(input_ids.shape[1])
         return hidden(input_ids, position_ids, step)
 
-    def spy_run(x, cos, sin, step):
+    def spy_run(x, cos, sin, step, tables):
         calls["stack"].append(x.shape[0])
-        return run(x, cos, sin, step)
+        return run(x, cos, sin, step, tables)
 
     monkeypatch.setattr(owned, "hidden", spy_hidden)
     monkeypatch.setattr(owned.stack, "run", spy_run)

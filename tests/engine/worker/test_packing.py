@@ -103,9 +103,9 @@ def test_forced_tokens_in_one_pass_equal_one_at_a_time(tiny_model_paths, monkeyp
     taken = []
     original = stack.run
 
-    def spy(x, cos, sin, step_meta):
+    def spy(x, cos, sin, step_meta, tables):
         taken.append(x.shape[0])
-        return original(x, cos, sin, step_meta)
+        return original(x, cos, sin, step_meta, tables)
 
     monkeypatch.setattr(stack, "run", spy)
     together = step("b", outputs, len(prompt), blocks_b)  # one pass, like jump-forward

@@ -202,8 +202,9 @@ class LlamaModel:
         ``position_ids`` ``(1, T)``), writing every layer's K/V."""
         x = self.embed_tokens(input_ids)[0].contiguous()  # (T, D)
         cos, sin = self.rotary(position_ids[0])  # (T, Dh) each
-        if self.stack is not None and self.stack.takes(step, input_ids):
-            self.stack.run(x, cos, sin, step)  # every layer in one native call, in place
+        tables = None if self.stack is None else self.stack.step_tables(step, input_ids)
+        if tables is not None:
+            self.stack.run(x, cos, sin, step, tables)  # every layer in one native call
         else:
             for layer in self.layers:
                 x = self._layer(layer, x, cos, sin, step)
