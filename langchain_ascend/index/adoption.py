@@ -12,7 +12,13 @@ from langchain_core.documents import Document
 from langchain_ascend.errors import EmbeddingDimensionError, VectorStoreInputError
 from langchain_ascend.index.device_index import FlatIndex
 from langchain_ascend.index.distance import DistanceStrategy, as_strategy
-from langchain_ascend.index.faiss_io import FaissIndex, flat_vectors, import_faiss, metric_of
+from langchain_ascend.index.faiss_io import (
+    FaissIndex,
+    concrete_index,
+    flat_vectors,
+    import_faiss,
+    metric_of,
+)
 from langchain_ascend.index.store_state import IndexOptions, StoreState
 
 if TYPE_CHECKING:
@@ -72,7 +78,7 @@ def _from_faiss_object(options: IndexOptions, strategy: DistanceStrategy,
         backend = options.new_index(int(index.d))
         backend.add(torch.from_numpy(vectors).to(options.device))
         return backend, list(range(len(vectors)))
-    concrete = faiss.downcast_index(index)
+    concrete = concrete_index(index)
     labels = None
     if isinstance(concrete, (faiss.IndexIDMap, faiss.IndexIDMap2)):
         labels = faiss.vector_to_array(concrete.id_map).astype(np.int64)

@@ -57,6 +57,18 @@ def flat_vectors(index: Any) -> np.ndarray | None:
     return codes.view(np.float32).reshape(concrete.ntotal, concrete.d).copy()
 
 
+def concrete_index(index: Any) -> Any:
+    """``index`` as its concrete faiss class (``IndexHNSWFlat``, ``IndexIVFFlat``...), kept
+    alive by what is returned: ``faiss.downcast_index`` gives a proxy that does not own the C++
+    index, which is freed with the last reference to ``index`` (a search then asserted, found
+    nothing or crashed). ``referenced_objects`` is faiss's own way of holding a dependency."""
+    faiss = import_faiss()
+    concrete = faiss.downcast_index(index)
+    if concrete is not index and not concrete.thisown:
+        concrete.referenced_objects = [index]
+    return concrete
+
+
 def _has_stored_labels(index: Any) -> bool:
     faiss = import_faiss()
     concrete = faiss.downcast_index(index)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +182,58 @@ def test_lc_faiss_folder_needs_the_flag_and_imports_exactly(tmp_path, emb, strat
     assert len(AscendFAISS.load_local(tmp_path / "converted", emb)) == 59
 
 
+def _lc_store(emb, factory: str, strategy: str):
+    """An lc FAISS store over a faiss index of ``factory`` (trained where it needs it)."""
+    import faiss
+
+    strategies = lc_module("langchain_community.vectorstores.utils").DistanceStrategy
+    docstore = lc_module("langchain_community.docstore.in_memory").InMemoryDocstore
+    metric = faiss.METRIC_INNER_PRODUCT if strategy == "MAX_INNER_PRODUCT" else faiss.METRIC_L2
+    index = faiss.index_factory(16, factory, metric)
+    vectors = np.asarray(emb.embed_documents(TEXTS), dtype=np.float32)
+    index.train(vectors)
+    lc = FAISS(emb, index, docstore(), {}, distance_strategy=strategies[strategy])
+    lc.add_texts(TEXTS, ids=[f"id{i}" for i in range(len(TEXTS))])
+    return lc
+
+
+@pytest.mark.parametrize("factory", ["HNSW16", "IVF4,Flat"])
+@pytest.mark.parametrize("path", ["folder", "bytes", "constructor"])
+def test_a_non_flat_lc_index_searches_after_its_source_is_gone(tmp_path, emb, factory,
+                                                                path) -> None:
+    """A non-flat faiss index taken over from lc (a folder, lc's pickle bytes, the
+    constructor) stays alive in the store: its concrete proxy did not own the C++ index,
+    which went with the caller's last reference (searches asserted, found nothing or
+    crashed); lc's bytes also give the strategy of the index's metric, as a folder does."""
+    import gc
+
+    import faiss
+
+    strategy = "MAX_INNER_PRODUCT" if path == "bytes" else "EUCLIDEAN_DISTANCE"
+    lc = _lc_store(emb, factory, strategy)
+    want = [[(d.id, round(float(s), 4)) for d, s in lc.similarity_search_with_score(q, k=4)]
+            for q in QUERIES]
+    if path == "folder":
+        lc.save_local(str(tmp_path))
+        ours = AscendFAISS.load_local(tmp_path, emb, allow_dangerous_deserialization=True,
+                                      device="cpu")
+    elif path == "bytes":
+        ours = AscendFAISS.deserialize_from_bytes(lc.serialize_to_bytes(), emb,
+                                                  allow_dangerous_deserialization=True,
+                                                  device="cpu")
+        assert ours.distance_strategy.value == "MAX_INNER_PRODUCT"
+    else:
+        faiss.write_index(lc.index, str(tmp_path / "index.faiss"))
+        ours = AscendFAISS(emb, index=faiss.read_index(str(tmp_path / "index.faiss")),
+                           docstore=lc.docstore, index_to_docstore_id=lc.index_to_docstore_id,
+                           device="cpu")
+    del lc
+    gc.collect()
+    got = [[(d.id, round(float(s), 4)) for d, s in ours.similarity_search_with_score(q, k=4)]
+           for q in QUERIES]
+    assert got == want
+
+
 def test_serialize_to_bytes_round_trip_and_pickle_guard(emb) -> None:
     store = AscendFAISS.from_texts(TEXTS[:5], emb, device="cpu")
     blob = store.serialize_to_bytes()
@@ -192,6 +245,9 @@ def test_serialize_to_bytes_round_trip_and_pickle_guard(emb) -> None:
     assert len(loaded) == 5
     with pytest.raises(IndexFormatError):
         AscendFAISS.deserialize_from_bytes(b"not a store", emb)
+    with pytest.raises(IndexFormatError, match="serialize_to_bytes"):  # a pickle, not lc's
+        AscendFAISS.deserialize_from_bytes(pickle.dumps([1, 2]), emb,
+                                           allow_dangerous_deserialization=True)
 
 
 def test_saved_files_have_no_pickle(saved) -> None:

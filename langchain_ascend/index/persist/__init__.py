@@ -116,7 +116,8 @@ def load_bytes(data: bytes, *, allow_dangerous_deserialization: bool,
         with tempfile.TemporaryDirectory() as tmp:
             extract_tar(data, Path(tmp))
             return load(tmp, "index", allow_dangerous_deserialization=False, options=options)
-    index, docstore, mapping = read_lc_pickle(data, allow_dangerous_deserialization)
+    options = dict(options)
+    index, docstore, mapping = read_lc_pickle(data, allow_dangerous_deserialization, options)
     return LoadedStore((index, docstore, mapping), options)
 
 

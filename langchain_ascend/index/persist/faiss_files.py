@@ -79,19 +79,33 @@ def read_lc_folder(folder: Path, index_name: str, allow_dangerous_deserializatio
     if not allow_dangerous_deserialization:
         raise UnsafeDeserializationError(DANGEROUS_MESSAGE.format(path=pkl))
     index, docstore, mapping = read_langchain_folder(folder, index_name)
+    _default_strategy(index, kwargs)
+    return index, docstore, mapping
+
+
+def read_lc_pickle(serialized: bytes, allow_dangerous_deserialization: bool,
+                   kwargs: dict[str, Any]) -> Any:
+    """``(index, docstore, mapping)`` of lc FAISS's ``serialize_to_bytes`` (a pickle);
+    ``kwargs`` gets the index's distance strategy unless it names one.
+
+    Raises:
+        UnsafeDeserializationError: Without the flag.
+        IndexFormatError: The pickle is not lc FAISS's triple.
+    """
+    if not allow_dangerous_deserialization:
+        raise UnsafeDeserializationError(DANGEROUS_MESSAGE.format(path="the given bytes"))
+    try:
+        index, docstore, mapping = pickle.loads(serialized)  # noqa: S301 - explicit opt-in
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format problem
+        raise IndexFormatError(f"the given bytes are not langchain_community FAISS's "
+                               f"serialize_to_bytes: {type(exc).__name__}: {exc}") from exc
+    _default_strategy(index, kwargs)
+    return index, docstore, mapping
+
+
+def _default_strategy(index: Any, kwargs: dict[str, Any]) -> None:
+    """The strategy of an lc store's faiss index (its metric) into ``kwargs``, unless named."""
     if "distance_strategy" not in kwargs:
         kwargs["distance_strategy"] = (DistanceStrategy.MAX_INNER_PRODUCT
                                        if metric_of(index) == "ip"
                                        else DistanceStrategy.EUCLIDEAN_DISTANCE)
-    return index, docstore, mapping
-
-
-def read_lc_pickle(serialized: bytes, allow_dangerous_deserialization: bool) -> Any:
-    """``(index, docstore, mapping)`` of lc FAISS's ``serialize_to_bytes`` (a pickle).
-
-    Raises:
-        UnsafeDeserializationError: Without the flag.
-    """
-    if not allow_dangerous_deserialization:
-        raise UnsafeDeserializationError(DANGEROUS_MESSAGE.format(path="the given bytes"))
-    return pickle.loads(serialized)  # noqa: S301 - explicit opt-in
