@@ -12,7 +12,8 @@
   ``api_key``...) and drops them;
 * moves sampling keys found in ``model_kwargs`` to their fields and refuses what it cannot use;
 * takes a ``pathlib.Path`` (any ``os.PathLike``) ``model`` as its string;
-* refuses any other unknown argument with an ``InvalidRequestError``;
+* refuses ``n`` other than 1 (one generation per prompt) and any other unknown argument with an
+  ``InvalidRequestError``;
 * checks the values with the same rules as the per-call arguments
   (:func:`~langchain_ascend.chat.checks.check_sampling`, ``langchain_ascend.validation``).
 
@@ -93,6 +94,19 @@ def _canonical(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _check_choices(n: Any) -> None:
+    """``n`` (choices per prompt, ChatOpenAI's): 1 or None is what the model does anyway.
+
+    Raises:
+        InvalidRequestError: Any other ``n``: code reading ``generations[0][1]`` would fail
+            later instead (the server answers ``n > 1`` with a 400, a call's ``n=`` is refused).
+    """
+    if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and n == 1):
+        raise InvalidRequestError(
+            f"AscendChatModel(n={n!r}) is not supported: one generation per prompt (n=1); for "
+            "several samples call batch([prompt] * n) with temperature > 0")
+
+
 def _warn_no_effect(keys: Collection[str]) -> None:
     for key in sorted(keys):
         warnings.warn(
@@ -167,6 +181,7 @@ def normalize_init_args(values: Mapping[str, Any], fields: Collection[str]) -> d
             ``model_kwargs`` key, or a value out of range.
         InvalidArgumentTypeError: A value of the wrong type.
     """
+    _check_choices(values.get("n"))
     _warn_no_effect([k for k in values if k in NO_EFFECT_ARGS and k not in fields])
     values = _canonical({k: v for k, v in values.items()
                          if k not in NO_EFFECT_ARGS or k in fields})

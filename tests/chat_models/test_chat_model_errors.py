@@ -94,6 +94,12 @@ def test_constructor_rejects_bad_settings(tiny_qwen2_path):
     said = " ".join(str(w.message) for w in caught)
     for name in ("api_key=", "timeout=", "max_retries="):
         assert name in said and "no effect" in said
+    # n: one generation per prompt; n=1 is that, n=2 would leave generations[0][1] missing.
+    with pytest.warns(UserWarning, match="n="):
+        AscendChatModel(model=path, n=1)
+    for n in (2, 0, "2"):
+        with pytest.raises(ValidationError, match=r"n=.*one generation per prompt"):
+            AscendChatModel(model=path, n=n)
 
 
 def test_bad_model_sources_fail_at_construction_with_a_typed_error(tmp_path):

@@ -44,6 +44,9 @@ def offline(monkeypatch):
 def test_count_equals_input_tokens_with_and_without_tools(tiny_chat, weather_tools, offline):
     plain = tiny_chat.get_num_tokens_from_messages(CONVERSATION)
     assert plain == tiny_chat.invoke(CONVERSATION, max_tokens=2).usage_metadata["input_tokens"]
+    as_tuples = [("system", "You answer briefly."), ("user", "What is the weather in Paris?")]
+    assert tiny_chat.get_num_tokens_from_messages(as_tuples) == (  # as invoke takes them
+        tiny_chat.get_num_tokens_from_messages(CONVERSATION[:2]))
     with_tools = tiny_chat.get_num_tokens_from_messages(CONVERSATION, tools=weather_tools)
     assert with_tools > plain  # the template renders the tool schemas
     reply = tiny_chat.bind_tools(weather_tools).invoke(CONVERSATION, max_tokens=2)
