@@ -9,9 +9,11 @@ exits 0.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -19,9 +21,11 @@ from langchain_ascend.app.stage_times import stages
 from langchain_ascend.chat_models import AscendChatModel
 from langchain_ascend.config import load_agent_config
 from langchain_ascend.embeddings import AscendEmbeddings
+from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.serve.app import create_app
 from langchain_ascend.serve.ray.ray_command import add_ray_options, run_ray
 from langchain_ascend.serve.web import uvicorn
+from langchain_ascend.validation import check_count, check_device, check_dtype, check_int
 
 API_KEY_ENV = "LANGCHAIN_ASCEND_API_KEY"
 DESCRIPTION = ("serve a model over an OpenAI-compatible HTTP API (chat completions, "
@@ -35,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "in the local cache (default: the --config file's model.path)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, "
                    "this machine only; 0.0.0.0 for every interface)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default 8000)")
     p.add_argument("--device", default="auto", help="auto | npu[:N] | cuda[:N] | cpu")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     p.add_argument("--quantization", default="auto",
@@ -70,6 +74,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     add_ray_options(p)
     return p
+
+
+def port_number(text: str) -> int:
+    """``--port``: an integer in 0..65535 (uvicorn bound 99999 as 34463, its value mod 2**16)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: use 0..65535")
+    return port
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """What can fail without the model, checked before it loads (seconds to minutes):
+    ``--device``, ``--dtype``, the counts, and that ``--host``:``--port`` can be bound.
+
+    Raises:
+        InvalidRequestError: Naming the option (the CLI prints it as one line, exit 2).
+    """
+    check_device(args.device)
+    check_dtype(args.dtype)
+    check_int("--max-waiting", args.max_waiting, minimum=0)
+    check_count("--max-body-bytes", args.max_body_bytes)
+    check_int("--graceful-timeout", args.graceful_timeout, minimum=0)
+    for name in ("max_batch_size", "max_context_length", "max_tokens"):
+        check_count(f"--{name.replace('_', '-')}", getattr(args, name), allow_none=True)
+    try:
+        family = socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind((args.host, args.port))
+    except OSError as exc:
+        reason = ("it is in use" if exc.errno == errno.EADDRINUSE
+                  else exc.strerror or str(exc))
+        raise InvalidRequestError(
+            f"cannot serve on {args.host}:{args.port}: {reason} (--host / --port)") from None
 
 
 def chat_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -131,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ray:
         return run_ray(args, argv)
 
+    check_options(args)
     parts = load_parts(args)
     app = make_app(args, parts)
     # What loading left (modules, the model, the tokenizer's tables: ~550k objects) lives

@@ -7,8 +7,8 @@ lazily. The chat model calls :func:`grammar_spec` per request and :func:`warm_up
 =============================================  ==========================================
 request                                        grammar
 =============================================  ==========================================
-``response_format={"type": "json_object"}``    any JSON object
-``response_format={"type": "json_schema"...}``  JSON matching the schema
+``response_format={"type": "json_object"}``    any JSON object (unless a call is forced)
+``response_format={"type": "json_schema"...}``  JSON matching the schema (the same)
 ``tool_choice="auto"`` (or no tools)           none
 ``tool_choice="none"`` with tools              free text without call markers
 ``tool_choice="required"``                     one or more calls (one if
@@ -72,7 +72,10 @@ def grammar_spec(
     """The grammar of one request (see the module table), or ``None`` for free generation.
 
     Args:
-        response_format: The call's ``response_format`` (``None`` when absent); wins over tools.
+        response_format: The call's ``response_format`` (``None`` when absent): the reply's
+            format where it is text, so it wins over ``"auto"`` and ``"none"``; a forced
+            choice (``"required"``, a name) is a call, as with OpenAI (the call's result check
+            then demands it: a JSON grammar there failed every such call).
         tools: Bound OpenAI-format tools.
         tool_choice: Normalised choice: ``"auto"``, ``"none"``, ``"required"`` or a tool name.
         parallel_tool_calls: The call's setting (``None``: the choice's default).
@@ -83,7 +86,9 @@ def grammar_spec(
         InvalidRequestError: A malformed ``response_format``, or a forced choice without tools.
     """
     if response_format is not None:
-        return response_format_grammar(response_format)
+        text_format = response_format_grammar(response_format)  # checked either way
+        if tool_choice in ("auto", "none") or not tools:
+            return text_format
     if tool_choice == "auto" or (tool_choice == "none" and not tools):
         return None
     if tool_choice == "none":

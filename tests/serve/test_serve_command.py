@@ -25,6 +25,36 @@ def test_help_lists_every_option():
     assert build_parser().parse_args([]).host == "127.0.0.1"
 
 
+@pytest.mark.parametrize("option, said", [
+    (["--device", "tpu"], "device='tpu' is not a device"),
+    (["--dtype", "float8"], "dtype='float8' is not supported"),
+    (["--max-waiting", "-3"], "--max-waiting"),
+    (["--max-context-length", "0"], "--max-context-length"),
+    (["--port", "{busy}"], "it is in use"),
+])
+def test_options_that_cannot_work_fail_before_the_model_loads(tmp_path, capsys, option, said):
+    """One line, exit 2, and no load: the model path does not even exist."""
+    import socket
+
+    from langchain_ascend.app.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        option = [o.replace("{busy}", str(busy.getsockname()[1])) for o in option]
+        status = main(["serve", "--model", str(tmp_path / "not-loaded.gguf"), *option])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and err.startswith("langchain-ascend: error:") and said in err
+    assert len(err.splitlines()) == 1 and "not-loaded" not in err
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_outside_0_65535_is_a_usage_error(port, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--port", port])
+    assert exit_info.value.code == 2 and "--port" in capsys.readouterr().err
+
+
 def healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200

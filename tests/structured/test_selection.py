@@ -52,9 +52,14 @@ def test_response_format_kinds():
             response_format_grammar(bad)
 
 
-def test_response_format_wins_over_tools():
-    assert _spec(response_format={"type": "json_object"}, tool_choice="required") == (
-        json_object_grammar())
+def test_response_format_formats_text_and_a_forced_choice_is_a_call():
+    text = {"type": "json_object"}
+    assert _spec(response_format=text, tool_choice="auto") == json_object_grammar()
+    assert _spec(response_format=text, tool_choice="none") == json_object_grammar()
+    assert _spec(response_format=text, tool_choice="required") == _spec(tool_choice="required")
+    assert _spec(response_format=text, tool_choice="mul") == _spec(tool_choice="mul")
+    with pytest.raises(InvalidRequestError, match="unsupported response_format"):
+        _spec(response_format={"type": "xml"}, tool_choice="required")  # still checked
 
 
 def test_free_choices_get_no_grammar_and_none_excludes_markers():
