@@ -19,7 +19,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.chat_models import LangSmithParams
 from langchain_core.language_models.model_profile import ModelProfile
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
@@ -334,9 +334,7 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields, SessionFields
         ``usage_metadata["input_tokens"]``. Pass the tools here: ``llm.bind_tools(...)`` hands
         this method none (LangChain's bindings forward only ``config``, as for every chat model).
         ``kwargs``: further call arguments (``tool_choice``, ``chat_template_kwargs``,
-        ``reasoning``...). Messages may be given as ``invoke`` takes them (``("user", "hi")``,
-        dicts, strings). Works offline."""
-        messages = convert_to_messages(messages)
+        ``reasoning``...). Messages as ``invoke`` takes them. Works offline."""
         if tools:
             kwargs["tools"] = to_template_tools(tools)
         return count_prompt_tokens(messages, kwargs, self._settings(), self._tokenizer_for)

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 
 from langchain_ascend.chat.prepare import ChatSettings, build_prompt, check_call_kwargs
 from langchain_ascend.errors import ChatTemplateError
@@ -55,7 +55,8 @@ def count_prompt_tokens(
     ``tool_choice``, ``chat_template_kwargs``...).
 
     Args:
-        messages: The conversation (or a slice of one).
+        messages: The conversation (or a slice of one), as ``invoke`` takes it
+            (``BaseMessage`` objects, ``("user", "hi")`` tuples, dicts, strings).
         kwargs: The call's arguments, as ``invoke`` / ``bind_tools`` would pass them.
         settings: The chat model's settings.
         tokenizer_holder_for: Returns an object with the model's ``tokenizer`` (its engine,
@@ -66,6 +67,7 @@ def count_prompt_tokens(
             image blocks...).
     """
     check_call_kwargs(kwargs)
+    messages = convert_to_messages(messages)
     if not messages:
         return 0
     try:
