@@ -4,15 +4,17 @@
 Errors the chat model raises while preparing (bad ``tool_choice``, a prompt over the context)
 surface before the response starts, as 400 JSON: a stream is opened only after its first
 chunk. A client that goes away mid-stream cancels the task reading ``astream``, which aborts
-the engine request and frees its KV blocks.
+the engine request and frees its KV blocks; a client of a plain reply that goes away (a client
+timeout: its retry would come on top) cancels its ``ainvoke`` the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
@@ -22,16 +24,19 @@ from langchain_ascend.serve.openai_types import ChatCompletionRequest
 from langchain_ascend.serve.responses import ChunkWriter, completion_object
 from langchain_ascend.serve.sse import DONE, EventStream, Release, event
 from langchain_ascend.serve.state import ServerState
-from langchain_ascend.serve.web import FastAPI, JSONResponse, Response
+from langchain_ascend.serve.web import FastAPI, JSONResponse, Request, Response
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+CLIENT_GONE = 499
+"""Status of a reply whose client went away first (nobody reads it; nginx's convention)."""
 
 
 def add_chat_route(app: FastAPI, state: ServerState) -> None:
     """Register ``POST /v1/chat/completions`` on ``app``."""
 
     @app.post("/v1/chat/completions", tags=["openai"], summary="Chat completion (OpenAI)")
-    async def chat_completions(body: ChatCompletionRequest) -> Response:
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         started = time.perf_counter()
         state.check_chat_model(body.model)
         kwargs = call_kwargs(body, penalties=state.has_penalties)
@@ -41,7 +46,10 @@ def add_chat_route(app: FastAPI, state: ServerState) -> None:
         handed_over = False
         try:
             if not body.stream:
-                reply = await state.chat_model.ainvoke(messages, stop=stop, **kwargs)
+                reply = await unless_disconnected(
+                    state.chat_model.ainvoke(messages, stop=stop, **kwargs), request)
+                if reply is None:
+                    return Response(status_code=CLIENT_GONE)
                 state.metrics.count_usage(reply.usage_metadata)
                 return JSONResponse(completion_object(reply, model=state.served_model_name))
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -51,6 +59,32 @@ def add_chat_route(app: FastAPI, state: ServerState) -> None:
         finally:
             if not handed_over:
                 state.admission.leave()
+
+
+async def unless_disconnected(work: Awaitable[T], request: Request) -> T | None:
+    """``work``'s result, or None once the client has gone (its ASGI channel says
+    ``http.disconnect``): ``work`` is then cancelled (cancelling ``ainvoke`` aborts the engine
+    request and frees its blocks). The body was read already, so the channel's next message
+    is the disconnect, or nothing until the response is sent."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this handler cancelled (shutdown): so is the work
+        task.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)  # its abort has run
+    return None
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def open_stream(state: ServerState, messages: list[BaseMessage], stop: Any,

@@ -1,0 +1,97 @@
+"""A client that goes away before its plain (non-streaming) reply: the call is cancelled, so
+the engine request is aborted and its slot freed, as for a stream (a client timeout's retry
+would otherwise come on top of work nobody reads)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from langchain_core.messages import AIMessage
+
+from langchain_ascend.serve.app import create_app
+
+
+class NeverReplies:
+    """A chat model whose ``ainvoke`` waits until it is cancelled (and says so)."""
+
+    model = "never.gguf"
+    max_batch_size = 1
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = False
+
+    async def ainvoke(self, messages, stop=None, **kwargs):
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        return AIMessage("unreachable")
+
+
+class Replies(NeverReplies):
+    async def ainvoke(self, messages, stop=None, **kwargs):
+        return AIMessage("hello", response_metadata={"finish_reason": "stop"})
+
+
+async def _post(app, body: dict, client_gone: asyncio.Event) -> list[dict]:
+    """POST body to /v1/chat/completions over raw ASGI; the channel reports the disconnect
+    once ``client_gone`` is set. Returns what the app sent."""
+    raw = json.dumps(body).encode()
+    delivered = False
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await client_gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
+             "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"),
+                         (b"content-length", str(len(raw)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    await app(scope, receive, send)
+    return sent
+
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_a_plain_reply_whose_client_left_is_cancelled_and_frees_its_slot():
+    model = NeverReplies()
+    app = create_app(model, served_model_name="m", max_waiting=0)
+
+    async def scenario() -> list[dict]:
+        gone = asyncio.Event()
+        call = asyncio.ensure_future(_post(app, BODY, gone))
+        await asyncio.wait_for(model.started.wait(), 10)
+        gone.set()  # the client times out
+        return await asyncio.wait_for(call, 10)
+
+    sent = asyncio.run(scenario())
+    assert model.cancelled
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
+    assert app.server_state.admission.in_flight == 0  # the slot is free for the next one
+
+
+def test_a_client_that_stays_gets_its_reply():
+    app = create_app(Replies(), served_model_name="m")
+
+    async def scenario() -> list[dict]:
+        return await asyncio.wait_for(_post(app, BODY, asyncio.Event()), 10)
+
+    sent = asyncio.run(scenario())
+    assert sent[0]["status"] == 200
+    reply = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert reply["choices"][0]["message"]["content"] == "hello"
