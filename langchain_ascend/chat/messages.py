@@ -29,7 +29,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from langchain_ascend.chat.template import HOW_TO_SET
-from langchain_ascend.chat.tool_schemas import openai_tool
+from langchain_ascend.chat.tool_schemas import openai_tool, schema_problem
 from langchain_ascend.errors import (
     ChatTemplateError,
     InvalidArgumentTypeError,
@@ -222,6 +222,9 @@ def to_template_tools(tools: Any) -> list[dict[str, Any]]:
             raise InvalidRequestError(
                 f"tools[{i}]={tool!r} has no tool name: a tool dict needs a non-empty 'name' "
                 "(or {'type': 'function', 'function': {'name': ..., 'parameters': ...}})")
+        problem = schema_problem(function.get("parameters", {}))
+        if problem:
+            raise InvalidRequestError(f"tools[{i}] ({name!r}): {problem}")
         converted.append(schema)
     return converted
 

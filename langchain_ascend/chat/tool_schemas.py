@@ -33,6 +33,42 @@ def openai_tool(tool: Any) -> dict[str, Any]:
     return converted
 
 
+_JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+
+
+def schema_problem(schema: Any, where: str = "parameters") -> str | None:
+    """What makes ``schema`` no JSON schema a tool's parameters can be, or None: a schema is
+    a dict (or a bool); its ``type`` a JSON type or a list of them, ``properties`` a dict of
+    schemas, ``required`` a list of strings, ``items`` a schema, ``enum`` a list. Checked at
+    the call (OpenAI answers such a tool with a 400) rather than never (``tool_choice="auto"``
+    compiles no grammar) or as the grammar compiler's message (a forced call). Pure."""
+    if isinstance(schema, bool):
+        return None
+    if not isinstance(schema, dict):
+        return f"{where} must be a JSON schema object, got {type(schema).__name__} {schema!r}"
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    bad = [k for k in kinds if not isinstance(k, str) or k not in _JSON_TYPES]
+    if bad:
+        return f"{where}.type={kind!r} is not a JSON type (one of {sorted(_JSON_TYPES)})"
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        return f"{where}.properties must be an object of schemas, got {properties!r}"
+    required = schema.get("required", [])
+    if not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+        return f"{where}.required must be a list of property names, got {required!r}"
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        return f"{where}.enum must be a list, got {schema['enum']!r}"
+    nested = [(f"{where}.properties.{name}", sub) for name, sub in properties.items()]
+    if "items" in schema:
+        nested.append((f"{where}.items", schema["items"]))
+    for path, sub in nested:
+        problem = schema_problem(sub, path)
+        if problem:
+            return problem
+    return None
+
+
 def json_schema(schema: Any) -> dict[str, Any]:
     """``convert_to_json_schema(schema)`` (title, description, the object schema); a pydantic
     class that refers to itself keeps its references (module docstring)."""

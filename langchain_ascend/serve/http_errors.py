@@ -68,8 +68,9 @@ class APIError(Exception):
 def error_body(status: int, message: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
     """OpenAI's error object."""
-    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "server_error"),
-                      "param": param, "code": code}}
+    kind = _ERROR_TYPES.get(status) or ("invalid_request_error" if 400 <= status < 500
+                                        else "server_error")  # 405, 415...: the client's
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_response(error: APIError) -> JSONResponse:

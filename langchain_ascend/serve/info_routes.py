@@ -1,4 +1,5 @@
-"""``GET /v1/models``, ``GET /health``, ``GET /metrics`` and ``POST /v1/embeddings``."""
+"""``GET /v1/models`` (and ``/v1/models/{id}``), ``GET`` / ``HEAD /health``, ``GET /metrics``
+and ``POST /v1/embeddings``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,16 @@ def add_info_routes(app: FastAPI, state: ServerState) -> None:
                 "data": [{"id": name, "object": "model", "created": state.created,
                           "owned_by": "langchain-ascend"} for name in state.model_ids()]}
 
-    @app.get("/health", tags=["server"], summary="200 while the engine serves, else 503")
+    @app.get("/v1/models/{model}", tags=["openai"], summary="One served model (OpenAI)")
+    async def retrieve_model(model: str) -> dict[str, Any]:
+        if model not in state.model_ids():
+            raise APIError(404, f"the model {model!r} does not exist here; this server serves "
+                           f"{state.model_ids()}", param="model", code="model_not_found")
+        return {"id": model, "object": "model", "created": state.created,
+                "owned_by": "langchain-ascend"}
+
+    @app.api_route("/health", methods=["GET", "HEAD"], tags=["server"],
+                   summary="200 while the engine serves, else 503")
     async def health() -> JSONResponse:
         stats = state.engine_stats()
         if stats is None or getattr(app.state, "draining", False):

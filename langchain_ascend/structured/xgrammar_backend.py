@@ -94,6 +94,16 @@ def _growth_flags(decoded: list[bytes], tiers: dict[str, np.ndarray]) -> dict[st
             "grows_0_outside": spaces | tiers["digits"] | tiers["closers"]}
 
 
+
+_SOURCE_PREFIX = re.compile(r"^\[[\d:]+\] \S+\.(?:cc|h|cpp):\d+: ")
+
+
+def compiler_message(error: BaseException) -> str:
+    """xgrammar's error without the C++ log prefix (``[20:32:23] /project/cpp/...cc:5082: ``):
+    what is wrong with the schema, for the person who wrote it. Pure."""
+    text = str(error).strip()
+    return _SOURCE_PREFIX.sub("", text) or text
+
 class GrammarBackend:
     """xgrammar state for one tokenizer and model vocabulary size.
 
@@ -202,7 +212,7 @@ class GrammarBackend:
                 xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True)
             except Exception as exc:  # xgrammar raises RuntimeError / ValueError subclasses
                 raise InvalidRequestError(
-                    f"cannot build a grammar for this schema: {exc}") from exc
+                    f"cannot build a grammar for this schema: {compiler_message(exc)}") from exc
 
     def compile_async(self, spec: GrammarSpec) -> Future[Any]:
         """The compiled grammar of ``spec`` as a future: the cached one when this content was
@@ -241,7 +251,8 @@ class GrammarBackend:
                     json.dumps({"type": "object"}), any_whitespace=False, strict_mode=False)
             return self._compiler.compile_structural_tag(spec.source)
         except Exception as exc:  # noqa: BLE001 - surfaces where the grammar is awaited
-            raise InvalidRequestError(f"cannot build a grammar for this schema: {exc}") from exc
+            raise InvalidRequestError(
+                f"cannot build a grammar for this schema: {compiler_message(exc)}") from exc
 
     def _forget_failed(self, key: tuple[str, str], done: Future[Any]) -> None:
         """A compile that failed is not kept: the next request with that content retries."""

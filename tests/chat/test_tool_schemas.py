@@ -1,13 +1,20 @@
 """Tools and output schemas as JSON schemas: a pydantic class that refers to itself keeps its
-references, every other tool converts exactly as langchain converts it."""
+references, every other tool converts exactly as langchain converts it; parameters that are
+no JSON schema are refused at the call, naming the place."""
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
+import pytest
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from pydantic import BaseModel
 from pydantic.v1 import BaseModel as BaseModelV1
 
-from langchain_ascend.chat.tool_schemas import json_schema, openai_tool
+from langchain_ascend.chat.messages import to_template_tools
+from langchain_ascend.chat.tool_schemas import json_schema, openai_tool, schema_problem
+from langchain_ascend.errors import InvalidRequestError
 
 
 class Node(BaseModel):
@@ -89,3 +96,30 @@ def test_every_other_tool_converts_as_langchain_converts_it():
         assert openai_tool(tool) == convert_to_openai_tool(tool)
     for schema in (Weather, WeatherV1):
         assert json_schema(schema) == convert_to_json_schema(schema)
+
+
+@pytest.mark.parametrize("parameters, said", [
+    ({"type": "nonsense"}, "parameters.type='nonsense' is not a JSON type"),
+    ({"type": "object", "properties": 5}, "parameters.properties must be an object"),
+    ({"type": "object", "required": "city"}, "parameters.required must be a list"),
+    ({"type": "object", "properties": {"a": {"type": "strng"}}},
+     "parameters.properties.a.type='strng'"),
+    ({"type": "object", "properties": {"a": {"type": "array", "items": []}}},
+     "parameters.properties.a.items must be a JSON schema object"),
+    ([], "parameters must be a JSON schema object"),
+])
+def test_a_tool_whose_parameters_are_no_schema_is_refused_naming_the_place(parameters, said):
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    with pytest.raises(InvalidRequestError, match=re.escape(said)):
+        to_template_tools([tool])
+
+
+def test_real_schemas_pass_the_check():
+    class Item(BaseModel):
+        name: str
+        tags: list[str] = []
+        kind: Literal["a", "b"] | None = None
+
+    for tool in (Item, {"type": "function", "function": {"name": "g", "parameters": {
+            "type": ["object", "null"], "properties": {"x": True, "y": {"enum": [1, "2"]}}}}}):
+        assert schema_problem(to_template_tools([tool])[0]["function"]["parameters"]) is None

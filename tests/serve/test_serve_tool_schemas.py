@@ -79,6 +79,22 @@ def test_models_names_the_default_embeddings_all_minilm(served_chat):
     assert ids == [MODEL, "all-MiniLM-L6-v2"]
 
 
+def test_one_model_by_id_head_health_and_a_wrong_method(served_chat, base_url):
+    """What OpenAI's SDK and health checkers call: ``models.retrieve``, ``HEAD /health``; a
+    method a route does not take is the client's error (``invalid_request_error``)."""
+    from openai import NotFoundError, OpenAI
+
+    client = OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(NotFoundError):
+        client.models.retrieve("no-such-model")
+    http = TestClient(create_app(served_chat, served_model_name=MODEL))
+    assert http.head("/health").status_code == 200
+    wrong = http.put("/v1/chat/completions", json={})
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_default_embeddings_names(tmp_path):
     assert default_embeddings_name(default_model()) == "all-MiniLM-L6-v2"
     assert default_embeddings_name("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
