@@ -61,3 +61,33 @@ def test_a_repeating_call_still_closes_within_its_budget(chat):
         assert reply.usage_metadata["output_tokens"] <= budget
         (call,) = reply.tool_calls
         jsonschema.validate(call["args"], SEARCH_PARCEL["function"]["parameters"])
+
+
+def test_a_call_cut_at_max_tokens_reaches_no_tool():
+    """Cut ("Weather in Paris?" needs ~33 tokens): what the budget left of the call -- once a
+    placeholder city "..." that parsed -- is an invalid call, in invoke and in an agent that
+    streams (whose merged chunks still parse: the reply's ``output_error`` stops the run)."""
+    from langchain_core.tools import tool
+
+    from langchain_ascend import create_ascend_agent
+
+    ran: list[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the weather for a city."""
+        ran.append(city)
+        return "sunny"
+
+    chat = AscendChatModel(**smollm2_chat_kwargs())  # speculation on: "..." parsed at 24
+    bound = chat.bind_tools([get_weather], tool_choice="required")
+    for budget in (20, 24, 28):
+        reply = bound.invoke("Weather in Paris?", max_tokens=budget)
+        assert reply.response_metadata["finish_reason"] == "length"
+        assert reply.tool_calls == [] and len(reply.invalid_tool_calls) == 1
+        assert f"max_tokens={budget}" in reply.invalid_tool_calls[0]["error"]
+    agent = create_ascend_agent(chat.model_copy(update={"max_tokens": 24}), [get_weather],
+                                first_hop_tool_choice="required")
+    for _ in agent.stream({"messages": [("user", "Weather in Paris?")]}):
+        pass
+    assert ran == []

@@ -172,7 +172,9 @@ class AgentRun:
                 f"the agent's model returned {type(reply).__name__}, not an AIMessage")
         self.messages.append(reply)
         self._reply = reply
-        if not reply.tool_calls:
+        if not reply.tool_calls or reply.response_metadata.get("output_error"):
+            # no calls, or calls of a forced output cut at max_tokens (a streamed reply keeps
+            # the chunks' calls; its last chunk says it was cut): nothing to run
             self.done = True
             self.final = reply
             return False

@@ -4,14 +4,16 @@ A forced output (``tool_choice="required"``/a tool name, ``response_format``) fo
 grammar token by token, but ``max_tokens`` can end it before the grammar does. Such a reply
 keeps ``finish_reason="length"`` and gets ``response_metadata["output_error"]`` saying it was
 cut at ``max_tokens=N``; for a forced tool call the error also stands in every
-``invalid_tool_calls`` entry (one is added when no call could be parsed at all), so a caller
-never mistakes a cut call for a model that chose not to call. A forced tool call that ends any
-other way without a valid parsed call raises :class:`~langchain_ascend.errors.ForcedOutputError`
+``invalid_tool_calls`` entry -- a call parsed from the cut reply moves there too, so no tool
+runs with what the budget left of its arguments, and one is added when no call could be
+parsed at all -- so a caller never mistakes a cut call for a model that chose not to call,
+nor for a call. A forced tool call that ends any other way without a valid parsed call raises :class:`~langchain_ascend.errors.ForcedOutputError`
 (never ``finish_reason="stop"`` with empty ``tool_calls``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -41,9 +43,14 @@ def mark_cut(prepared: PreparedRequest, message: AIMessage) -> AIMessage:
     error = cut_message(prepared)
     message.response_metadata["output_error"] = error
     if prepared.forced_tool:
-        if message.invalid_tool_calls:
-            message.invalid_tool_calls = [{**c, "error": error}
-                                          for c in message.invalid_tool_calls]
+        # A call parsed from a cut reply is not one: its arguments may be what the budget let
+        # the model write ("..." for a city), so it must not reach a tool.
+        cut_calls = [invalid_tool_call(name=c["name"], args=json.dumps(c["args"]), id=c["id"],
+                                       error=error) for c in message.tool_calls]
+        message.tool_calls = []
+        if message.invalid_tool_calls or cut_calls:
+            message.invalid_tool_calls = cut_calls + [{**c, "error": error}
+                                                      for c in message.invalid_tool_calls]
         else:
             text = message.content if isinstance(message.content, str) else ""
             message.invalid_tool_calls = [invalid_tool_call(name=None, args=text, id=None,
