@@ -69,9 +69,19 @@ def schema_problem(schema: Any, where: str = "parameters") -> str | None:
     return None
 
 
+def object_root(schema: dict[str, Any]) -> bool:
+    """Whether a JSON schema describes an object at its root (what a tool's arguments are)."""
+    return schema.get("type") == "object" or "properties" in schema
+
+
 def json_schema(schema: Any) -> dict[str, Any]:
     """``convert_to_json_schema(schema)`` (title, description, the object schema); a pydantic
-    class that refers to itself keeps its references (module docstring)."""
+    class that refers to itself keeps its references (module docstring); a JSON schema dict
+    whose root is no object (an array, ``anyOf``, an enum) as it is: langchain keeps only its
+    title of it, and the reply was then any JSON at all."""
+    if (isinstance(schema, dict) and not object_root(schema) and "parameters" not in schema
+            and schema.get("type") != "function"):
+        return dict(schema)
     converted = convert_to_json_schema(schema)
     own = _self_referencing_schema(schema)
     if own is None:

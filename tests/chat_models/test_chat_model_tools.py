@@ -133,6 +133,19 @@ def test_structured_output_methods_and_schema_kinds(tiny_chat, method):
     assert isinstance(as_model.invoke("x", temperature=1.0, seed=1, max_tokens=64), Person)
 
 
+def test_a_schema_whose_root_is_no_object_constrains_the_reply(tiny_chat):
+    """An array (or anyOf) root: langchain's conversion kept only its title, so the grammar
+    was any JSON (a float came back); function calling needs an object and says so."""
+    numbers = {"title": "numbers", "type": "array", "items": {"type": "integer"},
+               "maxItems": 3}
+    structured = tiny_chat.with_structured_output(numbers)
+    for seed in range(3):
+        reply = structured.invoke("Some numbers", temperature=1.0, seed=seed, max_tokens=48)
+        assert isinstance(reply, list) and all(isinstance(n, int) for n in reply), reply
+    with pytest.raises(InvalidRequestError, match="needs an object schema"):
+        tiny_chat.with_structured_output(numbers, method="function_calling")
+
+
 def test_structured_output_streams_parsed_objects(tiny_chat):
     chunks = list(tiny_chat.with_structured_output(Person).stream(
         "x", temperature=1.0, seed=2, max_tokens=64))
