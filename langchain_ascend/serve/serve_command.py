@@ -19,7 +19,7 @@ from typing import Any
 
 from langchain_ascend.app.stage_times import stages
 from langchain_ascend.chat_models import AscendChatModel
-from langchain_ascend.config import load_agent_config
+from langchain_ascend.config import load_agent_config, read_config
 from langchain_ascend.embeddings import AscendEmbeddings
 from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.serve.app import create_app
@@ -124,19 +124,42 @@ def chat_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
+def config_with_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--config`` file's data with the model options given on the command line in its
+    ``model`` section (they win over the file, as with ``demo --config``): the agent and the
+    chat completions then run on the one chat model the config builds.
+
+    Raises:
+        ConfigError: The file is missing or invalid (``read_config``).
+    """
+    data = read_config(args.config).model_dump(exclude_unset=True, mode="json")
+    model = data.setdefault("model", {})
+    given = chat_model_kwargs(args)
+    if given.pop("model") is not None:
+        model["path"] = args.model
+    device = given.pop("device")
+    for name, value in given.items():
+        if value != "auto" or name not in model:  # "auto": the option's default, not a choice
+            model[name] = value
+    if device != "auto":
+        data.setdefault("npu", {})["device"] = device.split(":")[0]
+        if ":" in device:
+            data["npu"].setdefault("context", {})["device_id"] = int(device.split(":")[1])
+    return data
+
+
 def load_parts(args: argparse.Namespace) -> dict[str, Any]:
     """Build and warm the chat model, embeddings and agent (under progress bars)."""
     parts: dict[str, Any] = {"agent": None, "embeddings": None}
     steps = ["config" if args.config else "model", "load, KV cache, warm-up", "embeddings"]
     with stages("serve", steps, enabled=not args.no_progress) as advance:
         if args.config:
-            components = load_agent_config(args.config)
+            components = load_agent_config(config_with_options(args))
             parts["agent"] = components.agent
             parts["embeddings"] = components.embeddings
-        if args.model or not args.config:
-            parts["chat_model"] = AscendChatModel(**chat_model_kwargs(args))
+            parts["chat_model"] = components.chat_model  # the agent's: one engine for both
         else:
-            parts["chat_model"] = components.chat_model
+            parts["chat_model"] = AscendChatModel(**chat_model_kwargs(args))
         advance()
         parts["chat_model"].warm_up()
         advance()

@@ -48,6 +48,24 @@ def test_options_that_cannot_work_fail_before_the_model_loads(tmp_path, capsys, 
     assert len(err.splitlines()) == 1 and "not-loaded" not in err
 
 
+def test_config_takes_the_command_lines_model_options(tmp_path):
+    """``serve --model X --config FILE``: X is the config's model (one chat model for the
+    agent and the chat route; the example file names none and failed), options given win."""
+    from pathlib import Path
+
+    from langchain_ascend.serve.serve_command import config_with_options
+
+    example = Path(__file__).parents[2] / "examples" / "agent_config.yaml"
+    args = build_parser().parse_args(["--config", str(example), "--model", "m.gguf",
+                                      "--max-tokens", "7", "--device", "cpu"])
+    data = config_with_options(args)
+    assert data["model"]["path"] == "m.gguf" and data["model"]["max_tokens"] == 7
+    assert data["model"]["max_context_length"] == 4096  # the file's, not given here
+    assert data["model"]["dtype"] == "auto" and data["npu"]["device"] == "cpu"
+    plain = config_with_options(build_parser().parse_args(["--config", str(example)]))
+    assert "path" not in plain["model"] and plain["npu"]["device"] == "auto"
+
+
 @pytest.mark.parametrize("port", ["99999", "-1", "http"])
 def test_a_port_outside_0_65535_is_a_usage_error(port, capsys):
     with pytest.raises(SystemExit) as exit_info:
