@@ -77,6 +77,13 @@ def encode(vector: list[float], encoding_format: str) -> list[float] | str:
 
 
 def count_tokens(embeddings: Any, texts: list[str]) -> int:
-    """Tokens of ``texts`` in the embedding model's tokenizer (special tokens included)."""
+    """Tokens of ``texts`` the embedding model reads, in its tokenizer (special tokens
+    included): a text longer than its ``max_seq_length`` counts the tokens it keeps (the
+    rest were never embedded)."""
     tokenizer = embeddings.client.tokenizer
-    return sum(len(ids) for ids in tokenizer(texts)["input_ids"])
+    limit = getattr(embeddings.client, "max_seq_length", None)
+    if limit:
+        encoded = tokenizer(texts, truncation=True, max_length=int(limit))
+    else:
+        encoded = tokenizer(texts)
+    return sum(len(ids) for ids in encoded["input_ids"])

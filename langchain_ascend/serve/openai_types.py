@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Strict(BaseModel):
@@ -155,6 +155,23 @@ class EmbeddingRequest(Strict):
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: int | None = Field(default=None, ge=1)
     user: str | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _text_not_token_ids(cls, value: Any) -> Any:
+        """Token ids (OpenAI takes them) are ids of OpenAI's tokenizer, which mean nothing to
+        this model's: refused with what to send instead (``OpenAIEmbeddings`` sends them
+        unless ``check_embedding_ctx_length=False``)."""
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(i, int) or (isinstance(i, list) and i and isinstance(i[0], int))
+               for i in items):
+            raise ValueError(
+                "input as token ids is not supported (they are ids of another tokenizer): "
+                "send the text; langchain_openai's OpenAIEmbeddings sends text with "
+                "check_embedding_ctx_length=False")
+        if value == "":
+            raise ValueError("input is an empty string: send some text")
+        return value
 
 
 class AgentRequest(Strict):

@@ -110,6 +110,26 @@ def test_bad_embeddings_request(base_url, body, status, param):
     assert response.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize("given, said", [
+    ([[15339, 1917]], "token ids"), ([15339, 1917], "token ids"), ("", "empty string")])
+def test_embeddings_of_token_ids_or_nothing_say_what_to_send(base_url, given, said):
+    response = httpx.post(f"{base_url}/v1/embeddings", json={"model": "minilm", "input": given},
+                          timeout=60)
+    assert response.status_code == 400 and said in response.json()["error"]["message"]
+    assert response.json()["error"]["param"] == "input"
+
+
+def test_embedding_usage_counts_the_tokens_embedded(base_url):
+    """A text past the model's 256 word pieces is cut; usage counts what was embedded."""
+    def usage(text: str) -> int:
+        body = {"model": "minilm", "input": [text]}
+        reply = httpx.post(f"{base_url}/v1/embeddings", json=body, timeout=60).json()
+        return reply["usage"]["prompt_tokens"]
+
+    assert usage("word " * 2000) == usage("word " * 1000) == 256
+    assert usage("two words") < 256
+
+
 def test_agent_route_without_config_is_404(base_url):
     response = httpx.post(f"{base_url}/v1/agent", json={"messages": USER}, timeout=30)
     assert response.status_code == 404
