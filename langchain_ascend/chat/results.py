@@ -84,7 +84,14 @@ def chat_result(prepared: PreparedRequest, output: Any) -> ChatResult:
         output, assembler, model_name=prepared.model_name, count_tokens=prepared.count_tokens,
     )
     check_forced_call(prepared, assembler, output.finish_reason, output.text)
-    return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message))])
+    usage = message.usage_metadata or {}
+    # what ChatOpenAI hands on_llm_end in llm_output (handlers read usage there)
+    llm_output = {"model_name": prepared.model_name, "token_usage": {
+        "prompt_tokens": usage.get("input_tokens", 0),
+        "completion_tokens": usage.get("output_tokens", 0),
+        "total_tokens": usage.get("total_tokens", 0)}}
+    return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message))],
+                      llm_output=llm_output)
 
 
 def generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any

@@ -57,6 +57,23 @@ def test_invoke_returns_a_message_with_usage_and_metadata(tiny_chat):
     assert all(v >= 0 for v in meta["timings"].values())
 
 
+def test_on_llm_end_gets_usage_in_llm_output_as_chat_openai_gives_it(tiny_chat):
+    class Ends(BaseCallbackHandler):
+        outputs: list[Any] = []
+
+        def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+            self.outputs.append(response.llm_output)
+
+    ends = Ends()
+    message = tiny_chat.invoke("Hello there", config={"callbacks": [ends]})
+    (output,) = ends.outputs
+    usage = message.usage_metadata
+    assert output["token_usage"] == {"prompt_tokens": usage["input_tokens"],
+                                     "completion_tokens": usage["output_tokens"],
+                                     "total_tokens": usage["total_tokens"]}
+    assert output["model_name"] == message.response_metadata["model_name"]
+
+
 def test_repeated_prompt_is_served_from_the_prefix_cache(tiny_chat):
     question = "Tell me about the weather in Lisbon in " + "great detail " * 20
     tiny_chat.invoke(question)
