@@ -65,8 +65,8 @@ def test_a_repeating_call_still_closes_within_its_budget(chat):
 
 def test_a_call_cut_at_max_tokens_reaches_no_tool():
     """Cut ("Weather in Paris?" needs ~33 tokens): what the budget left of the call -- once a
-    placeholder city "..." that parsed -- is an invalid call, in invoke and in an agent that
-    streams (whose merged chunks still parse: the reply's ``output_error`` stops the run)."""
+    placeholder city "..." that parsed -- is an invalid call, invoked or streamed (a last
+    fragment keeps the merged chunks invalid), and an agent runs no call of a cut reply."""
     from langchain_core.tools import tool
 
     from langchain_ascend import create_ascend_agent
@@ -86,6 +86,12 @@ def test_a_call_cut_at_max_tokens_reaches_no_tool():
         assert reply.response_metadata["finish_reason"] == "length"
         assert reply.tool_calls == [] and len(reply.invalid_tool_calls) == 1
         assert f"max_tokens={budget}" in reply.invalid_tool_calls[0]["error"]
+        chunks = list(bound.stream("Weather in Paris?", max_tokens=budget))
+        merged = chunks[0]
+        for chunk in chunks[1:]:
+            merged = merged + chunk
+        assert merged.tool_calls == [] and len(merged.invalid_tool_calls) == 1, budget
+        assert merged.chunk_position == "last" and merged.usage_metadata["output_tokens"] > 0
     agent = create_ascend_agent(chat.model_copy(update={"max_tokens": 24}), [get_weather],
                                 first_hop_tool_choice="required")
     for _ in agent.stream({"messages": [("user", "Weather in Paris?")]}):

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.messages.tool import invalid_tool_call, tool_call_chunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
 from langchain_ascend.chat.prepare import PreparedRequest
@@ -112,6 +112,13 @@ def generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
         check_forced_call(prepared, assembler, delta.output.finish_reason, delta.output.text)
     if _was_cut(prepared, chunk):
         chunk.response_metadata["output_error"] = cut_message(prepared)
+        if prepared.forced_tool:
+            # a call that parsed from the cut reply is no call (mark_cut): a bracket closing
+            # nothing ends its streamed arguments, so the merged chunks keep it invalid too
+            spoilers = [tool_call_chunk(args="]", index=c.index) for c in assembler.calls
+                        if c.valid]
+            if spoilers:
+                chunk = chunk + AIMessageChunk(content="", tool_call_chunks=spoilers)
     if not prepared.stream_usage:
         chunk.usage_metadata = None
     return ChatGenerationChunk(message=chunk)
