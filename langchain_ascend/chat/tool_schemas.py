@@ -60,8 +60,11 @@ def schema_problem(schema: Any, where: str = "parameters") -> str | None:
     if "enum" in schema and not isinstance(schema["enum"], list):
         return f"{where}.enum must be a list, got {schema['enum']!r}"
     nested = [(f"{where}.properties.{name}", sub) for name, sub in properties.items()]
-    if "items" in schema:
-        nested.append((f"{where}.items", schema["items"]))
+    items = schema.get("items")
+    if isinstance(items, list):  # a tuple's items (drafts 4-7; pydantic 1 writes them)
+        nested += [(f"{where}.items[{i}]", sub) for i, sub in enumerate(items)]
+    elif "items" in schema:
+        nested.append((f"{where}.items", items))
     for path, sub in nested:
         problem = schema_problem(sub, path)
         if problem:

@@ -104,8 +104,10 @@ def test_every_other_tool_converts_as_langchain_converts_it():
     ({"type": "object", "required": "city"}, "parameters.required must be a list"),
     ({"type": "object", "properties": {"a": {"type": "strng"}}},
      "parameters.properties.a.type='strng'"),
-    ({"type": "object", "properties": {"a": {"type": "array", "items": []}}},
+    ({"type": "object", "properties": {"a": {"type": "array", "items": 5}}},
      "parameters.properties.a.items must be a JSON schema object"),
+    ({"type": "object", "properties": {"a": {"type": "array", "items": [{"type": "int"}]}}},
+     "parameters.properties.a.items[0].type='int'"),
     ([], "parameters must be a JSON schema object"),
 ])
 def test_a_tool_whose_parameters_are_no_schema_is_refused_naming_the_place(parameters, said):
@@ -120,6 +122,9 @@ def test_real_schemas_pass_the_check():
         tags: list[str] = []
         kind: Literal["a", "b"] | None = None
 
-    for tool in (Item, {"type": "function", "function": {"name": "g", "parameters": {
+    class Pair(BaseModelV1):
+        pair: tuple[int, str]  # pydantic 1: "items" is a list of schemas
+
+    for tool in (Item, Pair, {"type": "function", "function": {"name": "g", "parameters": {
             "type": ["object", "null"], "properties": {"x": True, "y": {"enum": [1, "2"]}}}}}):
         assert schema_problem(to_template_tools([tool])[0]["function"]["parameters"]) is None
