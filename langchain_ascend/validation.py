@@ -63,7 +63,16 @@ class Errors:
 DTYPE_NAMES = frozenset(
     {"auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half"})
 """The dtype names every component takes (``torch.`` prefixes and case aside)."""
+_DTYPE_SPELLINGS = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16",
+                    "half": "float16"}
 _DEVICE_RE = re.compile(r"^(auto|cpu|(npu|cuda)(:\d+)?)$")
+
+
+def canonical_dtype(dtype: str) -> str:
+    """A name of :data:`DTYPE_NAMES` as the config file spells it (``"bf16"`` ->
+    ``"bfloat16"``, ``"torch.float16"`` -> ``"float16"``); checked by :func:`check_dtype`."""
+    name = dtype.strip().lower().removeprefix("torch.")
+    return _DTYPE_SPELLINGS.get(name, name)
 
 REQUEST = Errors(InvalidArgumentTypeError, InvalidRequestError)
 """The chat model's, the engine's, the tool executor's and the agent's errors."""

@@ -98,6 +98,7 @@ class HopCall:
         self._messages = messages
         self._render = render
         self._prefill_results = prefill_results
+        self._finish_reason: str | None = None  # a streamed reply's, once it ended
         if session is not None:  # the previous hop's tools are done
             HUB.resume(session.session_id)
 
@@ -114,11 +115,29 @@ class HopCall:
 
     def stream(self) -> Any:
         p = self.prepared
-        return p.engine.stream(p.prompt_token_ids, p.params, **self._engine_kwargs())
+        deltas = p.engine.stream(p.prompt_token_ids, p.params, **self._engine_kwargs())
+        try:
+            for delta in deltas:
+                self._note(delta)
+                yield delta
+        finally:
+            deltas.close()
 
-    def astream(self) -> Any:
+    async def astream(self) -> Any:
         p = self.prepared
-        return p.engine.astream(p.prompt_token_ids, p.params, **self._engine_kwargs())
+        deltas = p.engine.astream(p.prompt_token_ids, p.params, **self._engine_kwargs())
+        try:
+            async for delta in deltas:
+                self._note(delta)
+                yield delta
+        finally:
+            await deltas.aclose()
+
+    def _note(self, delta: Any) -> None:
+        """Remember how a streamed reply ended (a forced call cut at ``max_tokens`` is no
+        call: ``chat.results``)."""
+        if delta.finished and delta.output is not None:
+            self._finish_reason = delta.output.finish_reason
 
     def finish(self, result: Any) -> Any:
         """End the hop with its ``ChatResult``; the reply's
@@ -142,9 +161,11 @@ class HopCall:
         return await asyncio.to_thread(self.finish, result)
 
     def finish_stream(self, assembler: Any) -> None:
-        """End a streamed hop with the calls its assembler parsed."""
+        """End a streamed hop with the calls its assembler parsed (none when a forced call
+        was cut at ``max_tokens``: nothing will run, so the session is not parked)."""
         if self.session is not None:
-            calls = [c.to_tool_call() for c in assembler.calls if c.valid]
+            cut = self.prepared.forced_tool and self._finish_reason == "length"
+            calls = [] if cut else [c.to_tool_call() for c in assembler.calls if c.valid]
             self.end(AIMessage(content=assembler.content, tool_calls=calls))
 
     def end(self, reply: BaseMessage) -> None:

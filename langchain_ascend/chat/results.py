@@ -36,8 +36,10 @@ def _was_cut(prepared: PreparedRequest, message: BaseMessage) -> bool:
             and message.response_metadata.get("finish_reason") == "length")
 
 
-def mark_cut(prepared: PreparedRequest, message: AIMessage) -> AIMessage:
-    """``message`` with the cut-short note when its forced output hit ``max_tokens``."""
+def mark_cut(prepared: PreparedRequest, message: AIMessage,
+             raw_calls: dict[str, str] | None = None) -> AIMessage:
+    """``message`` with the cut-short note when its forced output hit ``max_tokens``;
+    ``raw_calls``: each call's text as the model wrote it, by id."""
     if not _was_cut(prepared, message):
         return message
     error = cut_message(prepared)
@@ -45,8 +47,10 @@ def mark_cut(prepared: PreparedRequest, message: AIMessage) -> AIMessage:
     if prepared.forced_tool:
         # A call parsed from a cut reply is not one: its arguments may be what the budget let
         # the model write ("..." for a city), so it must not reach a tool.
-        cut_calls = [invalid_tool_call(name=c["name"], args=json.dumps(c["args"]), id=c["id"],
-                                       error=error) for c in message.tool_calls]
+        raw = raw_calls or {}
+        cut_calls = [invalid_tool_call(name=c["name"], id=c["id"], error=error,
+                                       args=raw.get(c["id"] or "") or json.dumps(c["args"]))
+                     for c in message.tool_calls]
         message.tool_calls = []
         if message.invalid_tool_calls or cut_calls:
             message.invalid_tool_calls = cut_calls + [{**c, "error": error}
@@ -90,7 +94,8 @@ def chat_result(prepared: PreparedRequest, output: Any) -> ChatResult:
         "prompt_tokens": usage.get("input_tokens", 0),
         "completion_tokens": usage.get("output_tokens", 0),
         "total_tokens": usage.get("total_tokens", 0)}}
-    return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message))],
+    raw_calls = {c.id: c.raw for c in assembler.calls}
+    return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message, raw_calls))],
                       llm_output=llm_output)
 
 

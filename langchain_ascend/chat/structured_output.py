@@ -19,7 +19,7 @@ from langchain_core.output_parsers.openai_tools import (
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.pydantic import is_basemodel_subclass
 
-from langchain_ascend.chat.tool_schemas import json_schema, object_root, openai_tool
+from langchain_ascend.chat.tool_schemas import arguments_like, json_schema, openai_tool
 from langchain_ascend.errors import InvalidRequestError
 
 METHODS = ("json_schema", "function_calling", "json_mode")
@@ -31,7 +31,7 @@ def _bound_and_parser(chat: Any, schema: dict[str, Any] | type, method: str,
     is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
     json_schema = ls_format["schema"]
     if method == "function_calling":
-        if not object_root(json_schema):
+        if not arguments_like(json_schema):
             raise InvalidRequestError(
                 "method='function_calling' needs an object schema (a tool's arguments are an "
                 f"object); this one's root is {json_schema.get('type') or 'not an object'}: use "

@@ -33,6 +33,9 @@ def openai_tool(tool: Any) -> dict[str, Any]:
     return converted
 
 
+_TOOL_KEYS = frozenset({"name", "parameters", "input_schema", "toolSpec", "function"})
+"""Keys of a tool dict (OpenAI, Anthropic, Bedrock), which no JSON schema's root has."""
+
 _JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 
 
@@ -77,13 +80,19 @@ def object_root(schema: dict[str, Any]) -> bool:
     return schema.get("type") == "object" or "properties" in schema
 
 
+def arguments_like(schema: dict[str, Any]) -> bool:
+    """Whether a schema can be a tool's arguments: an object, or no root type at all (a tool
+    without parameters); not an array, a union or an enum."""
+    return object_root(schema) or not ({"type", "anyOf", "oneOf", "enum", "items"} & set(schema))
+
+
 def json_schema(schema: Any) -> dict[str, Any]:
     """``convert_to_json_schema(schema)`` (title, description, the object schema); a pydantic
     class that refers to itself keeps its references (module docstring); a JSON schema dict
     whose root is no object (an array, ``anyOf``, an enum) as it is: langchain keeps only its
     title of it, and the reply was then any JSON at all."""
-    if (isinstance(schema, dict) and not object_root(schema) and "parameters" not in schema
-            and schema.get("type") != "function"):
+    if (isinstance(schema, dict) and not object_root(schema)
+            and not _TOOL_KEYS & set(schema) and schema.get("type") != "function"):
         return dict(schema)
     converted = convert_to_json_schema(schema)
     own = _self_referencing_schema(schema)

@@ -23,7 +23,8 @@ def add_info_routes(app: FastAPI, state: ServerState) -> None:
                 "data": [{"id": name, "object": "model", "created": state.created,
                           "owned_by": "langchain-ascend"} for name in state.model_ids()]}
 
-    @app.get("/v1/models/{model}", tags=["openai"], summary="One served model (OpenAI)")
+    @app.get("/v1/models/{model:path}", tags=["openai"],  # ids such as "org/name"
+             summary="One served model (OpenAI)")
     async def retrieve_model(model: str) -> dict[str, Any]:
         if model not in state.model_ids():
             raise APIError(404, f"the model {model!r} does not exist here; this server serves "

@@ -25,7 +25,13 @@ from langchain_ascend.errors import InvalidRequestError
 from langchain_ascend.serve.app import create_app
 from langchain_ascend.serve.ray.ray_command import add_ray_options, run_ray
 from langchain_ascend.serve.web import uvicorn
-from langchain_ascend.validation import check_count, check_device, check_dtype, check_int
+from langchain_ascend.validation import (
+    canonical_dtype,
+    check_count,
+    check_device,
+    check_dtype,
+    check_int,
+)
 
 API_KEY_ENV = "LANGCHAIN_ASCEND_API_KEY"
 DESCRIPTION = ("serve a model over an OpenAI-compatible HTTP API (chat completions, "
@@ -137,14 +143,20 @@ def config_with_options(args: argparse.Namespace) -> dict[str, Any]:
     given = chat_model_kwargs(args)
     if given.pop("model") is not None:
         model["path"] = args.model
-    device = given.pop("device")
+    device = given.pop("device").strip().lower()
+    given["dtype"] = canonical_dtype(given["dtype"])
     for name, value in given.items():
         if value != "auto" or name not in model:  # "auto": the option's default, not a choice
             model[name] = value
     if device != "auto":
-        data.setdefault("npu", {})["device"] = device.split(":")[0]
-        if ":" in device:
-            data["npu"].setdefault("context", {})["device_id"] = int(device.split(":")[1])
+        kind, _, index = device.partition(":")
+        npu = data.setdefault("npu", {})
+        npu["device"] = kind
+        context = npu.setdefault("context", {})
+        if index:
+            context["device_id"] = int(index)
+        else:  # the device as given: the file's index was for another choice
+            context.pop("device_id", None)
     return data
 
 

@@ -13,7 +13,12 @@ from pydantic import BaseModel
 from pydantic.v1 import BaseModel as BaseModelV1
 
 from langchain_ascend.chat.messages import to_template_tools
-from langchain_ascend.chat.tool_schemas import json_schema, openai_tool, schema_problem
+from langchain_ascend.chat.tool_schemas import (
+    arguments_like,
+    json_schema,
+    openai_tool,
+    schema_problem,
+)
 from langchain_ascend.errors import InvalidRequestError
 
 
@@ -128,3 +133,14 @@ def test_real_schemas_pass_the_check():
     for tool in (Item, Pair, {"type": "function", "function": {"name": "g", "parameters": {
             "type": ["object", "null"], "properties": {"x": True, "y": {"enum": [1, "2"]}}}}}):
         assert schema_problem(to_template_tools([tool])[0]["function"]["parameters"]) is None
+
+
+def test_tool_dicts_of_other_providers_convert_as_langchain_converts_them():
+    """Only a JSON schema is taken as it is: an Anthropic tool dict (``input_schema``) or an
+    OpenAI function without parameters converts as langchain converts it."""
+    anthropic = {"name": "get_weather", "description": "w", "input_schema": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    assert json_schema(anthropic) == convert_to_json_schema(anthropic)
+    assert json_schema(anthropic)["properties"] == {"city": {"type": "string"}}
+    assert arguments_like(json_schema({"name": "ping", "description": "p"}))
+    assert not arguments_like(json_schema({"title": "n", "type": "array", "items": {}}))

@@ -53,6 +53,7 @@ def test_config_takes_the_command_lines_model_options(tmp_path):
     agent and the chat route; the example file names none and failed), options given win."""
     from pathlib import Path
 
+    from langchain_ascend.config import read_config
     from langchain_ascend.serve.serve_command import config_with_options
 
     example = Path(__file__).parents[2] / "examples" / "agent_config.yaml"
@@ -64,6 +65,16 @@ def test_config_takes_the_command_lines_model_options(tmp_path):
     assert data["model"]["dtype"] == "auto" and data["npu"]["device"] == "cpu"
     plain = config_with_options(build_parser().parse_args(["--config", str(example)]))
     assert "path" not in plain["model"] and plain["npu"]["device"] == "auto"
+    assert plain["npu"]["context"]["device_id"] == 0  # the file's
+    spelled = config_with_options(build_parser().parse_args(
+        ["--config", str(example), "--dtype", "bf16", "--device", "NPU:1"]))
+    assert spelled["model"]["dtype"] == "bfloat16" and spelled["npu"]["device"] == "npu"
+    assert spelled["npu"]["context"]["device_id"] == 1
+    no_index = config_with_options(build_parser().parse_args(
+        ["--config", str(example), "--device", "cpu"]))
+    assert "device_id" not in no_index["npu"]["context"]  # the CPU has no index
+    read_config(no_index)  # and the config takes them all
+    read_config(spelled)
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "http"])

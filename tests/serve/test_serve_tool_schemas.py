@@ -90,6 +90,8 @@ def test_one_model_by_id_head_health_and_a_wrong_method(served_chat, base_url):
         client.models.retrieve("no-such-model")
     http = TestClient(create_app(served_chat, served_model_name=MODEL))
     assert http.head("/health").status_code == 200
+    hub_named = TestClient(create_app(served_chat, served_model_name="org/some-model"))
+    assert hub_named.get("/v1/models/org/some-model").json()["id"] == "org/some-model"
     wrong = http.put("/v1/chat/completions", json={})
     assert wrong.status_code == 405
     assert wrong.json()["error"]["type"] == "invalid_request_error"
