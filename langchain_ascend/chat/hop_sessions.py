@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel
 
 from langchain_ascend.chat.prepare import build_prompt
+from langchain_ascend.chat.results import forced_call_cut
 from langchain_ascend.chat.session_prefill import LandingPrefill
 from langchain_ascend.engine.core.retention import parse_retention
 from langchain_ascend.errors import InvalidRequestError
@@ -164,7 +165,7 @@ class HopCall:
         """End a streamed hop with the calls its assembler parsed (none when a forced call
         was cut at ``max_tokens``: nothing will run, so the session is not parked)."""
         if self.session is not None:
-            cut = self.prepared.forced_tool and self._finish_reason == "length"
+            cut = forced_call_cut(self.prepared, self._finish_reason)
             calls = [] if cut else [c.to_tool_call() for c in assembler.calls if c.valid]
             self.end(AIMessage(content=assembler.content, tool_calls=calls))
 

@@ -5,10 +5,11 @@ grammar token by token, but ``max_tokens`` can end it before the grammar does. S
 keeps ``finish_reason="length"`` and gets ``response_metadata["output_error"]`` saying it was
 cut at ``max_tokens=N``; for a forced tool call the error also stands in every
 ``invalid_tool_calls`` entry -- a call parsed from the cut reply moves there too, so no tool
-runs with what the budget left of its arguments, and one is added when no call could be
-parsed at all -- so a caller never mistakes a cut call for a model that chose not to call,
-nor for a call. A forced tool call that ends any other way without a valid parsed call raises :class:`~langchain_ascend.errors.ForcedOutputError`
-(never ``finish_reason="stop"`` with empty ``tool_calls``).
+runs with what the budget left of its arguments (:func:`forced_call_cut`), and one is added
+when no call could be parsed at all -- so a caller never mistakes a cut call for a model that
+chose not to call, nor for a call. A forced tool call that ends any other way without a valid
+parsed call raises :class:`~langchain_ascend.errors.ForcedOutputError` (never
+``finish_reason="stop"`` with empty ``tool_calls``).
 """
 
 from __future__ import annotations
@@ -31,15 +32,21 @@ def cut_message(prepared: PreparedRequest) -> str:
             "before it was complete (finish_reason='length'); raise max_tokens")
 
 
+def forced_call_cut(prepared: PreparedRequest, finish_reason: str | None) -> bool:
+    """Whether a reply ending with ``finish_reason`` is a forced tool call cut at
+    ``max_tokens``: no call, whatever parsed of it (module docstring)."""
+    return prepared.forced_tool and finish_reason == "length"
+
+
 def _was_cut(prepared: PreparedRequest, message: BaseMessage) -> bool:
     return (prepared.forced is not None
             and message.response_metadata.get("finish_reason") == "length")
 
 
 def mark_cut(prepared: PreparedRequest, message: AIMessage,
-             raw_calls: dict[str, str] | None = None) -> AIMessage:
-    """``message`` with the cut-short note when its forced output hit ``max_tokens``;
-    ``raw_calls``: each call's text as the model wrote it, by id."""
+             assembler: ReplyAssembler) -> AIMessage:
+    """``message`` with the cut-short note when its forced output hit ``max_tokens``
+    (``assembler``: the calls as the model wrote them)."""
     if not _was_cut(prepared, message):
         return message
     error = cut_message(prepared)
@@ -47,7 +54,7 @@ def mark_cut(prepared: PreparedRequest, message: AIMessage,
     if prepared.forced_tool:
         # A call parsed from a cut reply is not one: its arguments may be what the budget let
         # the model write ("..." for a city), so it must not reach a tool.
-        raw = raw_calls or {}
+        raw = {c.id: c.raw for c in assembler.calls}
         cut_calls = [invalid_tool_call(name=c["name"], id=c["id"], error=error,
                                        args=raw.get(c["id"] or "") or json.dumps(c["args"]))
                      for c in message.tool_calls]
@@ -94,8 +101,7 @@ def chat_result(prepared: PreparedRequest, output: Any) -> ChatResult:
         "prompt_tokens": usage.get("input_tokens", 0),
         "completion_tokens": usage.get("output_tokens", 0),
         "total_tokens": usage.get("total_tokens", 0)}}
-    raw_calls = {c.id: c.raw for c in assembler.calls}
-    return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message, raw_calls))],
+    return ChatResult(generations=[ChatGeneration(message=mark_cut(prepared, message, assembler))],
                       llm_output=llm_output)
 
 

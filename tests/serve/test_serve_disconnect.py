@@ -10,6 +10,7 @@ import json
 from langchain_core.messages import AIMessage
 
 from langchain_ascend.serve.app import create_app
+from langchain_ascend.serve.ray.asgi_call import ForwardedRequest, _receiver
 
 
 class NeverReplies:
@@ -40,28 +41,16 @@ class Replies(NeverReplies):
 async def _post(app, body: dict, client_gone: asyncio.Event) -> list[dict]:
     """POST body to /v1/chat/completions over raw ASGI; the channel reports the disconnect
     once ``client_gone`` is set. Returns what the app sent."""
-    raw = json.dumps(body).encode()
-    delivered = False
+    request = ForwardedRequest("POST", "/v1/chat/completions",
+                               headers=[(b"content-type", b"application/json")],
+                               body=json.dumps(body).encode(), client=("127.0.0.1", 1))
     sent: list[dict] = []
-
-    async def receive() -> dict:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await client_gone.wait()
-        return {"type": "http.disconnect"}
 
     async def send(message: dict) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
-             "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json"),
-                         (b"content-length", str(len(raw)).encode())],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
-    await app(scope, receive, send)
+    # the body once, then http.disconnect when the client is gone (as a Ray replica drives it)
+    await app(request.scope(), _receiver(request.body, client_gone), send)
     return sent
 
 
