@@ -159,6 +159,13 @@ def test_unconvertible_tool_is_a_typed_error():
         to_template_tools([42])
 
 
+def test_two_tools_of_one_name_are_refused():
+    other_add = {"type": "function", "function": {
+        "name": "add", "parameters": {"type": "object", "properties": {"s": {"type": "string"}}}}}
+    with pytest.raises(InvalidRequestError, match=r"tools\[2\] and tools\[0\] are both named 'add'"):
+        to_template_tools([add, Search, other_add])
+
+
 def test_render_with_tools_matches_the_qwen_layout(tokenizer):
     messages = to_template_messages([
         HumanMessage("What is 1 + 2?"),
