@@ -107,7 +107,8 @@ def to_template_messages(messages: Sequence[BaseMessage], *, strict: bool = True
     """Convert a LangChain conversation into chat-template message dicts.
 
     Roles: system, user, assistant (with ``tool_calls`` as
-    ``{"type": "function", "id", "function": {"name", "arguments": dict}}``), tool (with
+    ``{"type": "function", "id", "function": {"name", "arguments": dict}}``; its
+    ``invalid_tool_calls`` as the text they hold, their ids answerable), tool (with
     ``tool_call_id`` and ``name``); a ``ChatMessage`` keeps its role. An assistant message's
     ``additional_kwargs["reasoning_content"]`` is passed on for templates that render it.
     With ``strict=False`` (token counting of a conversation's slices) an empty list is ``[]``
@@ -145,6 +146,13 @@ def to_template_messages(messages: Sequence[BaseMessage], *, strict: bool = True
                 for call in message.tool_calls:
                     if call.get("id"):
                         call_names[str(call["id"])] = call["name"]
+            # An invalid call (broken, or cut at max_tokens) is text the model wrote: its
+            # ``args`` hold that text, markers included. An agent may answer it with an error
+            # ToolMessage (langchain's create_agent does), so its id is a known call.
+            for call in message.invalid_tool_calls:
+                entry["content"] += str(call.get("args") or "")
+                if call.get("id"):
+                    call_names[str(call["id"])] = call.get("name") or "tool"
             reasoning = message.additional_kwargs.get("reasoning_content")
             if isinstance(reasoning, str) and reasoning:
                 entry["reasoning_content"] = reasoning

@@ -166,6 +166,18 @@ def test_two_tools_of_one_name_are_refused():
         to_template_tools([add, Search, other_add])
 
 
+def test_an_invalid_call_renders_as_its_text_and_may_be_answered():
+    raw = '<tool_call>\n{"name": "add", "arguments": {"a": 1'
+    messages = to_template_messages([
+        HumanMessage("Add."),
+        AIMessage("", invalid_tool_calls=[{"type": "invalid_tool_call", "id": "call_cut",
+                                           "name": "add", "args": raw, "error": "cut"}]),
+        ToolMessage("could not run", tool_call_id="call_cut", status="error"),
+    ])
+    assert messages[1] == {"role": "assistant", "content": raw}
+    assert messages[2]["tool_call_id"] == "call_cut" and messages[2]["name"] == "add"
+
+
 def test_render_with_tools_matches_the_qwen_layout(tokenizer):
     messages = to_template_messages([
         HumanMessage("What is 1 + 2?"),

@@ -58,6 +58,28 @@ def test_create_agent_runs_a_forced_tool_call_then_answers(tiny_chat):
     assert messages[3].tool_calls == []
 
 
+def test_create_agent_goes_on_after_a_call_cut_at_max_tokens(tiny_chat):
+    """create_agent answers an invalid call with an error ToolMessage before the next model
+    call; the conversation holding both must render (it raised "answers no tool call")."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import AgentMiddleware
+
+    class ForceFirst(AgentMiddleware):
+        def wrap_model_call(self, request, handler):
+            first = len(request.messages) == 1
+            return handler(request.override(tool_choice="get_weather" if first else "none"))
+
+    agent = create_agent(tiny_chat.model_copy(update={"max_tokens": 6}), tools=[get_weather],
+                         middleware=[ForceFirst()])
+    first = agent.invoke({"messages": [HumanMessage("Weather in Oslo?")]})["messages"]
+    (cut,) = first[-1].invalid_tool_calls
+    assert first[-1].tool_calls == [] and cut["id"]
+    second = agent.invoke({"messages": [*first, HumanMessage("Just say hi.")]})["messages"]
+    answered = [m for m in second if isinstance(m, ToolMessage)]
+    assert [m.tool_call_id for m in answered] == [cut["id"]] and answered[0].status == "error"
+    assert isinstance(second[-1], AIMessage) and second[-1].tool_calls == []
+
+
 def test_langgraph_state_graph_with_tool_node_reuses_the_prompt_cache(tiny_chat):
     llm = tiny_chat.model_copy(update={"max_tokens": 48})
     usages: list[dict] = []
