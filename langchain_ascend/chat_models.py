@@ -475,7 +475,7 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields, SessionFields
 
     def with_structured_output(
         self,
-        schema: dict[str, Any] | type,
+        schema: dict[str, Any] | type | None = None,
         *,
         method: Literal["json_schema", "function_calling", "json_mode"] = "json_schema",
         include_raw: bool = False,
@@ -486,7 +486,7 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields, SessionFields
 
         Args:
             schema: A pydantic class (v2 or v1), a TypedDict, a JSON schema or an OpenAI tool
-                dict.
+                dict; None only with ``method="json_mode"`` (the reply is then a dict).
             method: ``"json_schema"`` (grammar-constrained JSON matching the schema),
                 ``"function_calling"`` (a grammar-forced call of a tool with that schema) or
                 ``"json_mode"`` (any JSON object; describe the format in the prompt).

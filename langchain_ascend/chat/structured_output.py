@@ -25,11 +25,25 @@ from langchain_ascend.errors import InvalidRequestError
 METHODS = ("json_schema", "function_calling", "json_mode")
 
 
-def _bound_and_parser(chat: Any, schema: dict[str, Any] | type, method: str,
+def _schema_of(schema: dict[str, Any] | type) -> dict[str, Any]:
+    """``schema`` as a JSON schema.
+
+    Raises:
+        InvalidRequestError: It is no schema (langchain raises ValueError / TypeError).
+    """
+    try:
+        return json_schema(schema)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidRequestError(
+            f"with_structured_output: {schema!r} is not a schema (a pydantic class, a "
+            f"TypedDict, a JSON schema dict or an OpenAI tool dict): {exc}") from exc
+
+
+def _bound_and_parser(chat: Any, schema: dict[str, Any] | type | None, method: str,
                       ls_format: dict[str, Any]) -> tuple[Runnable, Runnable]:
     """The bound chat model and the reply's parser for ``method``."""
     is_pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
-    json_schema = ls_format["schema"]
+    json_schema = ls_format["schema"] or {}
     if method == "function_calling":
         if not arguments_like(json_schema):
             raise InvalidRequestError(
@@ -57,21 +71,26 @@ def _bound_and_parser(chat: Any, schema: dict[str, Any] | type, method: str,
     return bound, parser
 
 
-def structured_output(chat: Any, schema: dict[str, Any] | type, *, method: str,
+def structured_output(chat: Any, schema: dict[str, Any] | type | None, *, method: str,
                       include_raw: bool, strict: bool | None,
                       kwargs: dict[str, Any]) -> Runnable:
     """The runnable ``chat.with_structured_output(schema, ...)`` returns.
 
     Raises:
-        InvalidRequestError: An unknown ``method`` or an unsupported keyword argument.
+        InvalidRequestError: An unknown ``method``, an unsupported keyword argument, no
+            ``schema`` where the method needs one, or a ``schema`` that is none.
     """
     if kwargs:
         raise InvalidRequestError(f"unsupported with_structured_output arguments {sorted(kwargs)}")
     if method not in METHODS:
         raise InvalidRequestError(
             f"unknown method {method!r}: use 'json_schema', 'function_calling' or 'json_mode'")
+    if schema is None and method != "json_mode":
+        raise InvalidRequestError(
+            f"with_structured_output(method={method!r}) needs a schema; only "
+            "method='json_mode' takes none (any JSON object, returned as a dict)")
     ls_format = {"kwargs": {"method": method, "strict": strict},
-                 "schema": json_schema(schema)}
+                 "schema": None if schema is None else _schema_of(schema)}
     bound, parser = _bound_and_parser(chat, schema, method, ls_format)
     if not include_raw:
         return bound | parser

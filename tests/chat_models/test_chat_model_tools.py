@@ -165,6 +165,15 @@ def test_json_mode_gives_json_and_include_raw_reports_schema_misses(tiny_chat):
     assert isinstance(as_dict.invoke("x", temperature=1.0, seed=5, max_tokens=40), dict)
 
 
+def test_json_mode_needs_no_schema_and_a_bad_schema_is_a_typed_error(tiny_chat):
+    anything = tiny_chat.with_structured_output(method="json_mode")
+    assert isinstance(anything.invoke("x", temperature=1.0, seed=5, max_tokens=40), dict)
+    with pytest.raises(InvalidRequestError, match="method='json_schema'.* needs a schema"):
+        tiny_chat.with_structured_output(None)
+    with pytest.raises(InvalidRequestError, match="42 is not a schema"):
+        tiny_chat.with_structured_output(42)
+
+
 def test_include_raw_with_a_guaranteed_schema(tiny_chat):
     sampled = tiny_chat.model_copy(update={"temperature": 1.0, "seed": 4, "max_tokens": 64})
     result = sampled.with_structured_output(Person, include_raw=True).invoke("x")
