@@ -7,6 +7,7 @@ lazily. The chat model calls :func:`grammar_spec` per request and :func:`warm_up
 =============================================  ==========================================
 request                                        grammar
 =============================================  ==========================================
+``response_format={"type": "text"}``           as without one (OpenAI's default)
 ``response_format={"type": "json_object"}``    any JSON object (unless a call is forced)
 ``response_format={"type": "json_schema"...}``  JSON matching the schema (the same)
 ``tool_choice="auto"`` (or no tools)           none
@@ -55,8 +56,8 @@ def response_format_grammar(response_format: Any) -> GrammarSpec:
             if isinstance(schema, Mapping):
                 return json_schema_grammar(schema)
     raise InvalidRequestError(
-        f"unsupported response_format {response_format!r}: use {{'type': 'json_object'}} or "
-        "{'type': 'json_schema', 'json_schema': {'schema': {...}}}"
+        f"unsupported response_format {response_format!r}: use {{'type': 'text'}}, "
+        "{'type': 'json_object'} or {'type': 'json_schema', 'json_schema': {'schema': {...}}}"
     )
 
 
@@ -85,6 +86,8 @@ def grammar_spec(
     Raises:
         InvalidRequestError: A malformed ``response_format``, or a forced choice without tools.
     """
+    if isinstance(response_format, Mapping) and response_format.get("type") == "text":
+        response_format = None  # OpenAI's default: plain text
     if response_format is not None:
         text_format = response_format_grammar(response_format)  # checked either way
         if tool_choice in ("auto", "none") or not tools:

@@ -62,6 +62,13 @@ def test_response_format_formats_text_and_a_forced_choice_is_a_call():
         _spec(response_format={"type": "xml"}, tool_choice="required")  # still checked
 
 
+def test_a_text_response_format_is_openais_default_plain_text():
+    text = {"type": "text"}
+    assert _spec(response_format=text, tool_choice="auto") is None
+    assert _spec(response_format=text, tool_choice="none") == _spec(tool_choice="none")
+    assert _spec(response_format=text, tool_choice="mul") == _spec(tool_choice="mul")
+
+
 def test_free_choices_get_no_grammar_and_none_excludes_markers():
     assert _spec(tool_choice="auto") is None
     assert _spec(tool_choice="none", tools=[]) is None
