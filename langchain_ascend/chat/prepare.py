@@ -145,6 +145,8 @@ def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> str:
     Raises:
         InvalidRequestError: An unknown spelling or a name that is not a bound tool.
     """
+    if isinstance(tool_choice, Mapping) and tool_choice.get("type") in ("auto", "any", "none"):
+        tool_choice = tool_choice["type"]  # Anthropic's spelling
     if tool_choice is None or tool_choice == "auto":
         return "auto"
     if tool_choice is False or tool_choice == "none":
@@ -160,7 +162,8 @@ def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidRequestError(
             f"unsupported tool_choice {tool_choice!r}: use 'auto', 'none', 'required'/'any', "
-            "True, a tool name, or {'type': 'function', 'function': {'name': ...}}"
+            "True, a tool name, {'type': 'function', 'function': {'name': ...}} or "
+            "{'type': 'any'}"
         )
     if name not in tool_names:
         raise InvalidRequestError(

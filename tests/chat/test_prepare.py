@@ -27,6 +27,8 @@ GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_
     (None, "auto"), ("auto", "auto"), (False, "none"), ("none", "none"), (True, "required"),
     ("required", "required"), ("any", "required"), ("add", "add"),
     ({"type": "function", "function": {"name": "add"}}, "add"), ({"name": "add"}, "add"),
+    ({"type": "any"}, "required"), ({"type": "auto"}, "auto"), ({"type": "none"}, "none"),
+    ({"type": "tool", "name": "mul"}, "mul"),
 ])
 def test_tool_choice_spellings(choice, expected):
     assert normalize_tool_choice(choice, ["add", "mul"]) == expected
