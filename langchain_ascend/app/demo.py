@@ -49,12 +49,13 @@ from langchain_ascend.app.stage_times import stages
 from langchain_ascend.chat_models import AscendChatModel
 from langchain_ascend.embeddings import AscendEmbeddings
 from langchain_ascend.engine.model_source import check_model_source, resolve_model_source
-from langchain_ascend.errors import MissingExtraError
+from langchain_ascend.errors import InvalidRequestError, MissingExtraError
 from langchain_ascend.native import build
 from langchain_ascend.observe import AscendTimeline
 from langchain_ascend.testing import build_model, smollm2_gguf_path
 from langchain_ascend.tool_formats.hermes import TOOL_RESPONSE_OPEN
 from langchain_ascend.tools import NPUStreamToolExecutor
+from langchain_ascend.validation import check_count, check_device, check_dtype
 from langchain_ascend.vectorstores import AscendFAISS
 
 __all__ = ["build_demo", "build_tools", "main", "run_demo", "safe_eval"]
@@ -458,16 +459,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """The options, checked before anything loads (the CLI prints one line, exit 2)."""
+    if args.device is not None:
+        check_device(args.device)
+    if args.dtype is not None:
+        check_dtype(args.dtype)
+    check_count("--max-hops", args.max_hops, allow_none=True)
+    check_count("--max-tokens", args.max_tokens, allow_none=True)
+    if args.out is not None:
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidRequestError(f"--out {args.out}: cannot create it ({exc})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """``langchain-ascend demo``: parse the options and run the demo (0 when it ran)."""
     args = build_parser().parse_args(argv)
+    check_options(args)
     questions = tuple(args.question) if args.question else QUESTIONS
     overrides = None
     if args.config is not None:
         overrides = Overrides(model=args.model, device=args.device, dtype=args.dtype,
                               max_hops=args.max_hops, max_tokens=args.max_tokens)
     run_demo(args.model, device=args.device or "auto", dtype=args.dtype or "auto",
-             max_hops=args.max_hops or 2, max_tokens=args.max_tokens or 64,
+             max_hops=2 if args.max_hops is None else args.max_hops,
+             max_tokens=64 if args.max_tokens is None else args.max_tokens,
              questions=questions, out=args.out, progress=not args.no_progress,
              config=args.config, overrides=overrides)
     return 0

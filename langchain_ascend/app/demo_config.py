@@ -68,7 +68,7 @@ def config_data(config: Any, overrides: Overrides, *, system_prompt: str,
     agent.setdefault("first_hop_tool_choice", "required")
     agent.setdefault("final_hop_tool_choice", "none")
     if "max_hops" not in agent or overrides.max_hops is not None:
-        agent["max_hops"] = overrides.max_hops or 2
+        agent["max_hops"] = 2 if overrides.max_hops is None else overrides.max_hops
     return data
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from langchain_ascend._version import __version__
-from langchain_ascend.app import cli, demo_config
+from langchain_ascend.app import cli, demo, demo_config
 from langchain_ascend.app.demo import run_demo
 from langchain_ascend.config import ConfigError, read_config
 from langchain_ascend.errors import LangChainAscendError, ModelSourceError
@@ -82,6 +82,18 @@ def test_demo_with_a_bad_config_exits_2_naming_the_key(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "agent.max_hopz" in err[0] and "max_hops" in err[0]
     assert issubclass(ConfigError, LangChainAscendError)
+
+
+@pytest.mark.parametrize(("option", "named"), [
+    (["--device", "gpu"], "device='gpu'"), (["--dtype", "float64"], "dtype='float64'"),
+    (["--max-tokens", "0"], "--max-tokens"), (["--max-hops", "-1"], "--max-hops"),
+    (["--out", "/proc/no/such"], "--out /proc/no/such"),
+])
+def test_demo_checks_its_options_before_loading_anything(option, named, capsys, monkeypatch):
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **k: pytest.fail("the demo ran"))
+    assert cli.main(["demo", "--no-progress", *option]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("langchain-ascend: error: ") and named in err[0]
 
 
 def test_config_data_fills_the_demo_defaults_and_the_command_line_wins(monkeypatch):
