@@ -205,9 +205,8 @@ def to_template_tools(tools: Any) -> list[dict[str, Any]]:
 
     Raises:
         InvalidArgumentTypeError: ``tools`` is a string, or not a list of tools.
-        InvalidRequestError: A tool that ``tool_schemas.openai_tool`` cannot convert, a tool
-            dict without a non-empty string ``name``, or two tools of one name (a call names
-            its tool, so the model's call could not say which one it meant).
+        InvalidRequestError: A tool that ``tool_schemas.openai_tool`` cannot convert, or a tool
+            dict without a non-empty string ``name``.
     """
     if isinstance(tools, (Mapping, type, BaseTool)) or (
             callable(tools) and not isinstance(tools, str)):
@@ -215,7 +214,6 @@ def to_template_tools(tools: Any) -> list[dict[str, Any]]:
     items = as_items("tools", tools, str_is_item=False, error=InvalidArgumentTypeError,
                      what="a list of tools")
     converted = []
-    first_of: dict[str, int] = {}
     for i, tool in enumerate(items or ()):
         if isinstance(tool, (str, bytes)):
             raise InvalidArgumentTypeError(
@@ -232,11 +230,6 @@ def to_template_tools(tools: Any) -> list[dict[str, Any]]:
             raise InvalidRequestError(
                 f"tools[{i}]={tool!r} has no tool name: a tool dict needs a non-empty 'name' "
                 "(or {'type': 'function', 'function': {'name': ..., 'parameters': ...}})")
-        if name in first_of:
-            raise InvalidRequestError(
-                f"tools[{i}] and tools[{first_of[name]}] are both named {name!r}; tool names "
-                "must be unique (a call names the tool it means)")
-        first_of[name] = i
         problem = schema_problem(function.get("parameters", {}))
         if problem:
             raise InvalidRequestError(f"tools[{i}] ({name!r}): {problem}")

@@ -56,7 +56,7 @@ from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError, InvalidTextError, PromptTooLongError
 from langchain_ascend.structured.grammars import GrammarSpec
 from langchain_ascend.structured.selection import grammar_backend, grammar_spec
-from langchain_ascend.validation import check_count, check_text
+from langchain_ascend.validation import check_choice, check_count, check_text
 
 # Arguments a call may carry (from bind / invoke kwargs) besides messages and stop.
 CALL_KWARGS = frozenset(
@@ -65,6 +65,7 @@ CALL_KWARGS = frozenset(
         "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "chat_template_kwargs",
         "ignore_eos", "speculative_decoding", "num_speculative_tokens", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "min_p", "reasoning", "stream_usage",
+        "budget_closed_output",
     }
 )
 FORCING_CHOICES = ("required", "any")
@@ -93,6 +94,7 @@ class ChatSettings:
     reasoning: bool | str | None = None
     stream_usage: bool = True
     ignore_eos: bool = False
+    budget_closed_output: str = "cut"
     speculative_decoding: str = "auto"
     num_speculative_tokens: int = 8
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -344,7 +346,10 @@ def sampling_params_for(engine: Any, tokenizer: Any, settings: ChatSettings,
     )
     params.validate()
     if spec is not None:
-        params.constraint = grammar_backend(engine).new_constraint(spec, max_tokens=max_tokens)
+        closed = check_choice("budget_closed_output", kwargs.get(
+            "budget_closed_output", settings.budget_closed_output), ("cut", "complete"))
+        params.constraint = grammar_backend(engine).new_constraint(
+            spec, max_tokens=max_tokens, report_shortened=closed == "cut")
     return params
 
 

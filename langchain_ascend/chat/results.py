@@ -1,7 +1,9 @@
 """Engine outputs -> LangChain results, with the note a forced output cut short needs.
 
 A forced output (``tool_choice="required"``/a tool name, ``response_format``) follows its
-grammar token by token, but ``max_tokens`` can end it before the grammar does. Such a reply
+grammar token by token, but ``max_tokens`` can end it before the grammar does, or shape its
+end (the budget guard closes it early, taking tokens the model preferred away: the engine
+finishes such a reply as cut by the length too, ``XGrammarConstraint.shortened``). Such a reply
 keeps ``finish_reason="length"`` and gets ``response_metadata["output_error"]`` saying it was
 cut at ``max_tokens=N``; for a forced tool call the error also stands in every
 ``invalid_tool_calls`` entry -- a call parsed from the cut reply moves there too, so no tool
@@ -27,9 +29,11 @@ from langchain_ascend.errors import ForcedOutputError
 
 
 def cut_message(prepared: PreparedRequest) -> str:
-    """The error text of a forced output cut at ``max_tokens``."""
-    return (f"the forced {prepared.forced} was cut at max_tokens={prepared.params.max_tokens} "
-            "before it was complete (finish_reason='length'); raise max_tokens")
+    """The error text of a forced output cut at ``max_tokens`` (or closed early by the budget
+    guard to fit it: valid, but not what the model would have written)."""
+    return (f"the forced {prepared.forced} did not fit max_tokens={prepared.params.max_tokens}"
+            ": it was cut, or closed early to fit, before the model finished it "
+            "(finish_reason='length'); raise max_tokens")
 
 
 def forced_call_cut(prepared: PreparedRequest, finish_reason: str | None) -> bool:

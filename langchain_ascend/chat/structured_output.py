@@ -8,21 +8,54 @@ that schema (``tool_choice`` = its name). ``include_raw`` returns ``{"raw", "par
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from operator import itemgetter
 from typing import Any
 
+from langchain_core.exceptions import OutputParserException
+from langchain_core.messages import BaseMessage
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.output_parsers.openai_tools import (
     JsonOutputKeyToolsParser,
     PydanticToolsParser,
 )
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import (
+    Runnable,
+    RunnableGenerator,
+    RunnableMap,
+    RunnablePassthrough,
+)
 from langchain_core.utils.pydantic import is_basemodel_subclass
 
 from langchain_ascend.chat.tool_schemas import arguments_like, json_schema, openai_tool
 from langchain_ascend.errors import InvalidRequestError
 
 METHODS = ("json_schema", "function_calling", "json_mode")
+
+
+def _refuse_cut(message: BaseMessage) -> BaseMessage:
+    """``message``, unless it is a reply ``max_tokens`` cut or shaped (its
+    ``response_metadata["output_error"]``, ``chat.results``): no value is parsed from it, as
+    ChatOpenAI parses none from a reply that ended on the length.
+
+    Raises:
+        OutputParserException: Carrying the cut note and the reply text.
+    """
+    error = message.response_metadata.get("output_error")
+    if error:
+        raise OutputParserException(error, llm_output=str(message.content))
+    return message
+
+
+def _uncut(messages: Iterator[BaseMessage]) -> Iterator[BaseMessage]:
+    """Stream the reply's chunks through :func:`_refuse_cut` (the note is on the last)."""
+    for message in messages:
+        yield _refuse_cut(message)
+
+
+async def _auncut(messages: AsyncIterator[BaseMessage]) -> AsyncIterator[BaseMessage]:
+    async for message in messages:
+        yield _refuse_cut(message)
 
 
 def _schema_of(schema: dict[str, Any] | type) -> dict[str, Any]:
@@ -92,6 +125,7 @@ def structured_output(chat: Any, schema: dict[str, Any] | type | None, *, method
     ls_format = {"kwargs": {"method": method, "strict": strict},
                  "schema": None if schema is None else _schema_of(schema)}
     bound, parser = _bound_and_parser(chat, schema, method, ls_format)
+    parser = RunnableGenerator(_uncut, _auncut) | parser
     if not include_raw:
         return bound | parser
     parser_assign = RunnablePassthrough.assign(

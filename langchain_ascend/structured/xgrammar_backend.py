@@ -279,9 +279,12 @@ class GrammarBackend:
         with self._lock:
             return len(self._compiled)
 
-    def new_constraint(self, spec: GrammarSpec, *, max_tokens: int) -> XGrammarConstraint:
+    def new_constraint(self, spec: GrammarSpec, *, max_tokens: int,
+                       report_shortened: bool = True) -> XGrammarConstraint:
         """A fresh per-request constraint for ``spec`` with a budget of ``max_tokens``; its
         grammar may still be compiling (the constraint waits for it at its first mask).
+        ``report_shortened``: whether a reply the budget guard shortened says so
+        (``XGrammarConstraint.shortened``).
 
         Raises:
             InvalidRequestError: xgrammar rejects the schema / structural tag.
@@ -293,7 +296,7 @@ class GrammarBackend:
                 banned[self.special_tokens[token]] = False
         return XGrammarConstraint(
             compiled, backend=self, base_mask=pack_mask(~banned), max_tokens=max_tokens,
-            forced_prefix=spec.forced_prefix,
+            forced_prefix=spec.forced_prefix, report_shortened=report_shortened,
         )
 
 

@@ -21,6 +21,7 @@ work is a few word-wise operations. Imports torch, numpy and xgrammar: load lazi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -61,10 +62,9 @@ _LOOKAHEAD_SLACK = 64
 _UNCHECKED_GROWTH = 8
 _FAVOURITES = 4  # of many such choices, the model's best few (over every safe one) are checked
 # Closing policy preference order, inside and outside a JSON string.
-_STRING_TIERS = (
-    "quote_colon", "quote_then_closers", "quote_first", "contains_no_opener", "no_opener")
-_OUTSIDE_TIERS = (
-    "stop", "closers", "contains_no_opener", "separators", "digits", "no_opener")
+_STRING_TIERS = ("quote_colon", "quote_then_closers", "quote_first", "contains_no_opener",
+                 "no_opener")
+_OUTSIDE_TIERS = ("stop", "closers", "contains_no_opener", "separators", "digits", "no_opener")
 
 
 class _StringTracker:
@@ -102,7 +102,10 @@ class XGrammarConstraint:
     closing would no longer fit; where it offers many and the slack is small, it keeps those
     whose growth of the closing path is bounded within the slack. So the
     reply ends complete and valid instead of being cut off by ``max_tokens``; a model that
-    finishes on its own never notices the guard.
+    finishes on its own never notices the guard. Where the guard took away the model's
+    favourite token (its best-scored one the grammar allowed) the reply is what the budget
+    left of the model's, not the model's: :attr:`shortened` says so, and the engine finishes
+    it as cut by the length.
 
     Args:
         compiled: An xgrammar ``CompiledGrammar``, or a ``Future`` of one (waited for when
@@ -111,6 +114,8 @@ class XGrammarConstraint:
         base_mask: Packed ``(W,)`` mask of tokens ever allowed (special tokens the grammar does
             not use are out).
         max_tokens: The request's token budget (the stop token included).
+        report_shortened: Whether :attr:`shortened` may be set (False: a reply the guard
+            closed early counts as complete).
         forced_prefix: Text every reply under this grammar starts with
             (:attr:`~langchain_ascend.structured.grammars.GrammarSpec.forced_prefix`): what
             ``jump_forward`` appends while the grammar is still compiling.
@@ -118,7 +123,7 @@ class XGrammarConstraint:
 
     def __init__(
         self, compiled: Any, *, backend: GrammarBackend, base_mask: np.ndarray, max_tokens: int,
-        forced_prefix: str = "",
+        forced_prefix: str = "", report_shortened: bool = True,
     ) -> None:
         self._compiled = compiled
         self._bound_matcher: Any = None  # made from the compiled grammar when first needed
@@ -138,6 +143,8 @@ class XGrammarConstraint:
         self._choice_paths: dict[int, list[int]] = {}  # lookahead paths of this step's choices
         self.num_accepted = 0
         self.rejected_token: int | None = None
+        self.shortened = False  # the guard took the model's favourite token away
+        self._report_shortened = report_shortened
 
     @property
     def closing(self) -> bool:
@@ -320,8 +327,12 @@ class XGrammarConstraint:
         """Ids of the tokens allowed next (advances nothing; runs the budget guard)."""
         return set_bit_ids(self._next_allowed(), self._vocab_size)
 
-    def _next_allowed(self, scores: np.ndarray | None = None) -> np.ndarray:
-        allowed = self._allowed_packed(self._matcher, self._bitmask)  # (W,)
+    def _next_allowed(self, scores: np.ndarray | None = None,
+                      row: Callable[[], np.ndarray] | None = None) -> np.ndarray:
+        """The packed next-token mask, guarded; ``scores`` / ``row``: the logits row (or a
+        fetch of it), for :attr:`shortened`."""
+        grammar = self._allowed_packed(self._matcher, self._bitmask)  # (W,)
+        allowed = grammar.copy() if not self._closing else grammar  # the guard edits in place
         if not self._closing:
             allowed = self._guard(allowed, scores)
         if self._closing:
@@ -331,10 +342,25 @@ class XGrammarConstraint:
                 choice = self._policy_choice(allowed, self._strings.in_string)
             forced = np.zeros_like(allowed)  # (W,)
             set_bit(forced, choice)
-            return forced
-        if not allowed.any():
+            allowed = forced
+        elif not allowed.any():
             return self._backend.policy_masks["stop"].copy()
+        if (self._report_shortened and not self.shortened
+                and not np.array_equal(allowed, grammar)):
+            self.shortened = self._favourite_taken(grammar, allowed, scores, row)
         return allowed
+
+    def _favourite_taken(self, grammar: np.ndarray, allowed: np.ndarray,
+                         scores: np.ndarray | None,
+                         row: Callable[[], np.ndarray] | None) -> bool:
+        """Whether the best-scored token of ``grammar`` is out of ``allowed`` (both packed
+        ``(W,)``; without scores, whether anything is)."""
+        scores = row() if scores is None and row is not None else scores
+        ids = set_bit_ids(grammar, self._vocab_size if scores is None else scores.size)
+        if scores is None or not ids.size:
+            return True
+        favourite = int(ids[np.argmax(scores[ids])])
+        return not allowed.view(np.uint32)[favourite >> 5] >> np.uint32(favourite & 31) & 1
 
     def mask_logits(self, logits: Any) -> None:
         """Set disallowed entries of ``logits`` (``(V,)``, any device) to ``-inf`` in place.
@@ -346,7 +372,9 @@ class XGrammarConstraint:
         width = min(int(logits.shape[-1]), self._vocab_size)
         cpu_row = (logits.device.type == "cpu" and logits.dtype == torch.float32
                    and logits.dim() == 1 and logits.is_contiguous())
-        packed = self._next_allowed(logits.numpy()[:width] if cpu_row else None)  # (W,)
+        packed = self._next_allowed(  # (W,)
+            logits.numpy()[:width] if cpu_row else None,
+            row=lambda: logits[:width].detach().float().cpu().numpy())
         # The row may be an inference tensor (made under torch.inference_mode), which may
         # only be edited in place inside inference mode; a normal tensor is fine there too.
         with torch.inference_mode():

@@ -159,13 +159,6 @@ def test_unconvertible_tool_is_a_typed_error():
         to_template_tools([42])
 
 
-def test_two_tools_of_one_name_are_refused():
-    other_add = {"type": "function", "function": {
-        "name": "add", "parameters": {"type": "object", "properties": {"s": {"type": "string"}}}}}
-    with pytest.raises(InvalidRequestError, match=r"tools\[2\] and tools\[0\] are both named 'add'"):
-        to_template_tools([add, Search, other_add])
-
-
 def test_an_invalid_call_renders_as_its_text_and_may_be_answered():
     raw = '<tool_call>\n{"name": "add", "arguments": {"a": 1'
     messages = to_template_messages([

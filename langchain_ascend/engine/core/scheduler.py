@@ -432,7 +432,17 @@ class Scheduler:
     def _stop_status(self, request: Request, token_id: int, *, grammar: bool = True,
                      ) -> RequestStatus | None:
         """The finished status the newly appended ``token_id`` causes, if any; the grammar's
-        end only with ``grammar`` (the step's last token: the sampler stops there)."""
+        end only with ``grammar`` (the step's last token: the sampler stops there). A reply
+        whose constraint was ``shortened`` (closed early to fit ``max_tokens``,
+        ``XGrammarConstraint``) finishes as cut by the length, however it ends."""
+        status = self._end_status(request, token_id, grammar=grammar)
+        if (status is RequestStatus.FINISHED_STOPPED and request.sampling.constraint is not None
+                and getattr(request.sampling.constraint, "shortened", False)):
+            return RequestStatus.FINISHED_LENGTH
+        return status
+
+    def _end_status(self, request: Request, token_id: int, *, grammar: bool,
+                    ) -> RequestStatus | None:
         params = request.sampling
         if not params.ignore_eos and token_id in request.eos_token_ids:
             request.last_token_hidden = True
