@@ -152,7 +152,7 @@ class AscendFAISS(VectorStore):
     @property
     def docstore(self) -> DocumentStore:
         """Documents by id (read-only use: ``docstore.search(id)``)."""
-        return DocumentStore(self._state.docs)
+        return DocumentStore(self._state.docs, self._state.hand_out)
 
     @property
     def index_to_docstore_id(self) -> Mapping[int, str]:
@@ -355,9 +355,9 @@ class AscendFAISS(VectorStore):
     async def asimilarity_search_with_score_batch(
             self, queries: Sequence[str], k: int = 4, filter: Filter = None, fetch_k: int = 20,
             **kwargs: Any) -> list[ScoredDocs]:
-        if not queries:
+        if not (queries := text_items(queries, "queries")):  # the sync methods' check
             return []
-        vectors = await embedding_calls.aqueries(self._embedding, list(queries))
+        vectors = await embedding_calls.aqueries(self._embedding, queries)
         return await run_in_executor(None, self.similarity_search_with_score_by_vectors,
                                      vectors, k, filter, fetch_k, **kwargs)
 
@@ -395,16 +395,16 @@ class AscendFAISS(VectorStore):
     async def amax_marginal_relevance_search_batch(
             self, queries: Sequence[str], k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
             filter: Filter = None, **kwargs: Any) -> list[list[Document]]:
-        if not queries:
+        if not (queries := text_items(queries, "queries")):
             return []
-        vectors = await embedding_calls.aqueries(self._embedding, list(queries))
+        vectors = await embedding_calls.aqueries(self._embedding, queries)
         return [_docs(pairs) for pairs in await run_in_executor(
             None, self._mmr_by_vectors, vectors, k, fetch_k, lambda_mult, filter)]
 
     # ---- persistence: langchain_ascend.index.persist ------------------------------------------
     def save_local(self, folder_path: str | Path, index_name: str = "index") -> None:
-        """Save atomically (safetensors + JSON with checksums, no pickle): a crash leaves the
-        previous save loadable; unstorable metadata raises before anything is written."""
+        """Save atomically (safetensors + JSON, checksums, no pickle; saves to one folder take
+        turns): a crash leaves the last save loadable; unstorable metadata raises first."""
         persist.save(folder_path, index_name, self._state, self._options,
                      distance_strategy=self.distance_strategy.value,
                      normalize_L2=self._normalize_L2)

@@ -12,16 +12,23 @@ class DocumentStore:
     """Documents by id, readable like ``langchain_community``'s ``InMemoryDocstore``.
 
     ``search(id)`` returns the document, or the string ``"ID <id> not found."`` as
-    ``InMemoryDocstore`` does. Change documents through the vector store, not here: the
-    store keeps the vectors and rows in step with this mapping.
+    ``InMemoryDocstore`` does. Add and delete documents through the vector store, not here:
+    the store keeps the vectors and rows in step with this mapping.
+
+    Args:
+        documents: The store's documents by id.
+        hand_out: Gives the stored document of an id to a caller (the store notes it: a
+            caller may change its metadata); None reads ``documents`` directly.
     """
 
-    def __init__(self, documents: dict[str, Document]) -> None:
+    def __init__(self, documents: dict[str, Document],
+                 hand_out: Callable[[str], Document | None] | None = None) -> None:
         self._dict = documents
+        self._hand_out = hand_out
 
     def search(self, search: str) -> Document | str:
         """The document with id ``search``, or a not-found message."""
-        doc = self._dict.get(search)
+        doc = self._dict.get(search) if self._hand_out is None else self._hand_out(search)
         return doc if doc is not None else f"ID {search} not found."
 
     def __len__(self) -> int:

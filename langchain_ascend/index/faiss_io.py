@@ -113,6 +113,7 @@ class FaissIndex:
         self._row_labels = labels
         self._next_label = int(labels.max()) + 1 if count else 0
         self._label_to_row = self._invert(labels)
+        self._can_remove: bool | None = None
         self._enable_reconstruct()
 
     @classmethod
@@ -214,25 +215,44 @@ class FaissIndex:
         self._next_label += count
         self._label_to_row = self._invert(self._row_labels)
 
+    @property
+    def can_remove(self) -> bool:
+        """Whether this index type can delete vectors (HNSW cannot); probed once, with an
+        empty removal, since wrappers (``PCA8,HNSW8``) inherit the ability of what they wrap."""
+        if self._can_remove is None:
+            faiss = import_faiss()
+            nothing = np.zeros(1, dtype=np.int64)
+            try:
+                self.index.remove_ids(faiss.IDSelectorArray(0, faiss.swig_ptr(nothing)))
+                self._can_remove = True
+            except RuntimeError:
+                self._can_remove = False
+        return self._can_remove
+
+    def cannot_remove_error(self, detail: str = "rebuild the store without them or use a "
+                            "Flat / IVF index") -> VectorStoreInputError:
+        """The error for a write that would need a deletion this index cannot do."""
+        name = type(import_faiss().downcast_index(self.index)).__name__
+        return VectorStoreInputError(f"this faiss index ({name}) cannot delete vectors; {detail}")
+
     def remove(self, rows: torch.Tensor) -> None:
         """Delete rows; the survivors keep their order.
 
         Raises:
-            VectorStoreInputError: This faiss index type cannot delete (HNSW).
+            VectorStoreInputError: This faiss index type cannot delete (HNSW); nothing changed.
         """
         faiss = import_faiss()
         positions = rows.detach().cpu().numpy().astype(np.int64)
         if positions.size == 0:
             return
+        if not self.can_remove:
+            raise self.cannot_remove_error()
         labels = np.ascontiguousarray(self._row_labels[positions], dtype=np.int64)
         selector = faiss.IDSelectorArray(labels.size, faiss.swig_ptr(labels))  # keeps `labels`
         try:
             removed = self.index.remove_ids(selector)
         except RuntimeError as exc:
-            raise VectorStoreInputError(
-                f"this faiss index ({type(faiss.downcast_index(self.index)).__name__}) cannot "
-                "delete vectors; rebuild the store without them or use a Flat / IVF index"
-            ) from exc
+            raise self.cannot_remove_error() from exc
         if removed != labels.size:
             raise IndexFormatError(
                 f"faiss removed {removed} vectors where {labels.size} were expected")
@@ -266,11 +286,16 @@ class FaissIndex:
         Index types whose search takes no selector (e.g. ``PQ``) are searched with a widening
         ``k`` instead (x4 per round) until every query has ``k`` allowed rows or the whole index
         was ranked, which gives the same rows as a selector would.
+
+        Invariant (as on the device IVF): a query gets ``min(k, allowed rows)`` results. An
+        approximate index can find fewer allowed rows than that (IVF: none in the probed
+        lists; HNSW: the graph walk misses them), so such a query is answered by an exact
+        scan of the allowed rows (their stored vectors, reconstructed) instead.
         """
         import torch
 
         num_queries = queries.shape[0]
-        width = min(k, self.ntotal)
+        width = int(min(k, self.ntotal))
         if width <= 0:
             return empty_result(num_queries, self.device)
         array = self._prepare(queries)
@@ -284,8 +309,55 @@ class FaissIndex:
                 if "param" not in str(exc) and "selector" not in str(exc):
                     raise
                 scores, rows = self._widening_search(array, width, allowed)
+            scores, rows = self._fill_starved(array, width, allowed, scores, rows)
         return SearchResult(torch.from_numpy(scores).to(self.device),
                             torch.from_numpy(rows).to(self.device))
+
+    def _fill_starved(self, array: np.ndarray, width: int, allowed: np.ndarray,
+                      scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Re-answer exactly the queries that found fewer allowed rows than exist (up to
+        ``width``)."""
+        want = min(width, int(allowed.sum()))
+        starved = np.flatnonzero((rows >= 0).sum(axis=1) < want)
+        if starved.size == 0:
+            return scores, rows
+        try:
+            exact = self._exact_search(array[starved], width, allowed)
+        except RuntimeError:  # an index that cannot reconstruct: rank all of it instead
+            exact = self._widening_search(array[starved], width, allowed)
+        scores, rows = scores.copy(), rows.copy()
+        scores[starved], rows[starved] = exact
+        return scores, rows
+
+    def _exact_search(self, array: np.ndarray, width: int, allowed: np.ndarray,
+                      chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``width`` of the allowed rows, scored on their reconstructed vectors in chunks
+        (memory stays (B, chunk)); same score convention as :meth:`_raw_search`."""
+        candidates = np.flatnonzero(allowed)
+        num_queries = array.shape[0]
+        worst = -np.inf if self.metric == "ip" else np.inf
+        best_scores = np.full((num_queries, 0), worst, dtype=np.float32)
+        best_rows = np.full((num_queries, 0), -1, dtype=np.int64)
+        for start in range(0, candidates.size, chunk):
+            part = candidates[start:start + chunk]
+            vectors = self.index.reconstruct_batch(self._row_labels[part])  # (c, D)
+            dots = array @ vectors.T  # (B, c)
+            if self.metric == "l2":
+                part_scores = ((array * array).sum(1, keepdims=True) - 2 * dots
+                               + (vectors * vectors).sum(1)[None, :])  # (B, c)
+            else:
+                part_scores = dots if self.metric == "ip" else 1.0 - dots
+            merged_scores = np.concatenate([best_scores, part_scores.astype(np.float32)], 1)
+            merged_rows = np.concatenate([best_rows, np.broadcast_to(part, dots.shape)], 1)
+            order = np.argsort(-merged_scores if self.metric == "ip" else merged_scores,
+                               axis=1, kind="stable")[:, :width]  # (B, width)
+            best_scores = np.take_along_axis(merged_scores, order, 1)
+            best_rows = np.take_along_axis(merged_rows, order, 1)
+        out_scores = np.full((num_queries, width), worst, dtype=np.float32)
+        out_rows = np.full((num_queries, width), -1, dtype=np.int64)
+        out_scores[:, :best_rows.shape[1]] = best_scores
+        out_rows[:, :best_rows.shape[1]] = best_rows
+        return out_scores, out_rows
 
     def _selector_params(self, allowed: np.ndarray) -> Any:
         faiss = import_faiss()

@@ -301,6 +301,17 @@ class MetadataColumns:
     def __len__(self) -> int:
         return len(self._metadatas)
 
+    def row_is_current(self, row: int, metadata: Mapping[str, Any]) -> bool:
+        """Whether ``metadata`` is still the dict of ``row`` and holds the values the columns
+        built so far encoded for it (same type, equal)."""
+        if self._metadatas[row] is not metadata:
+            return False
+        for name, col in self._columns.items():
+            cached, now = col.values[row], metadata.get(name)
+            if cached is not now and not (type(cached) is type(now) and _equal(cached, now)):
+                return False
+        return True
+
     def column(self, name: str) -> Column:
         """The encoded column of one field (built on first use)."""
         col = self._columns.get(name)
@@ -334,6 +345,13 @@ def _torch() -> Any:
     import torch
 
     return torch
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):  # e.g. numpy arrays: no single truth value
+        return False
 
 
 def _leaf_mask(col: Column, leaf: Leaf, device: Any) -> torch.Tensor:

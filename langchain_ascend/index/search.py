@@ -36,7 +36,7 @@ def search_rows(state: StoreState, queries: Any, k: int, filter: FilterSpec | No
         VectorStoreInputError: A negative ``k``.
     """
     node = None if filter is None else parse_filter(filter)
-    check_int("k", k, minimum=0, errors=STORE)
+    k = int(check_int("k", k, minimum=0, errors=STORE))  # numpy ints: faiss takes int only
     matrix = to_matrix(queries, device=state.device, dim=state.dim)
     if state.index is None or state.index.ntotal == 0 or k == 0:
         return [[] for _ in range(matrix.shape[0])]
@@ -63,7 +63,7 @@ def search_by_vectors(state: StoreState, queries: Any, k: int, filter: FilterSpe
     """``[(Document, raw score), ...]`` per query, thresholded on the raw score."""
     with state.lock:
         hits = search_rows(state, queries, k, filter, normalize=normalize)
-        out = [[(state.docs[state.row_ids[r]], float(s)) for r, s in pairs] for pairs in hits]
+        out = [[(state.doc_at(r), float(s)) for r, s in pairs] for pairs in hits]
     return [threshold(pairs, score_threshold, metric) for pairs in out]
 
 
@@ -84,8 +84,8 @@ def mmr_by_vectors(state: StoreState, embeddings: Any, k: int, fetch_k: int, lam
     """Maximal marginal relevance over each query's ``fetch_k`` best (filtered) rows."""
     import torch
 
-    check_int("k", k, minimum=0, errors=STORE)
-    check_count("fetch_k", fetch_k, errors=STORE)
+    k = int(check_int("k", k, minimum=0, errors=STORE))
+    fetch_k = int(check_count("fetch_k", fetch_k, errors=STORE))
     check_probability("lambda_mult", lambda_mult, errors=STORE)
     with state.lock:
         queries = to_matrix(embeddings, device=state.device, dim=state.dim)
@@ -98,6 +98,5 @@ def mmr_by_vectors(state: StoreState, embeddings: Any, k: int, fetch_k: int, lam
             rows = torch.tensor([r for r, _ in pairs], dtype=torch.int64)
             assert state.index is not None
             chosen = mmr_select(q, state.index.reconstruct(rows), k, lambda_mult)
-            out.append([(state.docs[state.row_ids[pairs[i][0]]], float(pairs[i][1]))
-                        for i in chosen])
+            out.append([(state.doc_at(pairs[i][0]), float(pairs[i][1])) for i in chosen])
     return out

@@ -194,6 +194,11 @@ class StoreState:
 
     Row ``r`` of the index holds the vector of document ``row_ids[r]``; ``id_to_row`` is the
     inverse. The filter columns are built on the first filtered search after a write.
+
+    Documents are handed to callers as the stored objects (as lc FAISS does), so a caller may
+    change their metadata; ``handed_out`` names them, and a filtered search first checks
+    those rows against the columns (rebuilt when one changed): dict filters then see what
+    callable filters see.
     """
 
     def __init__(self, device: Any) -> None:
@@ -203,6 +208,7 @@ class StoreState:
         self.row_ids: list[str] = []
         self.id_to_row: dict[str, int] = {}
         self.columns: MetadataColumns | None = None
+        self.handed_out: set[str] = set()
         self.lock = threading.RLock()
 
     @property
@@ -218,6 +224,7 @@ class StoreState:
         self.id_to_row = {doc_id: row for row, doc_id in enumerate(ids)}
         self.docs = docs
         self.columns = None
+        self.handed_out.clear()
 
     def add(self, texts: Any, vectors: Any, metadatas: Any, ids: Any, *, normalize: bool,
             new_index: Callable[[int], FlatIndex | FaissIndex]) -> list[str]:
@@ -248,7 +255,8 @@ class StoreState:
     def upsert(self, final_ids: list[str], docs: Sequence[Document], matrix: torch.Tensor,
                new_index: Callable[[int], FlatIndex | FaissIndex]) -> None:
         """Write validated rows: a flat index overwrites known ids in place, other indexes
-        add the new vectors and then drop the stale rows."""
+        add the new vectors and then drop the stale rows (an index that cannot drop rows
+        refuses a write replacing an id before it adds anything)."""
         import torch
 
         with self.lock:
@@ -263,6 +271,11 @@ class StoreState:
             else:
                 fresh = list(range(len(final_ids)))
                 stale_rows = [self.id_to_row[final_ids[j]] for j in existing]
+                if stale_rows and isinstance(index, FaissIndex) and not index.can_remove:
+                    raise index.cannot_remove_error(  # before anything is written
+                        f"ids already in the store ({[final_ids[j] for j in existing][:10]}) "
+                        "cannot be replaced (nothing was written): add them under new ids, or "
+                        "use a Flat / IVF index")
             if fresh:
                 positions = torch.tensor(fresh, device=matrix.device)
                 index.add(matrix if len(fresh) == len(final_ids)
@@ -275,6 +288,7 @@ class StoreState:
                 for j in fresh:
                     self.id_to_row[final_ids[j]] = len(self.id_to_row)
             self.docs.update(zip(final_ids, docs, strict=True))
+            self.handed_out.difference_update(final_ids)
             self.columns = None
 
     def remove_rows(self, rows: Sequence[int]) -> None:
@@ -299,12 +313,30 @@ class StoreState:
                 self.remove_rows(rows)
             for doc_id in ids:
                 self.docs.pop(doc_id, None)
+            self.handed_out.difference_update(ids)
 
     def get_by_ids(self, ids: Sequence[str]) -> list[Document]:
         """Documents for the ids that exist, in the order asked (one id may be a string)."""
         wanted = id_items(ids)
         with self.lock:
-            return [self.docs[i] for i in wanted if i in self.docs]
+            found = [i for i in wanted if i in self.docs]
+            self.handed_out.update(found)
+            return [self.docs[i] for i in found]
+
+    def hand_out(self, doc_id: str) -> Document | None:
+        """The stored document of ``doc_id`` (None if there is none), noted as given to a
+        caller, who may change its metadata (see the class docstring)."""
+        with self.lock:
+            doc = self.docs.get(doc_id)
+            if doc is not None:
+                self.handed_out.add(doc_id)
+            return doc
+
+    def doc_at(self, row: int) -> Document:
+        """The document of ``row``, noted as :meth:`hand_out` does; caller holds the lock."""
+        doc_id = self.row_ids[row]
+        self.handed_out.add(doc_id)
+        return self.docs[doc_id]
 
     def documents(self) -> list[Document]:
         """Documents in row order; caller holds the lock."""
@@ -325,7 +357,15 @@ class StoreState:
         """(N,) device mask of the rows a parsed filter keeps; caller holds the lock."""
         if node is None:
             return None
+        if self.columns is not None and not self._columns_current(self.columns):
+            self.columns = None  # a caller changed a returned document's metadata
         if self.columns is None:
             self.columns = MetadataColumns([self.docs[i].metadata for i in self.row_ids],
                                            self.device)
         return self.columns.mask(node)
+
+    def _columns_current(self, columns: MetadataColumns) -> bool:
+        """Whether the documents handed out still hold what ``columns`` encoded for them
+        (one check per handed-out row and built column); caller holds the lock."""
+        return all(columns.row_is_current(self.id_to_row[i], self.docs[i].metadata)
+                   for i in self.handed_out if i in self.id_to_row)

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import pickle
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from langchain_ascend.errors import (
     VectorStoreInputError,
 )
 from langchain_ascend.index.persist import folder as persistence
+from langchain_ascend.index.persist.folder_lock import LOCK_FILE
 
 FAISS = lc_module("langchain_community.vectorstores").FAISS
 TEXTS = [f"doc {i}" for i in range(60)]
@@ -72,7 +74,7 @@ def test_saving_again_replaces_atomically_and_cleans_up(tmp_path, emb) -> None:
     assert len(AscendFAISS.load_local(tmp_path, emb, index_name="b")) == 10
     names = sorted(p.name for p in tmp_path.iterdir())
     assert len([n for n in names if n.startswith("a.ascend-")]) == 1
-    assert not [n for n in names if n.startswith(".")]
+    assert [n for n in names if n.startswith(".")] == [LOCK_FILE]  # saves take turns on it
 
 
 @pytest.mark.parametrize("crash_point", ["write", "rename", "pointer"])
@@ -157,6 +159,16 @@ def test_unsaveable_metadata_fails_before_writing(tmp_path, emb) -> None:
     with pytest.raises(VectorStoreInputError, match="obj"):
         store.save_local(tmp_path)
     assert list(tmp_path.iterdir()) == []
+    arrays = AscendFAISS.from_texts(["a"], emb, metadatas=[{"emb": np.array([1, 2])}],
+                                    ids=["doc-7"], device="cpu")
+    with pytest.raises(VectorStoreInputError, match=r"'doc-7'\['emb'\] of type ndarray.*tolist"):
+        arrays.save_local(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    scalars = AscendFAISS.from_texts(["a"], emb, metadatas=[{"n": np.int64(3), "z": np.array(
+        1.5)}], device="cpu")  # numpy scalars (and 0-d arrays) are their numbers
+    scalars.save_local(tmp_path)
+    assert AscendFAISS.load_local(tmp_path, emb).similarity_search("a")[0].metadata == {
+        "n": 3, "z": 1.5}
 
 
 @pytest.mark.parametrize("strategy", ["EUCLIDEAN_DISTANCE", "MAX_INNER_PRODUCT"])
@@ -286,3 +298,85 @@ def test_load_removes_what_a_killed_save_left_but_not_a_live_save(tmp_path, emb)
     assert not dead.exists() and not dead_pointer.exists()
     assert live.exists()  # too young to be abandoned
     assert other_index.exists()  # another index's files are not ours to remove
+    store.save_local(tmp_path)  # nor does a save's cleanup remove a live save's staging
+    assert live.exists() and other_index.exists()
+    assert len(AscendFAISS.load_local(tmp_path, emb)) == len(store)
+
+
+def test_concurrent_saves_and_loads_of_one_folder(tmp_path, emb) -> None:
+    """Saves into one folder (two spellings of it) take turns; each cleans up only what is
+    stale, never a generation or staging folder another save is writing; a load running
+    meanwhile reads a complete save."""
+    store = AscendFAISS.from_texts(TEXTS * 20, emb, device="cpu")
+    folder = tmp_path / "store"
+    folder.mkdir()
+    (tmp_path / "link").symlink_to(folder)
+    errors: list[BaseException] = []
+    saving = threading.Event()
+    saving.set()
+
+    def save(path: Path) -> None:
+        try:
+            for _ in range(8):
+                store.save_local(path)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def load() -> None:
+        try:
+            while saving.is_set():
+                if persistence.has_saved_index(folder, "index"):
+                    assert len(AscendFAISS.load_local(folder, emb)) == len(store)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    savers = [threading.Thread(target=save, args=(p,))
+              for p in (folder, folder, str(tmp_path / "link"))]
+    loader = threading.Thread(target=load)
+    for thread in [*savers, loader]:
+        thread.start()
+    for thread in savers:
+        thread.join()
+    saving.clear()
+    loader.join()
+    assert errors == []
+    assert len(AscendFAISS.load_local(folder, emb)) == len(store)
+    names = [p.name for p in folder.iterdir()]
+    assert len([n for n in names if n.startswith("index.ascend-")]) == 1
+    assert not [n for n in names if n.endswith(".tmp")]
+
+
+def test_a_load_whose_generation_a_save_deletes_reads_the_new_one(tmp_path, emb,
+                                                                 monkeypatch) -> None:
+    store = AscendFAISS.from_texts(TEXTS[:10], emb, device="cpu")
+    store.save_local(tmp_path)
+    store.add_texts(["late"])
+    read = persistence._verified_bytes
+    saves = []
+
+    def save_while_reading(path: Path, info: dict) -> bytes:
+        if not saves:  # a save replaces the pointer and deletes the generation being read
+            saves.append(store.save_local(tmp_path))
+        return read(path, info)
+
+    monkeypatch.setattr(persistence, "_verified_bytes", save_while_reading)
+    assert len(AscendFAISS.load_local(tmp_path, emb)) == 11 and saves
+
+
+def test_a_save_waits_while_another_process_holds_the_folder_lock(tmp_path, emb) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    store = AscendFAISS.from_texts(TEXTS[:10], emb, device="cpu")
+    store.save_local(tmp_path)
+    store.add_texts(["late"])
+    fd = os.open(tmp_path / LOCK_FILE, os.O_RDWR)  # another open file: as another process
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        saver = threading.Thread(target=store.save_local, args=(tmp_path,))
+        saver.start()
+        saver.join(0.5)
+        assert saver.is_alive()  # waiting for the lock
+        assert len(AscendFAISS.load_local(tmp_path, emb)) == 10  # loads need no lock
+    finally:
+        os.close(fd)
+    saver.join(10)
+    assert not saver.is_alive() and len(AscendFAISS.load_local(tmp_path, emb)) == 11

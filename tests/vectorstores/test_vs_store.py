@@ -19,6 +19,7 @@ from langchain_ascend.errors import (
     InvalidFilterError,
     InvalidVectorError,
     LangChainAscendError,
+    VectorStoreArgumentTypeError,
     VectorStoreInputError,
 )
 from langchain_ascend.index.device_index import FlatIndex
@@ -256,3 +257,106 @@ def test_failed_faiss_training_leaves_store_usable(emb) -> None:
     store.add_texts(["replaced"], ids=["m7"])  # faiss upsert = remove + add
     assert len(store) == 400 and store.get_by_ids(["m7"])[0].page_content == "replaced"
     assert store.similarity_search("replaced", k=1)[0].id == "m7"
+
+
+@pytest.mark.parametrize("adopted", [False, True])
+def test_upsert_on_an_index_that_cannot_delete_changes_nothing(tmp_path, emb, adopted) -> None:
+    """Replacing an id on HNSW (ours, or an lc FAISS HNSW index taken over) needs a delete
+    HNSW cannot do: the write is refused before its new vectors are added."""
+    if adopted:
+        faiss = lc_module("faiss")
+        index = faiss.IndexHNSWFlat(12, 16)
+        index.add(np.array([emb.vector("t0"), emb.vector("t1")], dtype=np.float32))
+        docstore = lc_module("langchain_community.docstore.in_memory").InMemoryDocstore(
+            {"1": Document(page_content="t0", id="1"), "2": Document(page_content="t1", id="2")})
+        store = AscendFAISS(emb, index, docstore, {0: "1", 1: "2"}, device="cpu")
+    else:
+        store = AscendFAISS.from_texts(["t0", "t1"], emb, ids=["1", "2"], device="cpu",
+                                       index_type="faiss", faiss_factory="HNSW16")
+    before = store.similarity_search_with_score("t0", k=3)
+    with pytest.raises(VectorStoreInputError, match=r"cannot delete vectors.*\['1'\]"):
+        store.add_texts(["new", "t0 again"], ids=["3", "1"])
+    assert len(store) == store.index.ntotal == 2
+    assert list(store.index_to_docstore_id.values()) == ["1", "2"]
+    assert [d.page_content for d in store.get_by_ids(["1", "3"])] == ["t0"]
+    assert store.similarity_search_with_score("t0", k=3) == before
+    store.save_local(tmp_path)
+    assert len(AscendFAISS.load_local(tmp_path, emb)) == 2
+    assert store.add_texts(["fresh"], ids=["3"]) == ["3"] and len(store) == 3
+    with pytest.raises(VectorStoreInputError, match="cannot delete vectors"):
+        store.delete(["1"])
+    assert len(store) == store.index.ntotal == 3
+
+
+@pytest.mark.parametrize("options", [
+    {"faiss_factory": "IVF16,Flat", "nprobe": 2},
+    {"faiss_factory": "IVF16,Flat", "nprobe": 1, "distance_strategy": "MAX_INNER_PRODUCT"},
+    {"faiss_factory": "IVF16,Flat", "nprobe": 1, "distance_strategy": "COSINE"},
+    {"faiss_factory": "HNSW16"},
+])
+def test_faiss_filter_gives_k_whenever_k_documents_match(emb, options) -> None:
+    """A selective filter on an approximate faiss index (the match outside the probed IVF
+    lists, or off HNSW's graph walk) backs off to an exact scan of the matching rows, as the
+    device IVF does: k results whenever k documents match, scored as an exact store scores."""
+    vectors = np.random.default_rng(0).standard_normal((3000, 12)).astype(np.float32)
+    pairs = [(f"t{i}", vectors[i]) for i in range(3000)]
+    metas = [{"g": 99 if i in (5, 6) else i % 10} for i in range(3000)]
+    strategy = options.get("distance_strategy", "EUCLIDEAN_DISTANCE")
+    store = AscendFAISS.from_embeddings(pairs, emb, metas, device="cpu", index_type="faiss",
+                                        **options)
+    exact = AscendFAISS.from_embeddings(pairs, emb, metas, device="cpu",
+                                        distance_strategy=strategy)
+    for filter in ({"g": 99}, {"g": {"$in": [99, 1]}}):
+        for q in range(100, 140):
+            got = store.similarity_search_with_score_by_vector(vectors[q], k=5, filter=filter)
+            want = exact.similarity_search_with_score_by_vector(vectors[q], k=5, filter=filter)
+            assert len(got) == len(want) == (2 if filter == {"g": 99} else 5)
+            if filter == {"g": 99}:  # every match found: the exact answer
+                assert [d.page_content for d, _ in got] == [d.page_content for d, _ in want]
+                np.testing.assert_allclose([s for _, s in got], [s for _, s in want],
+                                           rtol=1e-4, atol=1e-4)
+    found = store.max_marginal_relevance_search_by_vector(vectors[7], k=2, fetch_k=4,
+                                                          filter={"g": 99})
+    assert sorted(d.page_content for d in found) == ["t5", "t6"]
+
+
+def test_async_batches_check_queries_as_the_sync_ones_do(store) -> None:
+    """A bare string is not a list of one-letter queries, nor an int a query, in async too."""
+    batches = ["similarity_search_batch", "max_marginal_relevance_search_batch",
+               "similarity_search_with_relevance_scores_batch"]
+    for name in batches:
+        for bad, words in (("abc", "got the str 'abc'"), ([1, None], r"queries\[0\]")):
+            with pytest.raises(VectorStoreArgumentTypeError, match=words):
+                getattr(store, name)(bad, k=1)
+            with pytest.raises(VectorStoreArgumentTypeError, match=words):
+                asyncio.run(getattr(store, "a" + name)(bad, k=1))
+        assert asyncio.run(getattr(store, "a" + name)(["t1"], k=1))[0][0] is not None
+
+
+@pytest.mark.parametrize("factory", ["Flat", "HNSW16"])
+def test_numpy_integer_k_and_fetch_k_on_a_faiss_store(emb, factory) -> None:
+    store = AscendFAISS.from_texts([f"t{i}" for i in range(10)], emb, device="cpu",
+                                   index_type="faiss", faiss_factory=factory)
+    assert [d.page_content for d in store.similarity_search("t3", k=np.int64(2))][0] == "t3"
+    assert len(store.similarity_search("t3", k=np.int32(3), filter={})) == 3
+    assert len(store.max_marginal_relevance_search("t3", k=np.int64(2),
+                                                   fetch_k=np.int64(5))) == 2
+
+
+def test_dict_filters_see_metadata_changed_on_a_returned_document(store) -> None:
+    """Documents come back as the stored objects (as in lc FAISS); a caller changing one's
+    metadata changes what dict filters match, as it does for callable filters."""
+    assert store.similarity_search("t1", k=3, filter={"i": 4})[0].id == "id4"  # columns built
+    doc = store.similarity_search("t5", k=1)[0]
+    assert doc is store.get_by_ids(["id5"])[0]
+    doc.metadata["i"] = 1000
+    def ids(spec) -> list[str]:  # noqa: ANN001
+        return [d.id for d in store.similarity_search("t5", k=3, filter=spec)]
+    assert ids({"i": 1000}) == ids(lambda m: m["i"] == 1000) == ["id5"]
+    assert ids({"i": 5}) == ids(lambda m: m["i"] == 5) == []
+    assert "id5" in ids({"i": {"$gt": 500}})
+    by_store = store.docstore.search("id7")  # the docstore view hands out stored objects too
+    by_store.metadata = {"i": 1000, "even": False}
+    assert sorted(ids({"i": 1000})) == ["id5", "id7"]
+    store.add_texts(["t5"], metadatas=[{"i": 5}], ids=["id5"])  # a replaced doc is fresh again
+    assert ids({"i": 5}) == ["id5"] and ids({"i": 1000}) == ["id7"]

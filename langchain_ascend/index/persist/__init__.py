@@ -28,6 +28,7 @@ from langchain_ascend.index.persist.folder import (
     load_folder,
     save_folder,
 )
+from langchain_ascend.index.persist.folder_lock import LOCK_FILE
 from langchain_ascend.index.persist.snapshot import options_from_config, restore_state, snapshot
 from langchain_ascend.index.store_state import IndexOptions, StoreState
 
@@ -126,7 +127,8 @@ def pack_tar(folder: Path) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path in sorted(folder.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+            if path.name != LOCK_FILE:  # only a save's files travel
+                tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
     return buffer.getvalue()
 
 

@@ -13,7 +13,9 @@ Layout inside the folder given to ``save_local`` (several ``index_name``\\ s can
 A save writes the generation into a hidden temporary folder, fsyncs it, renames it into place,
 then atomically replaces the pointer (``os.replace``) and only then deletes older
 generations. A crash at any point leaves the pointer naming a complete generation: the old one
-until the replace, the new one after it.
+until the replace, the new one after it. Saves into one folder take turns (threads and
+processes, :mod:`.folder_lock`); a load meanwhile needs no lock: when the generation it was
+reading is deleted by a newer save, it reads the one the pointer names now.
 
 Metadata values JSON cannot hold exactly (tuples, sets, datetimes, bytes, non-string dict
 keys) are stored as tagged objects and restored on load; numpy scalars become Python numbers.
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_ascend.errors import ChecksumMismatchError, IndexFormatError, VectorStoreInputError
+from langchain_ascend.index.persist.folder_lock import save_lock
 
 if TYPE_CHECKING:
     import torch
@@ -101,12 +104,14 @@ def encode_value(value: Any, where: str) -> Any:
         return {_TAG: "time", "value": value.isoformat()}
     if isinstance(value, (bytes, bytearray)):
         return {_TAG: "bytes", "value": base64.b64encode(bytes(value)).decode("ascii")}
-    item = getattr(value, "item", None)
-    if callable(item) and type(value).__module__ == "numpy":
-        return encode_value(item(), where)
+    hint = ""
+    if type(value).__module__ == "numpy":
+        if getattr(value, "ndim", None) == 0:  # a numpy scalar (or 0-d array): its number
+            return encode_value(value.item(), where)
+        hint = " (convert a numpy array with .tolist())"
     raise VectorStoreInputError(
         f"cannot save metadata value {where} of type {type(value).__name__}: use JSON types, "
-        "tuples, sets, bytes or datetimes")
+        f"tuples, sets, bytes or datetimes{hint}")
 
 
 def decode_value(value: Any) -> Any:
@@ -185,7 +190,28 @@ def save_folder(folder: Path, index_name: str, saved: SavedIndex) -> Path:
     """
     payloads = _file_payloads(saved)  # may raise before touching the disk
     folder.mkdir(parents=True, exist_ok=True)
-    generation = f"{index_name}.ascend-{uuid.uuid4().hex[:16]}"
+    with save_lock(folder):  # one save at a time: threads and processes (see .folder_lock)
+        generation = f"{index_name}.ascend-{uuid.uuid4().hex[:16]}"
+        manifest_bytes = _write_generation(folder, generation, saved.config, payloads)
+        pointer = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+                   "generation": generation, "manifest_sha256": _sha256(manifest_bytes)}
+        pointer_tmp = folder / f".{index_name}.ascend.json.{generation}.tmp"
+        try:
+            _write_durably(pointer_tmp, json.dumps(pointer, indent=1).encode("utf-8"))
+            os.replace(pointer_tmp, pointer_path(folder, index_name))
+        except BaseException:  # the pointer still names the previous save: drop this one
+            pointer_tmp.unlink(missing_ok=True)
+            shutil.rmtree(folder / generation, ignore_errors=True)
+            raise
+        _fsync_dir(folder)
+        _remove_stale(folder, index_name, keep=generation)
+    return folder / generation
+
+
+def _write_generation(folder: Path, generation: str, config: dict[str, Any],
+                      payloads: dict[str, bytes]) -> bytes:
+    """Write the files and manifest of ``generation`` in a hidden staging folder, then rename
+    it into place; returns the manifest bytes. Nothing is left behind on failure."""
     staging = folder / f".{generation}.tmp"
     staging.mkdir()
     try:
@@ -194,7 +220,7 @@ def save_folder(folder: Path, index_name: str, saved: SavedIndex) -> Path:
             _write_durably(staging / name, data)
             files[name] = {"bytes": len(data), "sha256": _sha256(data)}
         manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
-                    "config": saved.config, "files": files}
+                    "config": config, "files": files}
         manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")
         _write_durably(staging / MANIFEST_FILE, manifest_bytes)
         _fsync_dir(staging)
@@ -202,25 +228,21 @@ def save_folder(folder: Path, index_name: str, saved: SavedIndex) -> Path:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    pointer = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
-               "generation": generation, "manifest_sha256": _sha256(manifest_bytes)}
-    pointer_tmp = folder / f".{index_name}.ascend.json.{generation}.tmp"
-    _write_durably(pointer_tmp, json.dumps(pointer, indent=1).encode("utf-8"))
-    os.replace(pointer_tmp, pointer_path(folder, index_name))
-    _fsync_dir(folder)
-    _remove_stale(folder, index_name, keep=generation)
-    return folder / generation
+    return manifest_bytes
 
 
 def _remove_stale(folder: Path, index_name: str, keep: str) -> None:
-    prefixes = (f"{index_name}.ascend-", f".{index_name}.ascend-", f".{index_name}.ascend.json.")
+    """Delete the generations of ``index_name`` other than ``keep``, and what killed saves
+    left (:func:`remove_abandoned_staging`). The caller holds the save lock, so no other
+    save is between writing its generation and its pointer; a hidden staging folder is
+    left alone until it is old, as it may belong to a save that does not take the lock."""
     for entry in folder.iterdir():
-        if entry.name == keep or not entry.name.startswith(prefixes):
-            continue
-        if entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+        if entry.name != keep and entry.name.startswith(f"{index_name}.ascend-"):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    remove_abandoned_staging(folder, index_name)
 
 
 # A staging folder this old belongs to a save that died (a live save renames its staging
@@ -283,37 +305,64 @@ def _check_format(doc: Any, path: Path) -> None:
 def load_folder(folder: Path, index_name: str, *, device: Any = "cpu") -> SavedIndex:
     """Read and verify the current generation of ``index_name`` in ``folder``.
 
+    A save running meanwhile may replace the pointer and delete the generation being read;
+    the read then starts over on the generation the pointer names now (no lock needed, so a
+    read-only folder loads).
+
     Raises:
         IndexFormatError: Missing, truncated or unreadable files, or a newer format version.
         ChecksumMismatchError: A file's bytes differ from the recorded checksum.
     """
-    pointer_file = pointer_path(folder, index_name)
-    pointer = _read_json(pointer_file, "index pointer")
-    _check_format(pointer, pointer_file)
-    generation = pointer.get("generation")
-    if not isinstance(generation, str) or "/" in generation or generation.startswith("."):
-        raise IndexFormatError(f"{pointer_file} names an invalid generation {generation!r}")
-    gen_dir = folder / generation
-    manifest_file = gen_dir / MANIFEST_FILE
-    if not manifest_file.is_file():
-        raise IndexFormatError(f"saved index folder {gen_dir} is missing or incomplete")
-    manifest_bytes = manifest_file.read_bytes()
-    if _sha256(manifest_bytes) != pointer.get("manifest_sha256"):
-        raise ChecksumMismatchError(f"{manifest_file} does not match the checksum in "
-                                    f"{pointer_file.name}")
-    manifest = _read_json(manifest_file, "manifest")
-    _check_format(manifest, manifest_file)
-    files = manifest.get("files")
-    if not isinstance(files, dict) or VECTORS_FILE not in files or DOCSTORE_FILE not in files:
-        raise IndexFormatError(f"{manifest_file} does not list the vector and document files")
-    payloads = {name: _verified_bytes(gen_dir / name, info) for name, info in files.items()}
-    remove_abandoned_staging(folder, index_name)
+    for attempt in range(1, _LOAD_ATTEMPTS + 1):
+        pointer = _read_pointer(folder, index_name)
+        gen_dir = folder / pointer["generation"]
+        try:
+            manifest, payloads = _read_generation(gen_dir, pointer, index_name)
+            break
+        except IndexFormatError:
+            if attempt == _LOAD_ATTEMPTS or _read_pointer(folder, index_name) == pointer:
+                raise  # not a save moving on: the files are damaged
+    with save_lock(folder, blocking=False) as no_save_running:
+        if no_save_running:
+            remove_abandoned_staging(folder, index_name)
     return SavedIndex(
         config=dict(manifest.get("config") or {}),
         documents=_parse_documents(payloads[DOCSTORE_FILE], gen_dir / DOCSTORE_FILE),
         tensors=_parse_tensors(payloads[VECTORS_FILE], gen_dir / VECTORS_FILE, device),
         faiss_bytes=payloads.get(FAISS_FILE),
     )
+
+
+# Reads restarted when saves keep replacing the generation being read.
+_LOAD_ATTEMPTS = 8
+
+
+def _read_pointer(folder: Path, index_name: str) -> dict[str, Any]:
+    pointer_file = pointer_path(folder, index_name)
+    pointer = _read_json(pointer_file, "index pointer")
+    _check_format(pointer, pointer_file)
+    generation = pointer.get("generation")
+    if not isinstance(generation, str) or "/" in generation or generation.startswith("."):
+        raise IndexFormatError(f"{pointer_file} names an invalid generation {generation!r}")
+    return pointer
+
+
+def _read_generation(gen_dir: Path, pointer: dict[str, Any],
+                     index_name: str) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and verified file bytes of the generation ``pointer`` names."""
+    manifest_file = gen_dir / MANIFEST_FILE
+    if not manifest_file.is_file():
+        raise IndexFormatError(f"saved index folder {gen_dir} is missing or incomplete")
+    manifest_bytes = manifest_file.read_bytes()
+    if _sha256(manifest_bytes) != pointer.get("manifest_sha256"):
+        raise ChecksumMismatchError(f"{manifest_file} does not match the checksum in "
+                                    f"{pointer_path(gen_dir.parent, index_name).name}")
+    manifest = _read_json(manifest_file, "manifest")
+    _check_format(manifest, manifest_file)
+    files = manifest.get("files")
+    if not isinstance(files, dict) or VECTORS_FILE not in files or DOCSTORE_FILE not in files:
+        raise IndexFormatError(f"{manifest_file} does not list the vector and document files")
+    return manifest, {name: _verified_bytes(gen_dir / name, info) for name, info in files.items()}
 
 
 def _verified_bytes(path: Path, info: Any) -> bytes:
