@@ -29,11 +29,15 @@ from langchain_ascend.errors import ForcedOutputError
 
 
 def cut_message(prepared: PreparedRequest) -> str:
-    """The error text of a forced output cut at ``max_tokens`` (or closed early by the budget
-    guard to fit it: valid, but not what the model would have written)."""
-    return (f"the forced {prepared.forced} did not fit max_tokens={prepared.params.max_tokens}"
-            ": it was cut, or closed early to fit, before the model finished it "
-            "(finish_reason='length'); raise max_tokens")
+    """The error text of a forced output cut at ``max_tokens``, or closed early by the budget
+    guard to fit it (valid, but not what the model was writing)."""
+    budget = prepared.params.max_tokens
+    if getattr(prepared.params.constraint, "shortened", False):
+        return (f"the forced {prepared.forced} was closed early to fit max_tokens={budget} "
+                "(finish_reason='length'): its last values are what the budget left of the "
+                "model's; raise max_tokens")
+    return (f"the forced {prepared.forced} was cut at max_tokens={budget} before it was "
+            "complete (finish_reason='length'); raise max_tokens")
 
 
 def forced_call_cut(prepared: PreparedRequest, finish_reason: str | None) -> bool:

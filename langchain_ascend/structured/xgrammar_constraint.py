@@ -103,9 +103,9 @@ class XGrammarConstraint:
     whose growth of the closing path is bounded within the slack. So the
     reply ends complete and valid instead of being cut off by ``max_tokens``; a model that
     finishes on its own never notices the guard. Where the guard took away the model's
-    favourite token (its best-scored one the grammar allowed) the reply is what the budget
-    left of the model's, not the model's: :attr:`shortened` says so, and the engine finishes
-    it as cut by the length.
+    favourite token (its best-scored one the grammar allowed) before the reply could end, the
+    reply is what the budget left of the model's: :attr:`shortened` says so, and the engine
+    finishes it as cut by the length.
 
     Args:
         compiled: An xgrammar ``CompiledGrammar``, or a ``Future`` of one (waited for when
@@ -345,7 +345,8 @@ class XGrammarConstraint:
             allowed = forced
         elif not allowed.any():
             return self._backend.policy_masks["stop"].copy()
-        if (self._report_shortened and not self.shortened
+        if (self._report_shortened and not self.shortened  # (a guard stopping a complete
+                and not (grammar & self._backend.policy_masks["stop"]).any()  # reply is not)
                 and not np.array_equal(allowed, grammar)):
             self.shortened = self._favourite_taken(grammar, allowed, scores, row)
         return allowed

@@ -174,6 +174,21 @@ def test_json_mode_needs_no_schema_and_a_bad_schema_is_a_typed_error(tiny_chat):
         tiny_chat.with_structured_output(42)
 
 
+def test_budget_closed_output_cut_reports_what_the_guard_closed_as_cut(tiny_chat):
+    """The random model's strings never end on their own: the budget guard closes them."""
+    loose = tiny_chat.model_copy(update={"max_tokens": 48})
+    strict = loose.model_copy(update={"budget_closed_output": "cut"})
+    (call,) = loose.bind_tools([get_weather], tool_choice="get_weather").invoke("x").tool_calls
+    cut = strict.bind_tools([get_weather], tool_choice="get_weather").invoke("x")
+    assert cut.tool_calls == [] and cut.response_metadata["finish_reason"] == "length"
+    (entry,) = cut.invalid_tool_calls
+    assert entry["name"] == call["name"] and "closed early to fit max_tokens=48" in entry["error"]
+    assert isinstance(loose.with_structured_output(Person).invoke("x"), Person)
+    raw = strict.with_structured_output(Person, include_raw=True).invoke("x")
+    assert raw["parsed"] is None and "closed early" in str(raw["parsing_error"])
+    assert Person.model_validate_json(raw["raw"].content)  # valid, but shortened
+
+
 def test_include_raw_with_a_guaranteed_schema(tiny_chat):
     sampled = tiny_chat.model_copy(update={"temperature": 1.0, "seed": 4, "max_tokens": 64})
     result = sampled.with_structured_output(Person, include_raw=True).invoke("x")

@@ -432,14 +432,11 @@ class Scheduler:
     def _stop_status(self, request: Request, token_id: int, *, grammar: bool = True,
                      ) -> RequestStatus | None:
         """The finished status the newly appended ``token_id`` causes, if any; the grammar's
-        end only with ``grammar`` (the step's last token: the sampler stops there). A reply
-        whose constraint was ``shortened`` (closed early to fit ``max_tokens``,
-        ``XGrammarConstraint``) finishes as cut by the length, however it ends."""
+        end only with ``grammar`` (the step's last token). A reply its constraint
+        ``shortened`` (``XGrammarConstraint``) finishes as cut by the length."""
         status = self._end_status(request, token_id, grammar=grammar)
-        if (status is RequestStatus.FINISHED_STOPPED and request.sampling.constraint is not None
-                and getattr(request.sampling.constraint, "shortened", False)):
-            return RequestStatus.FINISHED_LENGTH
-        return status
+        shortened = getattr(request.sampling.constraint, "shortened", False)
+        return RequestStatus.FINISHED_LENGTH if status and shortened else status
 
     def _end_status(self, request: Request, token_id: int, *, grammar: bool,
                     ) -> RequestStatus | None:
