@@ -53,9 +53,12 @@ def add_chat_route(app: FastAPI, state: ServerState) -> None:
                 state.metrics.count_usage(reply.usage_metadata)
                 return JSONResponse(completion_object(reply, model=state.served_model_name))
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            response = await open_stream(state, messages, stop, kwargs, include_usage, started)
+            stream = await open_stream(state, messages, stop, kwargs, include_usage, started,
+                                       request)
+            if stream is None:
+                return Response(status_code=CLIENT_GONE)
             handed_over = True
-            return response
+            return stream
         finally:
             if not handed_over:
                 state.admission.leave()
@@ -88,18 +91,22 @@ async def _disconnected(request: Request) -> None:
 
 
 async def open_stream(state: ServerState, messages: list[BaseMessage], stop: Any,
-                      kwargs: dict[str, Any], include_usage: bool,
-                      started: float) -> EventStream:
+                      kwargs: dict[str, Any], include_usage: bool, started: float,
+                      request: Request) -> EventStream | None:
     """Start the reply and wait for its first chunk (errors so far are raised, as JSON);
-    the response then owns the stream and the admission slot (released however it ends)."""
+    the response then owns the stream and the admission slot (released however it ends).
+    None when the client went away before the first chunk (a long prefill, a queue): the
+    wait is cancelled, which aborts the engine request, as for a plain reply."""
     chunks = state.chat_model.astream(messages, stop=stop, **kwargs)
     try:
-        first = await anext(chunks)
-    except StopAsyncIteration:
-        first = None
+        opened = await unless_disconnected(_first_chunk(chunks), request)
     except BaseException:
         await chunks.aclose()
         raise
+    if opened is None:
+        await chunks.aclose()
+        return None
+    (first,) = opened
     state.metrics.ttft.observe(time.perf_counter() - started)
 
     async def cleanup() -> None:
@@ -111,6 +118,14 @@ async def open_stream(state: ServerState, messages: list[BaseMessage], stop: Any
     release = Release(cleanup)
     writer = ChunkWriter(model=state.served_model_name, include_usage=include_usage)
     return EventStream(stream_events(state, chunks, first, writer, release), release)
+
+
+async def _first_chunk(chunks: AsyncIterator[Any]) -> tuple[Any]:
+    """``(first chunk,)``, ``(None,)`` for an empty stream (a tuple: None means gone)."""
+    try:
+        return (await anext(chunks),)
+    except StopAsyncIteration:
+        return (None,)
 
 
 async def stream_events(state: ServerState, chunks: AsyncIterator[Any], first: Any,

@@ -1,6 +1,6 @@
-"""A client that goes away before its plain (non-streaming) reply: the call is cancelled, so
-the engine request is aborted and its slot freed, as for a stream (a client timeout's retry
-would otherwise come on top of work nobody reads)."""
+"""A client that goes away before its reply -- plain, or a stream before its first chunk (a
+long prefill, a queue) -- cancels the call, so the engine request is aborted and its slot
+freed (a client timeout's retry would otherwise come on top of work nobody reads)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,19 @@ class NeverReplies:
             self.cancelled = True
             raise
         return AIMessage("unreachable")
+
+
+class NeverStreams(NeverReplies):
+    """A chat model whose ``astream`` waits before its first chunk until it is cancelled."""
+
+    async def astream(self, messages, stop=None, **kwargs):
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        yield AIMessage("unreachable")
 
 
 class Replies(NeverReplies):
@@ -84,3 +97,20 @@ def test_a_client_that_stays_gets_its_reply():
     assert sent[0]["status"] == 200
     reply = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
     assert reply["choices"][0]["message"]["content"] == "hello"
+
+
+def test_a_stream_whose_client_left_before_its_first_chunk_is_cancelled():
+    model = NeverStreams()
+    app = create_app(model, served_model_name="m", max_waiting=0)
+
+    async def scenario() -> list[dict]:
+        gone = asyncio.Event()
+        call = asyncio.ensure_future(_post(app, {**BODY, "stream": True}, gone))
+        await asyncio.wait_for(model.started.wait(), 10)
+        gone.set()  # the client gives up during the prefill
+        return await asyncio.wait_for(call, 10)
+
+    sent = asyncio.run(scenario())
+    assert model.cancelled
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
+    assert app.server_state.admission.in_flight == 0
