@@ -33,6 +33,11 @@ from langchain_core.messages import BaseMessage
 
 from langchain_ascend.chat.call_ids import reply_call_ids
 from langchain_ascend.chat.checks import check_conversation_text, check_sampling, stop_list
+from langchain_ascend.chat.content_text import (
+    control_spellings,
+    encode_shielded,
+    shield_contents,
+)
 from langchain_ascend.chat.messages import (
     render_prompt,
     to_template_messages,
@@ -200,10 +205,12 @@ def prompt_token_ids(
     tools: list[dict[str, Any]] | None,
     template_kwargs: Mapping[str, Any],
 ) -> tuple[list[int], str]:
-    """Render the prompt through the chat template and tokenize it: ``(ids, text)``."""
-    prompt = render_prompt(tokenizer, messages, tools=tools, template_kwargs=template_kwargs)
+    """Render the prompt through the chat template and tokenize it: ``(ids, text)``; control
+    tokens spelled in a message's content are text (``chat.content_text``)."""
+    shielded, swapped = shield_contents(messages, control_spellings(tokenizer))
+    prompt = render_prompt(tokenizer, shielded, tools=tools, template_kwargs=template_kwargs)
     check_text("the rendered prompt (tools or template variables)", prompt, InvalidTextError)
-    return list(tokenizer.encode(prompt, add_special_tokens=False)), prompt
+    return encode_shielded(tokenizer, prompt, swapped)
 
 
 def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: int) -> int:
