@@ -114,3 +114,14 @@ def test_a_call_cut_at_max_tokens_reaches_no_tool():
     for _ in agent.stream({"messages": [("user", "Weather in Paris?")]}):
         pass
     assert ran == []
+
+
+def test_a_call_cut_in_its_opening_marker_holds_its_text_once(chat):
+    """Cut after a token or three of ``<tool_call>``: that text is the call's beginning, kept
+    in the invalid call only (it stood in the content too: the server's reply showed '<<')."""
+    bound = chat.bind_tools([GET_WEATHER], tool_choice="required")
+    for budget in (1, 3):
+        reply = bound.invoke("Weather in Paris?", max_tokens=budget)
+        assert reply.response_metadata["finish_reason"] == "length" and reply.content == ""
+        (cut,) = reply.invalid_tool_calls
+        assert cut["args"] and "<tool_call>".startswith(cut["args"])

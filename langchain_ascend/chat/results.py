@@ -70,8 +70,9 @@ def mark_cut(prepared: PreparedRequest, message: AIMessage,
         if message.invalid_tool_calls or cut_calls:
             message.invalid_tool_calls = cut_calls + [{**c, "error": error}
                                                       for c in message.invalid_tool_calls]
-        else:
+        else:  # the text is the call's beginning: it moves into the invalid call
             text = message.content if isinstance(message.content, str) else ""
+            message.content = ""
             message.invalid_tool_calls = [invalid_tool_call(name=None, args=text, id=None,
                                                             error=error)]
     return message
