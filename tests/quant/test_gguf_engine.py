@@ -93,7 +93,13 @@ def test_engine_runs_the_blocks_and_says_so(folder: Path, gguf_path: Path) -> No
 
         segment = ScheduledSegment("probe", prompt, 0, [0], True, SamplingParams(max_tokens=1))
         _, logits = runner.forward_batch([segment])
-        torch.testing.assert_close(logits[0], expected, rtol=1e-3, atol=1e-3)
+        # Both run the same int8-activation products, but their float ops (attention, RoPE)
+        # round differently per CPU, and a difference that flips one activation's int8 rounding
+        # moves a product by ~1/127 of a block: agreement within the activations' quantization
+        # error (1e-3 held on AMD Zen 4, not on an Intel Xeon: 0.008 of 0.79), same top tokens.
+        torch.testing.assert_close(logits[0], expected, rtol=0,
+                                   atol=0.02 * float(expected.abs().max()))
+        assert logits[0].topk(5).indices.tolist() == expected.topk(5).indices.tolist()
     finally:
         engine.shutdown()
 
