@@ -6,10 +6,10 @@ cuts a forced call short where closing would no longer fit.
   Bangkok at 50, 80 and 100 tokens and Beijing at 64 and 128).
 * A forced call whose model repeats array items until the budget still closes, valid, within
   it (a case of ``benchmarks/bench_new_tools.py`` that was cut at 256 tokens while the guard
-  let a token reaching past forced bytes through unchecked) -- and, with
-  ``budget_closed_output="cut"``, says it was shortened (``finish_reason="length"``, no call).
+  let a token reaching past forced bytes through unchecked) -- and says it was shortened
+  (``finish_reason="length"``, no call) unless ``budget_closed_output="complete"``.
 * Where the guard takes away what the model was writing ("Bang" for "Bangladesh"), the call
-  is no call under ``budget_closed_output="cut"``: finish_reason "length", an invalid call.
+  is no call: finish_reason "length", an invalid call.
 """
 
 from __future__ import annotations
@@ -60,23 +60,24 @@ def test_a_repeating_call_still_closes_within_its_budget(chat):
     question = ("Please search parcel: date 13, items notes Oslo, priority fahrenheit, count "
                 "date 8, language yes, owner 30.")
     for budget in (128, 256):
-        reply = bound.invoke(question, max_tokens=budget)
+        reply = bound.invoke(question, max_tokens=budget, budget_closed_output="complete")
         assert reply.usage_metadata["output_tokens"] <= budget
         (call,) = reply.tool_calls
         jsonschema.validate(call["args"], SEARCH_PARCEL["function"]["parameters"])
-        flagged = bound.invoke(question, max_tokens=budget, budget_closed_output="cut")
+        flagged = bound.invoke(question, max_tokens=budget)  # the model was still repeating
         assert flagged.tool_calls == [] and flagged.response_metadata["finish_reason"] == "length"
         (cut,) = flagged.invalid_tool_calls
         assert "closed early to fit max_tokens" in cut["error"] and call["args"]["date"] == 13
 
 
-def test_a_call_the_guard_shortened_is_no_call_when_asked(chat):
+def test_a_call_the_guard_shortened_is_no_call(chat):
     bound = chat.bind_tools([GET_WEATHER], tool_choice="get_weather")
     for budget in (35, 36):  # "Bangladesh" needs more; the guard closed the string early
-        reply = bound.invoke("Weather in Beijing?", max_tokens=budget, budget_closed_output="cut")
+        reply = bound.invoke("Weather in Beijing?", max_tokens=budget)
         assert reply.tool_calls == [] and reply.response_metadata["finish_reason"] == "length"
         assert "closed early to fit max_tokens" in reply.response_metadata["output_error"]
-        (call,) = bound.invoke("Weather in Beijing?", max_tokens=budget).tool_calls
+        (call,) = bound.invoke("Weather in Beijing?", max_tokens=budget,
+                               budget_closed_output="complete").tool_calls
         assert call["args"]["city"].startswith("Bang") and call["args"]["city"] != "Bangladesh"
 
 

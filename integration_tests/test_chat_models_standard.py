@@ -44,4 +44,4 @@ class TestAscendChatModelStandard(AscendChatStandardBase):
             return {"model": REAL_MODEL, "device": REAL_DEVICE, "temperature": 0,
                     "max_tokens": 256}
         return {"model": str(build_model("tiny", "qwen2")), "device": "cpu", "temperature": 0,
-                "max_tokens": 32}
+                "max_tokens": 32, "budget_closed_output": "complete"}  # (random strings)

@@ -45,7 +45,9 @@ MODEL_LIMITS = dict.fromkeys(NEEDS_JUDGEMENT - {"test_bind_runnables_as_tools"},
 def served_url() -> Any:
     model = str(build_model("tiny", "qwen2"))
     port = free_port()
+    # the random model's strings end only where the budget guard closes them: take those
     command = serve_command(model, port, "--device", "cpu", "--served-model-name", SERVED,
+                            "--budget-closed-output", "complete",
                             "--no-embeddings", "--log-level", "warning")
     with server_process(command, port, env={"HF_HUB_OFFLINE": "1"}) as server:
         SERVER["url"] = server.url

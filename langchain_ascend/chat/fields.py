@@ -137,11 +137,11 @@ class SamplingFields(BaseModel):
     benchmarks that need a fixed reply length). Grammar-constrained replies still end with
     their grammar."""
 
-    budget_closed_output: Literal["complete", "cut"] = "complete"
+    budget_closed_output: Literal["cut", "complete"] = "cut"
     """A constrained reply (a forced tool call, structured output) that the budget guard closed
     early to fit ``max_tokens``, taking away the token the model preferred before the reply
     could end (valid, but shorter than what the model was writing: ``"Bang"`` for
-    ``"Bangladesh"``): ``"complete"`` returns it as the valid reply it is; ``"cut"`` reports it
-    as cut (``finish_reason="length"``, ``response_metadata["output_error"]``, a forced call
-    an ``invalid_tool_calls`` entry, structured output no value), so no tool runs with what
-    the budget left of its arguments. Per call too."""
+    ``"Bangladesh"``): ``"cut"`` reports it as cut (``finish_reason="length"``,
+    ``response_metadata["output_error"]``, a forced call an ``invalid_tool_calls`` entry,
+    structured output no value), so no tool runs with what the budget left of its arguments;
+    ``"complete"`` returns it as the valid reply it is. Per call too."""

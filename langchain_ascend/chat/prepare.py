@@ -99,7 +99,7 @@ class ChatSettings:
     reasoning: bool | str | None = None
     stream_usage: bool = True
     ignore_eos: bool = False
-    budget_closed_output: str = "complete"
+    budget_closed_output: str = "cut"
     speculative_decoding: str = "auto"
     num_speculative_tokens: int = 8
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)

@@ -191,6 +191,9 @@ class ModelConfig(Section):
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = None
+    budget_closed_output: Literal["cut", "complete"] | None = None
+    """``AscendChatModel.budget_closed_output``: a forced call or structured output the budget
+    guard closed early counts as cut (``cut``, the default) or as complete."""
 
     @field_validator("kv_cache_policy")
     @classmethod

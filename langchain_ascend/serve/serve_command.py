@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto",
                    choices=["auto", "float32", "bfloat16", "float16"],
                    help="what the KV cache stores (see AscendChatModel.kv_cache_dtype)")
+    p.add_argument("--budget-closed-output", choices=["cut", "complete"], default=None,
+                   help="a forced call or structured output closed early to fit max_tokens: "
+                   "cut (finish_reason length, the default) or complete "
+                   "(see AscendChatModel.budget_closed_output)")
     p.add_argument("--served-model-name", help="the model id clients send (default: the "
                    "model's file or folder name)")
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1 routes "
@@ -124,7 +128,7 @@ def chat_model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype,
                               "quantization": args.quantization,
                               "kv_cache_dtype": args.kv_cache_dtype}
-    for name in ("max_batch_size", "max_context_length", "max_tokens"):
+    for name in ("max_batch_size", "max_context_length", "max_tokens", "budget_closed_output"):
         if getattr(args, name) is not None:
             kwargs[name] = getattr(args, name)
     return kwargs

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guard_closed import guard_closed_calls_taken
 
 from langchain_ascend._version import __version__
 from langchain_ascend.app import cli, demo, demo_config
@@ -126,7 +127,7 @@ def test_demo_config_builds_the_agent_from_the_example_file(tiny_qwen2_path):
     overrides = demo_config.Overrides(model=str(tiny_qwen2_path), device="cpu", max_hops=2,
                                       max_tokens=40)
     buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
+    with contextlib.redirect_stdout(buffer), guard_closed_calls_taken():
         rows = run_demo(questions=("Calculate 7 * 24.",), progress=False,
                         config=EXAMPLES / "agent_config.yaml", overrides=overrides)
     text = buffer.getvalue()

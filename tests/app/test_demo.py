@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from guard_closed import guard_closed_calls_taken
 from langchain_core.messages import AIMessage
 
 from langchain_ascend.app import cli, demo
@@ -19,7 +20,7 @@ def tiny_run(tiny_qwen2_path, tmp_path_factory):
     """One demo run on the tiny model with ``--out``: its printout, its rows, the out folder."""
     out = tmp_path_factory.mktemp("demo_out")
     buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
+    with contextlib.redirect_stdout(buffer), guard_closed_calls_taken():
         rows = demo.run_demo(str(tiny_qwen2_path), device="cpu", max_hops=2, max_tokens=40,
                              questions=("Calculate 7 * 24.", "Get the weather in Beijing."),
                              out=out, progress=False)

@@ -12,7 +12,7 @@ from langchain_ascend.testing import build_model
 @pytest.fixture(scope="session")
 def tiny_chat(tiny_qwen2_path) -> AscendChatModel:
     """Greedy chat model with short replies; its engine loads once for the whole session."""
-    model = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", temperature=0,
+    model = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", temperature=0,
                             max_tokens=16)
     model.warm_up()
     return model
@@ -32,5 +32,5 @@ def tiny_no_tools_path():
 @pytest.fixture(scope="session")
 def tiny_no_tools_chat(tiny_no_tools_path) -> AscendChatModel:
     """Greedy chat model on the tool-less template; tools go through the fallback format."""
-    return AscendChatModel(model=str(tiny_no_tools_path), device="cpu", temperature=0,
+    return AscendChatModel(budget_closed_output="complete", model=str(tiny_no_tools_path), device="cpu", temperature=0,
                            max_tokens=16)

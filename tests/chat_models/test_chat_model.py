@@ -106,7 +106,7 @@ def test_stream_matches_invoke_and_fires_token_callbacks(tiny_chat):
 
 
 def test_streaming_flag_makes_invoke_stream(tiny_qwen2_path, tiny_chat):
-    streaming = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", temperature=0,
+    streaming = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", temperature=0,
                                 max_tokens=8, streaming=True)
     recorder = _TokenRecorder()
     message = streaming.invoke("Hi", config={"callbacks": [recorder]})
@@ -161,7 +161,7 @@ def test_batch_matches_individual_calls(tiny_chat):
 
 
 def test_chat_models_on_one_model_share_one_engine(tiny_qwen2_path, tiny_chat):
-    hot = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", temperature=1.3, seed=1)
+    hot = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", temperature=1.3, seed=1)
     assert hot._engine_for() is tiny_chat._engine_for()
 
 
@@ -208,7 +208,7 @@ def test_warm_up_precompiles_grammars(tiny_qwen2_path, weather_tools):
     class Answer(BaseModel):
         text: str
 
-    model = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", max_tokens=8)
+    model = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", max_tokens=8)
     engine = model._engine_for()
     backend = grammar_backend(engine)
     model.warm_up(tools=weather_tools, schemas=[Answer])
@@ -240,7 +240,7 @@ def test_reasoning_section_goes_to_reasoning_content(tiny_chat, monkeypatch):
 
 
 def test_ignore_eos_reaches_the_engine_except_under_a_grammar(tiny_qwen2_path):
-    model = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", temperature=0,
+    model = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", temperature=0,
                             max_tokens=8, ignore_eos=True)
     message = HumanMessage("Say a word")
     assert model._prepare([message], None, {}).params.ignore_eos is True

@@ -136,7 +136,7 @@ def test_a_reply_in_the_fallback_format_becomes_tool_calls(tiny_no_tools_chat, w
 
 
 def test_a_format_the_fallback_cannot_speak_is_a_typed_error(tiny_no_tools_path, weather_tools):
-    llm = AscendChatModel(model=str(tiny_no_tools_path), device="cpu", max_tokens=4,
+    llm = AscendChatModel(budget_closed_output="complete", model=str(tiny_no_tools_path), device="cpu", max_tokens=4,
                           tool_call_format="mistral")
     with pytest.raises(ChatTemplateError, match="does not render tools.*'mistral'"):
         llm.bind_tools(weather_tools).invoke("x")
@@ -145,7 +145,7 @@ def test_a_format_the_fallback_cannot_speak_is_a_typed_error(tiny_no_tools_path,
 
 def test_override_forces_the_fallback_on_a_template_that_renders_tools(tiny_qwen2_path,
                                                                        weather_tools):
-    native = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", max_tokens=4)
+    native = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", max_tokens=4)
     forced = native.model_copy(update={"tool_call_format": "fallback"})
     tools = native.bind_tools(weather_tools).kwargs["tools"]
     question = [HumanMessage("Weather?")]

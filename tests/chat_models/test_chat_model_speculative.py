@@ -75,5 +75,5 @@ def test_bad_speculation_settings_are_typed_errors(tiny_chat, kwargs, error):
 
 def test_bad_speculation_field_fails_at_construction(tiny_qwen2_path):
     with pytest.raises(Exception, match="speculative_decoding"):
-        AscendChatModel(model=str(tiny_qwen2_path), speculative_decoding="always")
+        AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), speculative_decoding="always")
 

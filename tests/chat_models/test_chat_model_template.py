@@ -55,7 +55,7 @@ def template_file(tmp_path_factory) -> Path:
 
 def _chat(path, **kwargs) -> AscendChatModel:
     return AscendChatModel(**{"model": str(path), "device": "cpu", "temperature": 0,
-                              "max_tokens": 4, **kwargs})
+                              "max_tokens": 4, "budget_closed_output": "complete", **kwargs})
 
 
 def test_without_a_template_the_error_names_the_argument(templateless_path):

@@ -68,7 +68,7 @@ def test_forced_calls_agree_across_speculation_and_call_paths(kind, fmt):
     path = build_marker_model(kind, markers, chat_template=template)
     references: dict[bool, list] = {}
     for speculation in SPECULATION:
-        llm = AscendChatModel(
+        llm = AscendChatModel(budget_closed_output="complete",
             model=str(path), device="cpu", temperature=0, max_tokens=48,
             speculative_decoding=speculation, tool_call_format=setting,
         ).bind_tools([get_weather], tool_choice="required")
@@ -89,7 +89,7 @@ def test_forced_calls_agree_across_speculation_and_call_paths(kind, fmt):
 def test_sampled_forced_calls_with_special_markers_under_default_settings():
     """The reported case: Hermes markers as special tokens, default speculation, sampling."""
     path = build_marker_model("special", TOOL_CALL_MARKERS["hermes"])
-    llm = AscendChatModel(model=str(path), device="cpu", temperature=0.8, max_tokens=64)
+    llm = AscendChatModel(budget_closed_output="complete", model=str(path), device="cpu", temperature=0.8, max_tokens=64)
     bound = llm.bind_tools([get_weather], tool_choice="required")
     for seed in range(10):
         message = bound.invoke(PROMPTS[0], seed=seed)

@@ -18,7 +18,7 @@ EMBEDDINGS = "minilm"
 @pytest.fixture(scope="session")
 def served_chat(tiny_qwen2_path) -> AscendChatModel:
     """Greedy, short replies; the one engine every served request runs on."""
-    model = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", temperature=0,
+    model = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", temperature=0,
                             max_tokens=16, max_context_length=1024)
     model.warm_up()
     return model

@@ -18,7 +18,7 @@ def agent_url(tiny_qwen2_path):
     parts = load_agent_config({
         "npu": {"device": "cpu"},
         "model": {"path": str(tiny_qwen2_path), "max_tokens": 48, "temperature": 0,
-                  "max_context_length": 1024},
+                  "max_context_length": 1024, "budget_closed_output": "complete"},
         "tools": {"imports": ["serve_tools:get_weather", "serve_tools.get_time"]},
         "agent": {"max_hops": 2, "first_hop_tool_choice": "required",
                   "final_hop_tool_choice": "none"},

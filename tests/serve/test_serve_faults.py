@@ -64,7 +64,7 @@ def test_disconnect_mid_stream_returns_every_block(base_url, engine, server_app)
 
 def test_queue_full_is_429_with_retry_after(tiny_qwen2_path):
     # ignore_eos: the held reply runs its whole budget, however the random model samples
-    one = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", temperature=0,
+    one = AscendChatModel(budget_closed_output="complete", model=str(tiny_qwen2_path), device="cpu", temperature=0,
                           max_tokens=4000, max_batch_size=1, max_context_length=4096,
                           ignore_eos=True)
     app = create_app(one, served_model_name=MODEL, max_waiting=0)
