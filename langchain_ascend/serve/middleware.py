@@ -43,15 +43,16 @@ class ServerMiddleware:
     def __init__(self, app: Any, *, api_key: str | None, max_body_bytes: int,
                  metrics: ServerMetrics) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode() if api_key else None
+        self.expected = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
 
     def authorized(self, scope: Scope) -> bool:
         if self.expected is None or not scope["path"].startswith("/v1"):
             return True
-        given = header(scope, b"authorization") or b""
-        return hmac.compare_digest(given, self.expected)
+        scheme, _, given = (header(scope, b"authorization") or b"").strip().partition(b" ")
+        # the scheme is case-insensitive (RFC 7235): "bearer KEY" is "Bearer KEY"
+        return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -171,6 +171,9 @@ class EmbeddingRequest(Strict):
                 "check_embedding_ctx_length=False")
         if value == "":
             raise ValueError("input is an empty string: send some text")
+        if isinstance(value, list) and "" in value:
+            raise ValueError(f"input[{value.index('')}] is an empty string (OpenAI refuses it "
+                             "too): send some text in every item")
         return value
 
 

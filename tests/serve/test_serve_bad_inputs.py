@@ -111,7 +111,8 @@ def test_bad_embeddings_request(base_url, body, status, param):
 
 
 @pytest.mark.parametrize("given, said", [
-    ([[15339, 1917]], "token ids"), ([15339, 1917], "token ids"), ("", "empty string")])
+    ([[15339, 1917]], "token ids"), ([15339, 1917], "token ids"), ("", "empty string"),
+    (["a", ""], "input[1] is an empty string")])
 def test_embeddings_of_token_ids_or_nothing_say_what_to_send(base_url, given, said):
     response = httpx.post(f"{base_url}/v1/embeddings", json={"model": "minilm", "input": given},
                           timeout=60)

@@ -23,7 +23,8 @@ def keyed_url(served_chat):
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
-                                     {"Authorization": "s3cret"}])
+                                     {"Authorization": "s3cret"},
+                                     {"Authorization": "Basic s3cret"}])
 @pytest.mark.parametrize("method,path", [("GET", "/v1/models"),
                                          ("POST", "/v1/chat/completions"),
                                          ("POST", "/v1/embeddings")])
@@ -32,6 +33,12 @@ def test_v1_routes_need_the_key(keyed_url, headers, method, path):
                              timeout=30)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize("value", ["Bearer s3cret", "bearer s3cret", "BEARER  s3cret"])
+def test_the_scheme_is_case_insensitive(keyed_url, value):
+    response = httpx.get(f"{keyed_url}/v1/models", headers={"Authorization": value}, timeout=30)
+    assert response.status_code == 200
 
 
 def test_the_key_opens_the_routes(keyed_url):
