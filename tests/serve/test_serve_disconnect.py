@@ -23,13 +23,16 @@ class NeverReplies:
         self.started = asyncio.Event()
         self.cancelled = False
 
-    async def ainvoke(self, messages, stop=None, **kwargs):
+    async def wait_until_cancelled(self) -> None:
         self.started.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             self.cancelled = True
             raise
+
+    async def ainvoke(self, messages, stop=None, **kwargs):
+        await self.wait_until_cancelled()
         return AIMessage("unreachable")
 
 
@@ -37,12 +40,7 @@ class NeverStreams(NeverReplies):
     """A chat model whose ``astream`` waits before its first chunk until it is cancelled."""
 
     async def astream(self, messages, stop=None, **kwargs):
-        self.started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
+        await self.wait_until_cancelled()
         yield AIMessage("unreachable")
 
 
