@@ -112,7 +112,8 @@ def profile_for(chat: Any, chat_template: str | None) -> ModelProfile:
     """The profile of chat model ``chat`` (``chat_template``: the text it was given, which
     replaces the model's own)."""
     context, template = model_facts(chat.model, chat.gguf_file)
-    if chat.max_context_length is not None:
-        context = chat.max_context_length
+    if chat.max_context_length is not None:  # the engine allows no more than the model's
+        context = chat.max_context_length if context is None else min(
+            context, chat.max_context_length)
     return chat_model_profile(name=readable_model_name(chat.model, chat.gguf_file),
                               context_length=context, chat_template=chat_template or template)

@@ -100,6 +100,9 @@ def test_profile_reports_the_context_the_engine_uses(tiny_chat, tiny_qwen2_path)
     assert profile["reasoning_output"] is False  # the template writes no <think>
     short = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", n_ctx=512)
     assert short.max_context_length == 512 and short.profile["max_input_tokens"] == 512
+    # asking for more than the model's context: the profile says what the engine allows
+    long = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", n_ctx=100_000)
+    assert long.profile["max_input_tokens"] == config["max_position_embeddings"]
 
 
 def test_profile_sees_a_thinking_template(tiny_qwen2_path):
