@@ -31,6 +31,8 @@ from langchain_ascend.validation import (
 )
 
 REASONING_EFFORTS = ("low", "medium", "high")
+BUDGET_CLOSED = ("cut", "complete")
+"""``budget_closed_output=`` values (``AscendChatModel.budget_closed_output``)."""
 """The ``reasoning=`` effort levels (besides True / False / None)."""
 
 
@@ -60,6 +62,8 @@ def check_sampling(values: Mapping[str, Any]) -> None:
     if values.get("speculative_decoding") is not None:
         check_choice("speculative_decoding", values["speculative_decoding"],
                      SPECULATION_MODES)
+    if values.get("budget_closed_output") is not None:
+        check_choice("budget_closed_output", values["budget_closed_output"], BUDGET_CLOSED)
     check_flag("ignore_eos", values.get("ignore_eos"), allow_none=True)
     check_flag("stream_usage", values.get("stream_usage"), allow_none=True)
     check_penalties(values)

@@ -28,6 +28,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import BaseTool
 
+from langchain_ascend.chat.content_text import shield_text
 from langchain_ascend.chat.template import HOW_TO_SET
 from langchain_ascend.chat.tool_schemas import openai_tool, schema_problem
 from langchain_ascend.errors import (
@@ -103,7 +104,7 @@ def _template_tool_calls(message: AIMessage) -> list[dict[str, Any]]:
 
 
 def to_template_messages(messages: Sequence[BaseMessage], *, strict: bool = True,
-                         ) -> list[dict[str, Any]]:
+                         spellings: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Convert a LangChain conversation into chat-template message dicts.
 
     Roles: system, user, assistant (with ``tool_calls`` as
@@ -112,7 +113,8 @@ def to_template_messages(messages: Sequence[BaseMessage], *, strict: bool = True
     ``tool_call_id`` and ``name``); a ``ChatMessage`` keeps its role. An assistant message's
     ``additional_kwargs["reasoning_content"]`` is passed on for templates that render it.
     With ``strict=False`` (token counting of a conversation's slices) an empty list is ``[]``
-    and a ``ToolMessage`` answering no earlier call is rendered as it is.
+    and a ``ToolMessage`` answering no earlier call is rendered as it is. ``spellings``: the
+    tokenizer's control tokens, kept text where a content spells one (``chat.content_text``).
 
     Raises:
         InvalidRequestError: Empty conversation, unknown message type, or a ``ToolMessage``
@@ -138,7 +140,8 @@ def to_template_messages(messages: Sequence[BaseMessage], *, strict: bool = True
             )
         entry: dict[str, Any] = {
             "role": role,
-            "content": content_to_text(message.content, role=role, index=index),
+            "content": shield_text(content_to_text(message.content, role=role, index=index),
+                                   spellings),
         }
         if isinstance(message, AIMessage):
             if message.tool_calls:

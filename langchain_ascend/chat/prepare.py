@@ -33,11 +33,7 @@ from langchain_core.messages import BaseMessage
 
 from langchain_ascend.chat.call_ids import reply_call_ids
 from langchain_ascend.chat.checks import check_conversation_text, check_sampling, stop_list
-from langchain_ascend.chat.content_text import (
-    control_spellings,
-    encode_shielded,
-    shield_contents,
-)
+from langchain_ascend.chat.content_text import control_spellings
 from langchain_ascend.chat.messages import (
     render_prompt,
     to_template_messages,
@@ -61,7 +57,7 @@ from langchain_ascend.engine.detokenizer import special_tokens_of
 from langchain_ascend.errors import InvalidRequestError, InvalidTextError, PromptTooLongError
 from langchain_ascend.structured.grammars import GrammarSpec
 from langchain_ascend.structured.selection import grammar_backend, grammar_spec
-from langchain_ascend.validation import check_choice, check_count, check_text
+from langchain_ascend.validation import check_count, check_text
 
 # Arguments a call may carry (from bind / invoke kwargs) besides messages and stop.
 CALL_KWARGS = frozenset(
@@ -205,12 +201,10 @@ def prompt_token_ids(
     tools: list[dict[str, Any]] | None,
     template_kwargs: Mapping[str, Any],
 ) -> tuple[list[int], str]:
-    """Render the prompt through the chat template and tokenize it: ``(ids, text)``; control
-    tokens spelled in a message's content are text (``chat.content_text``)."""
-    shielded, swapped = shield_contents(messages, control_spellings(tokenizer))
-    prompt = render_prompt(tokenizer, shielded, tools=tools, template_kwargs=template_kwargs)
+    """Render the prompt through the chat template and tokenize it: ``(ids, text)``."""
+    prompt = render_prompt(tokenizer, messages, tools=tools, template_kwargs=template_kwargs)
     check_text("the rendered prompt (tools or template variables)", prompt, InvalidTextError)
-    return encode_shielded(tokenizer, prompt, swapped)
+    return list(tokenizer.encode(prompt, add_special_tokens=False)), prompt
 
 
 def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: int) -> int:
@@ -353,8 +347,7 @@ def sampling_params_for(engine: Any, tokenizer: Any, settings: ChatSettings,
     )
     params.validate()
     if spec is not None:
-        closed = check_choice("budget_closed_output", kwargs.get(
-            "budget_closed_output", settings.budget_closed_output), ("cut", "complete"))
+        closed = kwargs.get("budget_closed_output", settings.budget_closed_output)
         params.constraint = grammar_backend(engine).new_constraint(
             spec, max_tokens=max_tokens, report_shortened=closed == "cut")
     return params
@@ -399,12 +392,15 @@ def build_prompt(
         InvalidRequestError, ChatTemplateError, UnsupportedContentError: As for
             :func:`prepare_request`.
     """
-    template_messages = to_template_messages(messages, strict=strict)
+    template_messages = to_template_messages(messages, strict=strict)  # checked first
     if strict:
         check_conversation_text(template_messages)
     model_name = kwargs.get("model") or settings.model
     engine = engine_for(model_name)
     tokenizer = chat_tokenizer(engine, settings, model_name)
+    # content spelling a control token stays text (chat.content_text), before any marker of ours
+    template_messages = to_template_messages(messages, strict=strict,
+                                             spellings=control_spellings(tokenizer))
     calls = tool_request(kwargs, settings, engine, model_name)
     fallback = calls.support.fallback
     if fallback:

@@ -32,7 +32,8 @@ def cut_message(prepared: PreparedRequest) -> str:
     """The error text of a forced output cut at ``max_tokens``, or closed early by the budget
     guard to fit it (valid, but not what the model was writing)."""
     budget = prepared.params.max_tokens
-    if getattr(prepared.params.constraint, "shortened", False):
+    constraint = prepared.params.constraint
+    if getattr(constraint, "shortened", False) and constraint.is_terminated():
         return (f"the forced {prepared.forced} was closed early to fit max_tokens={budget} "
                 "(finish_reason='length'): its last values are what the budget left of the "
                 "model's; raise max_tokens")

@@ -235,7 +235,8 @@ class XGrammarConstraint:
         self._needed = len(self._path) if self._path is not None else limit
         return self._needed
 
-    def _guard(self, allowed: np.ndarray, scores: np.ndarray | None = None) -> np.ndarray:
+    def _guard(self, allowed: np.ndarray, scores: np.ndarray | None = None,
+               row: Callable[[], np.ndarray] | None = None) -> np.ndarray:
         """Apply the budget guard to the packed ``allowed`` mask (may switch to closing);
         ``scores``: the step's logits row where known (the model's favourites are checked)."""
         self._choice_paths = {}
@@ -274,7 +275,8 @@ class XGrammarConstraint:
         if choices.size > _LOOKAHEAD_CHOICES:
             if slack >= _UNCHECKED_GROWTH:
                 return allowed
-            return self._keep_bounded_growth(allowed, slack, limit, remaining, scores)
+            return self._keep_bounded_growth(allowed, slack, limit, remaining,
+                                             row() if scores is None and row else scores)
         self._keep_fitting(allowed, choices, limit, remaining)
         return allowed
 
@@ -334,7 +336,7 @@ class XGrammarConstraint:
         grammar = self._allowed_packed(self._matcher, self._bitmask)  # (W,)
         allowed = grammar.copy() if not self._closing else grammar  # the guard edits in place
         if not self._closing:
-            allowed = self._guard(allowed, scores)
+            allowed = self._guard(allowed, scores, row)
         if self._closing:
             if self._path:
                 choice = self._path[0]

@@ -48,6 +48,9 @@ def test_only_known_call_arguments_pass():
     with pytest.raises(InvalidRequestError, match=r"\['logit_bias'\]"):
         check_call_kwargs({"max_tokens": 3, "logit_bias": {1: 2.0}})
     check_call_kwargs({"max_tokens": 3, "frequency_penalty": 1.0})  # a sampling control now
+    check_call_kwargs({"budget_closed_output": "complete"})
+    with pytest.raises(InvalidRequestError, match="budget_closed_output"):
+        check_call_kwargs({"budget_closed_output": "cutt"})  # checked with or without a grammar
 
 
 def test_max_tokens_is_capped_by_the_room_the_prompt_leaves():
