@@ -189,6 +189,42 @@ def validated_rows(texts: list[str], metadatas: Any,
     return final_ids, [dict(m or {}) for m in metas]
 
 
+HANDED_OUT_LIMIT = 1024
+"""Most recently handed-out documents a filtered search checks against its columns."""
+
+
+class RecentIds:
+    """The ids of the last :data:`HANDED_OUT_LIMIT` documents handed out, oldest forgotten
+    first (a filtered search checks each, so the check stays bounded however much is read)."""
+
+    def __init__(self, limit: int = HANDED_OUT_LIMIT) -> None:
+        self.limit = limit
+        self._ids: dict[str, None] = {}  # insertion order = recency
+
+    def add(self, doc_id: str) -> None:
+        self._ids.pop(doc_id, None)
+        self._ids[doc_id] = None
+        if len(self._ids) > self.limit:
+            del self._ids[next(iter(self._ids))]
+
+    def update(self, ids: Any) -> None:
+        for doc_id in ids:
+            self.add(doc_id)
+
+    def difference_update(self, ids: Any) -> None:
+        for doc_id in ids:
+            self._ids.pop(doc_id, None)
+
+    def clear(self) -> None:
+        self._ids.clear()
+
+    def __iter__(self) -> Any:
+        return iter(list(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 class StoreState:
     """Index, documents, row ids and filter columns of one store, changed under ``lock``.
 
@@ -196,9 +232,10 @@ class StoreState:
     inverse. The filter columns are built on the first filtered search after a write.
 
     Documents are handed to callers as the stored objects (as lc FAISS does), so a caller may
-    change their metadata; ``handed_out`` names them, and a filtered search first checks
-    those rows against the columns (rebuilt when one changed): dict filters then see what
-    callable filters see.
+    change their metadata; ``handed_out`` names the last :data:`HANDED_OUT_LIMIT` of them,
+    and a filtered search first checks those rows against the columns (rebuilt when one
+    changed): dict filters then see what callable filters see (a change to a document handed
+    out longer ago, or inside a nested value, is seen after the next write).
     """
 
     def __init__(self, device: Any) -> None:
@@ -208,7 +245,7 @@ class StoreState:
         self.row_ids: list[str] = []
         self.id_to_row: dict[str, int] = {}
         self.columns: MetadataColumns | None = None
-        self.handed_out: set[str] = set()
+        self.handed_out = RecentIds()
         self.lock = threading.RLock()
 
     @property

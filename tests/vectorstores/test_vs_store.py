@@ -360,3 +360,23 @@ def test_dict_filters_see_metadata_changed_on_a_returned_document(store) -> None
     assert sorted(ids({"i": 1000})) == ["id5", "id7"]
     store.add_texts(["t5"], metadatas=[{"i": 5}], ids=["id5"])  # a replaced doc is fresh again
     assert ids({"i": 5}) == ["id5"] and ids({"i": 1000}) == ["id7"]
+
+
+def test_the_handed_out_check_stays_bounded(store) -> None:
+    """Reading many documents does not make every later filtered search check them all:
+    the last HANDED_OUT_LIMIT handed out are checked (the most recent ones)."""
+    from langchain_ascend.index.store_state import RecentIds
+
+    recent = RecentIds(limit=3)
+    recent.update(["a", "b", "c", "d"])
+    recent.add("b")
+    assert list(recent) == ["c", "d", "b"] and len(recent) == 3
+    recent.difference_update(["c", "x"])
+    assert list(recent) == ["d", "b"]
+    state = store._state
+    state.handed_out.limit = 4
+    store.get_by_ids([f"id{i}" for i in range(10)])
+    assert len(state.handed_out) == 4
+    doc = store.get_by_ids(["id9"])[0]
+    doc.metadata["i"] = 2000
+    assert [d.id for d in store.similarity_search("t9", k=2, filter={"i": 2000})] == ["id9"]

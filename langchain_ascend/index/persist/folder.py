@@ -280,11 +280,19 @@ def remove_abandoned_staging(folder: Path, index_name: str, *,
 
 
 # ---- reading ------------------------------------------------------------------------------
-def _read_json(path: Path, what: str) -> Any:
-    if not path.is_file():
-        raise IndexFormatError(f"{what} {path} is missing")
+def _read_bytes(path: Path, missing: str) -> bytes:
+    """``path``'s bytes; gone (never written, or a save's cleanup deleted it between the
+    check and the read) is an ``IndexFormatError`` saying ``missing`` (a load then retries)."""
     try:
-        return json.loads(path.read_bytes())
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise IndexFormatError(missing) from None
+
+
+def _read_json(path: Path, what: str) -> Any:
+    data = _read_bytes(path, f"{what} {path} is missing")
+    try:
+        return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise IndexFormatError(f"{what} {path} is not valid JSON (truncated or corrupted): "
                                f"{exc}") from exc
@@ -351,9 +359,8 @@ def _read_generation(gen_dir: Path, pointer: dict[str, Any],
                      index_name: str) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and verified file bytes of the generation ``pointer`` names."""
     manifest_file = gen_dir / MANIFEST_FILE
-    if not manifest_file.is_file():
-        raise IndexFormatError(f"saved index folder {gen_dir} is missing or incomplete")
-    manifest_bytes = manifest_file.read_bytes()
+    manifest_bytes = _read_bytes(manifest_file,
+                                 f"saved index folder {gen_dir} is missing or incomplete")
     if _sha256(manifest_bytes) != pointer.get("manifest_sha256"):
         raise ChecksumMismatchError(f"{manifest_file} does not match the checksum in "
                                     f"{pointer_path(gen_dir.parent, index_name).name}")
@@ -368,9 +375,7 @@ def _read_generation(gen_dir: Path, pointer: dict[str, Any],
 def _verified_bytes(path: Path, info: Any) -> bytes:
     if not isinstance(info, dict):
         raise IndexFormatError(f"manifest entry for {path.name} is malformed")
-    if not path.is_file():
-        raise IndexFormatError(f"{path} is missing from the saved index")
-    data = path.read_bytes()
+    data = _read_bytes(path, f"{path} is missing from the saved index")
     if len(data) != info.get("bytes"):
         raise IndexFormatError(
             f"{path} is truncated or padded: {len(data)} bytes, expected {info.get('bytes')}")
