@@ -31,9 +31,9 @@ from langchain_ascend.validation import (
 )
 
 REASONING_EFFORTS = ("low", "medium", "high")
+"""The ``reasoning=`` effort levels (besides True / False / None)."""
 BUDGET_CLOSED = ("cut", "complete")
 """``budget_closed_output=`` values (``AscendChatModel.budget_closed_output``)."""
-"""The ``reasoning=`` effort levels (besides True / False / None)."""
 
 
 def check_sampling(values: Mapping[str, Any]) -> None:

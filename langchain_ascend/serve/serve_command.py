@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from langchain_ascend.app.stage_times import stages
+from langchain_ascend.chat.checks import BUDGET_CLOSED
 from langchain_ascend.chat_models import AscendChatModel
 from langchain_ascend.config import load_agent_config, read_config
 from langchain_ascend.embeddings import AscendEmbeddings
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto",
                    choices=["auto", "float32", "bfloat16", "float16"],
                    help="what the KV cache stores (see AscendChatModel.kv_cache_dtype)")
-    p.add_argument("--budget-closed-output", choices=["cut", "complete"], default=None,
+    p.add_argument("--budget-closed-output", choices=BUDGET_CLOSED, default=None,
                    help="a forced call or structured output closed early to fit max_tokens: "
                    "cut (finish_reason length, the default) or complete "
                    "(see AscendChatModel.budget_closed_output)")

@@ -58,6 +58,11 @@ def set_bit(packed: np.ndarray, token_id: int) -> None:
     packed.view(np.uint32)[token_id // 32] |= np.uint32(1 << (token_id % 32))
 
 
+def has_bit(packed: np.ndarray, token_id: int) -> bool:
+    """Whether ``token_id`` is allowed in the packed mask."""
+    return bool(packed.view(np.uint32)[token_id // 32] >> np.uint32(token_id % 32) & 1)
+
+
 def clear_bit(packed: np.ndarray, token_id: int) -> None:
     """Disallow ``token_id`` in the packed mask, in place."""
     packed.view(np.uint32)[token_id // 32] &= ~np.uint32(1 << (token_id % 32))

@@ -21,6 +21,7 @@ work is a few word-wise operations. Imports torch, numpy and xgrammar: load lazi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ import xgrammar as xgr
 
 from langchain_ascend.structured.packed_masks import (
     clear_bit,
+    has_bit,
     mask_row,
     set_bit,
     set_bit_ids,
@@ -333,6 +335,7 @@ class XGrammarConstraint:
                       row: Callable[[], np.ndarray] | None = None) -> np.ndarray:
         """The packed next-token mask, guarded; ``scores`` / ``row``: the logits row (or a
         fetch of it), for :attr:`shortened`."""
+        row = functools.cache(row) if scores is None and row else row  # one copy of a row
         grammar = self._allowed_packed(self._matcher, self._bitmask)  # (W,)
         allowed = grammar.copy() if not self._closing else grammar  # the guard edits in place
         if not self._closing:
@@ -362,8 +365,7 @@ class XGrammarConstraint:
         ids = set_bit_ids(grammar, self._vocab_size if scores is None else scores.size)
         if scores is None or not ids.size:
             return True
-        favourite = int(ids[np.argmax(scores[ids])])
-        return not allowed.view(np.uint32)[favourite >> 5] >> np.uint32(favourite & 31) & 1
+        return not has_bit(allowed, int(ids[np.argmax(scores[ids])]))
 
     def mask_logits(self, logits: Any) -> None:
         """Set disallowed entries of ``logits`` (``(V,)``, any device) to ``-inf`` in place.
