@@ -34,6 +34,9 @@ REASONING_EFFORTS = ("low", "medium", "high")
 """The ``reasoning=`` effort levels (besides True / False / None)."""
 BUDGET_CLOSED = ("cut", "complete")
 """``budget_closed_output=`` values (``AscendChatModel.budget_closed_output``)."""
+MAX_TOKENS_OVERFLOW = ("cap", "error")
+"""``max_tokens_overflow=`` values (per call): a ``max_tokens`` past the context's room is
+capped to it, or refused with ``PromptTooLongError``."""
 
 
 def check_sampling(values: Mapping[str, Any]) -> None:
@@ -64,6 +67,8 @@ def check_sampling(values: Mapping[str, Any]) -> None:
                      SPECULATION_MODES)
     if values.get("budget_closed_output") is not None:
         check_choice("budget_closed_output", values["budget_closed_output"], BUDGET_CLOSED)
+    if values.get("max_tokens_overflow") is not None:
+        check_choice("max_tokens_overflow", values["max_tokens_overflow"], MAX_TOKENS_OVERFLOW)
     check_flag("ignore_eos", values.get("ignore_eos"), allow_none=True)
     check_flag("stream_usage", values.get("stream_usage"), allow_none=True)
     check_penalties(values)

@@ -88,7 +88,10 @@ class SamplingFields(BaseModel):
     ``None`` means the model's ``generation_config.json`` value, else the neutral one."""
 
     max_tokens: int | None = Field(default=None, alias="max_new_tokens")
-    """Most tokens to generate per call; ``None`` = until the context limit."""
+    """Most tokens to generate per call; ``None`` = until the context limit. A value past the
+    room the prompt leaves in the context is capped to it; a call's
+    ``max_tokens_overflow="error"`` refuses it instead (``PromptTooLongError``, as the server
+    answers an explicit ``max_tokens`` that does not fit)."""
 
     temperature: float | None = None
     """Sampling temperature; 0 = greedy; ``None`` = the model's generation config (greedy when

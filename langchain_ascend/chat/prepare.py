@@ -66,7 +66,7 @@ CALL_KWARGS = frozenset(
         "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "chat_template_kwargs",
         "ignore_eos", "speculative_decoding", "num_speculative_tokens", "repetition_penalty",
         "presence_penalty", "frequency_penalty", "min_p", "reasoning", "stream_usage",
-        "budget_closed_output",
+        "budget_closed_output", "max_tokens_overflow",
     }
 )
 FORCING_CHOICES = ("required", "any")
@@ -207,12 +207,15 @@ def prompt_token_ids(
     return list(tokenizer.encode(prompt, add_special_tokens=False)), prompt
 
 
-def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: int) -> int:
-    """The reply budget: ``requested`` capped by the room the prompt leaves (all of it when
-    ``requested`` is None).
+def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: int,
+                   overflow: str = "cap") -> int:
+    """The reply budget: ``requested`` within the room the prompt leaves (all of it when
+    ``requested`` is None). A ``requested`` past that room is capped to it, or with
+    ``overflow="error"`` refused, as OpenAI's and vLLM's servers refuse it.
 
     Raises:
-        PromptTooLongError: The prompt leaves no room.
+        PromptTooLongError: The prompt leaves no room, or (``overflow="error"``) less than
+            ``requested``.
         InvalidRequestError: ``requested`` is not an integer >= 1 (an
             ``InvalidArgumentTypeError`` for a wrong type).
     """
@@ -223,6 +226,11 @@ def max_tokens_for(requested: Any, num_prompt_tokens: int, max_context_length: i
             f"within max_context_length={max_context_length}"
         )
     check_count("max_tokens", requested, allow_none=True)
+    if requested is not None and requested > room and overflow == "error":
+        raise PromptTooLongError(
+            f"max_tokens={requested} does not fit: the context holds {max_context_length} "
+            f"tokens and the prompt has {num_prompt_tokens}, which leaves {room}; reduce "
+            "the messages or max_tokens")
     return room if requested is None else min(requested, room)
 
 
@@ -332,7 +340,7 @@ def sampling_params_for(engine: Any, tokenizer: Any, settings: ChatSettings,
     """The engine's sampling parameters of one call, validated, with its grammar constraint."""
     max_tokens = max_tokens_for(
         kwargs.get("max_tokens", settings.max_tokens), num_prompt_tokens,
-        engine.max_context_length)
+        engine.max_context_length, kwargs.get("max_tokens_overflow", "cap"))
     # A given template's end-of-turn token ends the reply where the model's EOS would not.
     stop_token_ids = ([] if kwargs.get("ignore_eos", settings.ignore_eos) or tokenizer is
                       engine.tokenizer else

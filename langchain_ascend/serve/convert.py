@@ -181,8 +181,9 @@ def call_kwargs(request: ChatCompletionRequest, *, penalties: bool = False) -> d
     if response_format is not None:
         kwargs["response_format"] = response_format
     max_tokens = request.max_completion_tokens or request.max_tokens
-    if max_tokens is not None:
+    if max_tokens is not None:  # past the context: 400, as OpenAI and vLLM answer
         kwargs["max_tokens"] = max_tokens
+        kwargs["max_tokens_overflow"] = "error"
     names = ("temperature", "top_p", "seed", "ignore_eos") + (
         ("presence_penalty", "frequency_penalty") if penalties else ())
     for name in names:

@@ -130,7 +130,8 @@ def from_typed_error(error: Exception) -> APIError:
     if isinstance(error, APIError):
         return error
     if isinstance(error, PromptTooLongError):
-        return APIError(400, message, param="messages", code="context_length_exceeded")
+        return APIError(400, message, param=request_field_of(message) or "messages",
+                        code="context_length_exceeded")
     if isinstance(error, UnsupportedContentError):
         return APIError(400, message, param="messages", code="unsupported_content")
     if isinstance(error, InvalidRequestError):

@@ -64,6 +64,16 @@ def test_max_tokens_is_capped_by_the_room_the_prompt_leaves():
             max_tokens_for(bad, 1, 100)
 
 
+def test_max_tokens_past_the_room_is_refused_when_asked():
+    assert max_tokens_for(10, 90, 100, "error") == 10
+    assert max_tokens_for(None, 90, 100, "error") == 10
+    with pytest.raises(PromptTooLongError, match="max_tokens=11 does not fit.* leaves 10"):
+        max_tokens_for(11, 90, 100, "error")
+    check_call_kwargs({"max_tokens_overflow": "error"})
+    with pytest.raises(InvalidRequestError, match="max_tokens_overflow"):
+        check_call_kwargs({"max_tokens_overflow": "refuse"})
+
+
 def test_template_kwargs_merge_and_thinking_off_under_a_strict_grammar():
     base = {"enable_thinking": True, "a": 1}
     assert template_kwargs_for(base, {"a": 2}, None) == {"enable_thinking": True, "a": 2}

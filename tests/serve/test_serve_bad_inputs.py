@@ -63,6 +63,9 @@ CASES = {
     "empty stop": (ask(stop=[""]), 400, "stop"),
     "prompt over the context": (ask(messages=[{"role": "user", "content": "word " * 3000}]),
                                 400, "messages"),
+    "max_tokens past the context": (ask(max_tokens=1020), 400, "max_tokens"),
+    "max_completion_tokens past the context": (ask(max_completion_tokens=1020), 400,
+                                               "max_tokens"),
     "unknown model": (ask(model="gpt-4o"), 404, "model"),
 }
 
@@ -89,6 +92,21 @@ def test_streamed_request_errors_before_the_stream(base_url):
     response = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_max_tokens_that_fits_beside_the_prompt_is_served_and_one_more_is_not(base_url):
+    """The context (1,024) holds the prompt and exactly the rest: served in full; one more
+    token is a 400 naming both, as OpenAI answers (never a reply silently capped)."""
+    url = f"{base_url}/v1/chat/completions"
+    prompt = httpx.post(url, json=ask(max_tokens=1), timeout=60).json()["usage"]["prompt_tokens"]
+    room = 1024 - prompt
+    response = httpx.post(url, json=ask(max_tokens=room, ignore_eos=True), timeout=300)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] == room
+    refused = httpx.post(url, json=ask(max_tokens=room + 1), timeout=60)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "context_length_exceeded"
+    assert f"leaves {room}" in refused.json()["error"]["message"]
 
 
 def test_body_over_the_limit_is_413(base_url):

@@ -42,7 +42,8 @@ def request(**fields):
 def test_call_kwargs_map_openai_fields():
     kwargs = call_kwargs(request(max_completion_tokens=5, max_tokens=9, stop="END", seed=3,
                                  temperature=0.5, response_format={"type": "text"}))
-    assert kwargs == {"max_tokens": 5, "stop": ["END"], "seed": 3, "temperature": 0.5}
+    assert kwargs == {"max_tokens": 5, "max_tokens_overflow": "error", "stop": ["END"],
+                      "seed": 3, "temperature": 0.5}
     fmt = call_kwargs(request(response_format={
         "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}))
     assert fmt["response_format"]["json_schema"]["schema"] == {"type": "object"}
