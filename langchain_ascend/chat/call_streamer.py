@@ -31,6 +31,21 @@ _ARGS_START = re.compile(r'\s*,\s*"(?:arguments|parameters)"\s*:\s*(\S)')
 _CLOSERS = {"{": "}", "[": "]"}
 
 
+def argument_text(call_text: str) -> str | None:
+    """The argument text a :class:`CallStreamer` streams for the call written as
+    ``call_text`` (its opening marker, if any, before the first ``{``), to its argument
+    object's closing brace or the text's end; None where that call is not streamed (another
+    shape, or no name yet)."""
+    start = call_text.find("{")
+    if start < 0:
+        return None
+    streamer = CallStreamer(0, lambda: "")
+    body = call_text[start:]
+    streamer.update(body)  # the opening
+    streamer.update(body)  # the arguments
+    return streamer.args if streamer.started and streamer.args else None
+
+
 class CallStreamer:
     """Fragments of one call, from the growing text of its JSON body.
 

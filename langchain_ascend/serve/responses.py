@@ -18,6 +18,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from langchain_ascend.chat.call_streamer import argument_text
+from langchain_ascend.chat.reply import CALL_CLOSERS
+
 
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
@@ -55,12 +58,25 @@ def finish_reason_of(message: BaseMessage, has_calls: bool) -> str:
     return reason if reason in ("stop", "length", "tool_calls") else "stop"
 
 
+def cut_by_length(message: BaseMessage) -> bool:
+    return message.response_metadata.get("finish_reason") == "length"
+
+
 def completion_object(message: AIMessage, *, model: str) -> dict[str, Any]:
-    """The non-streamed ``chat.completion`` of a reply. An invalid call (one the model wrote
-    but that does not parse) stays in the content as the model wrote it."""
+    """The non-streamed ``chat.completion`` of a reply. A call cut at ``max_tokens`` is a
+    tool call with the arguments the model wrote (not JSON), beside ``finish_reason="length"``,
+    as OpenAI answers it and as the stream showed it (a cut call's ``args`` are the text of the
+    whole call, markers included: ``chat.messages``); another invalid call (one the model
+    wrote but that does not parse) stays in the content as the model wrote it."""
     content = message.content if isinstance(message.content, str) else ""
-    content += "".join(str(call.get("args") or "") for call in message.invalid_tool_calls)
-    calls = [openai_tool_call(call) for call in message.tool_calls]
+    cut = [c for c in message.invalid_tool_calls
+           if cut_by_length(message) and c.get("name") and c.get("id")]
+    content += "".join(str(call.get("args") or "") for call in message.invalid_tool_calls
+                       if call not in cut)
+    calls = [openai_tool_call(call) for call in message.tool_calls] + [
+        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": (
+            argument_text(str(c.get("args") or "")) or str(c.get("args") or ""))}}
+        for c in cut]
     reply: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else ""),
                              "refusal": None}
     if calls:
@@ -121,8 +137,12 @@ class ChunkWriter:
         out = [] if self.role_sent else [self.role()]
         content = message.content if isinstance(message.content, str) else ""
         calls: list[dict[str, Any]] = []
+        closers = message.response_metadata.get(CALL_CLOSERS) or {}
         for call in getattr(message, "tool_call_chunks", []):
-            delta = self.call_delta(call)
+            if call.get("index") in closers:  # the chat layer's closer, not the model's text
+                call = {**call, "args": str(call.get("args") or "").removesuffix(
+                    closers[call["index"]])}
+            delta = self.call_delta(call, cut=cut_by_length(message))
             if delta is None:  # what the model wrote, unparsed: text, as invalid calls are
                 content += str(call.get("args") or "")
             else:
@@ -135,10 +155,12 @@ class ChunkWriter:
         out.extend(self.chunk({"tool_calls": [call]}) for call in calls)
         return out
 
-    def call_delta(self, call: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    def call_delta(self, call: Mapping[str, Any], *, cut: bool = False
+                   ) -> list[dict[str, Any]] | None:
         """The ``tool_calls`` delta entries of one tool-call chunk: a streamed call's opening
         (name, ``args=""``) or argument fragment, or a whole valid call (opening, then its
-        arguments); ``None`` for a whole invalid call."""
+        arguments) - or, in a reply ``cut`` at ``max_tokens``, a whole named call as the model
+        wrote it; ``None`` for another whole invalid call."""
         index = call.get("index")
         if call.get("name") and call.get("args") == "" and isinstance(index, int):
             self.streamed[index] = self.num_calls
@@ -148,11 +170,14 @@ class ChunkWriter:
             return [{"index": self.streamed[index], "function": {"arguments": fragment}}
                     ] if fragment else []
         args = valid_call_chunk(call)
-        if args is None:
+        if args is not None:
+            text = json.dumps(args, ensure_ascii=False)
+        elif cut and call.get("name") and call.get("id"):  # raw text: its arguments' part
+            text = argument_text(str(call.get("args") or "")) or str(call.get("args") or "")
+        else:
             return None
         opening = self.opening(call)
-        return [opening, {"index": opening["index"],
-                          "function": {"arguments": json.dumps(args, ensure_ascii=False)}}]
+        return [opening, {"index": opening["index"], "function": {"arguments": text}}]
 
     def opening(self, call: Mapping[str, Any]) -> dict[str, Any]:
         """A call's first delta entry (index, id, name, empty arguments)."""
