@@ -9,7 +9,6 @@ the paged KV cache and the batch. Importing this module imports no torch.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -27,7 +26,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from langchain_ascend.chat.arguments import normalize_init_args
 from langchain_ascend.chat.batching import batch_configs
-from langchain_ascend.chat.engines import load_engine, load_tokenizer
+from langchain_ascend.chat.engines import EngineHandles, load_tokenizer, pin
 from langchain_ascend.chat.fields import EngineFields, SamplingFields
 from langchain_ascend.chat.hop_sessions import SessionFields, open_hop
 from langchain_ascend.chat.messages import to_template_tools, tool_names_of
@@ -230,8 +229,7 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields, SessionFields
     stream_usage: bool = True
     """Whether the last streamed chunk carries ``usage_metadata``; per call too."""
 
-    _engines: dict[str, Any] = PrivateAttr(default_factory=dict)
-    _engines_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _engines: EngineHandles = PrivateAttr(default_factory=EngineHandles)
     _chat_template_text: str | None = PrivateAttr(default=None)
     _tokenizers: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -265,35 +263,31 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields, SessionFields
     # ------------------------------------------------------------------ engine
 
     def _engine_for(self, model: str | None = None) -> Any:
-        """The shared engine of ``model`` (default ``self.model``) on this device/dtype."""
-        name = model or self.model
-        with self._engines_lock:
-            engine = self._engines.get(name)
-            if engine is not None and not engine.is_closed:
-                return engine
-        engine = load_engine(self, name)
-        with self._engines_lock:
-            self._engines[name] = engine
-        return engine
+        """The shared engine of ``model`` (default ``self.model``) with this chat model's
+        device, dtype and engine settings; it lives while a chat model holds it."""
+        return self._engines.engine(self, model or self.model)
 
     def _tokenizer_for(self, model: str) -> Any:
         """What holds ``model``'s tokenizer for counting: its engine when loaded, else the
         tokenizer alone (no weights are loaded to count tokens)."""
-        with self._engines_lock:
-            engine = self._engines.get(model)
-            if engine is not None and not engine.is_closed:
-                return engine
+        engine = self._engines.loaded(self, model)
+        if engine is not None:
+            return engine
+        with self._engines.lock:
             holder = self._tokenizers.get(model)
         if holder is None:
             holder = load_tokenizer(self, model)
-            with self._engines_lock:
+            with self._engines.lock:
                 self._tokenizers[model] = holder
         return holder
 
     def get_engine(self) -> Any:
         """The shared engine of this chat model's ``model`` (loaded on first use): its
-        ``stats()`` (KV blocks in use, running / waiting requests) for servers and tools."""
-        return self._engine_for()
+        ``stats()`` (KV blocks in use, running / waiting requests) for servers and tools.
+        An engine handed out here stays until its ``shutdown()``, past this chat model."""
+        engine = self._engine_for()
+        pin(engine)
+        return engine
 
     def warm_up(
         self,

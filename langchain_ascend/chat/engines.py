@@ -10,6 +10,7 @@ counting before any call: no weights, no KV cache). Imports torch only through t
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,51 @@ class TokenizerOnly:
     """A model's tokenizer where the prompt path expects an engine (it reads ``tokenizer``)."""
 
     tokenizer: Any
+
+
+class EngineHandles:
+    """The engines a chat model loaded, by model name and engine settings.
+
+    A chat model's copies share its handles (``model_copy`` copies private state shallowly),
+    so a copy with the same settings runs on the same engine and one whose engine settings
+    differ (``model_copy(update={"max_context_length": 4096})``) gets an engine of its own.
+    The handles are what holds the engines in the process-wide registry
+    (``engine.shared_engines``): once no chat model's handles hold an engine it is shut down.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.engines: dict[tuple[Any, ...], Any] = {}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> EngineHandles:
+        return EngineHandles()  # a deep copy holds its own: the engines it asks for are shared
+
+    def engine(self, chat: Any, name: str) -> Any:
+        """The live engine of model ``name`` with ``chat``'s settings, loaded on first use."""
+        key = engine_key(chat, name)
+        with self.lock:
+            engine = self.engines.get(key)
+        if engine is None or engine.is_closed:
+            engine = load_engine(chat, name, holder=self)
+            with self.lock:
+                self.engines[key] = engine
+        return engine
+
+    def loaded(self, chat: Any, name: str) -> Any | None:
+        """The live engine of ``name`` with ``chat``'s settings if loaded, else None."""
+        with self.lock:
+            engine = self.engines.get(engine_key(chat, name))
+        return None if engine is None or engine.is_closed else engine
+
+
+def engine_key(chat: Any, name: str) -> tuple[Any, ...]:
+    """What picks the engine of model ``name`` on chat model ``chat``: the model's source
+    (its file, revision and quantization), the device, the dtype and the engine settings."""
+    own = name == chat.model
+    return (name, chat.gguf_file if own else None,
+            chat.model_kwargs.get("revision") if own else None, chat.quantization,
+            repr(chat.device), repr(chat.dtype),
+            tuple(sorted((k, repr(v)) for k, v in engine_kwargs(chat).items())))
 
 
 def hub_revision_folder(repo_id: str, revision: str) -> Path:
@@ -83,8 +129,9 @@ def engine_kwargs(chat: Any) -> dict[str, Any]:
     return kwargs
 
 
-def load_engine(chat: Any, name: str) -> Any:
-    """The shared engine of model ``name`` on ``chat``'s device and dtype (loaded on first use).
+def load_engine(chat: Any, name: str, holder: Any = None) -> Any:
+    """The shared engine of model ``name`` on ``chat``'s device and dtype (loaded on first use),
+    held by ``holder`` (None: pinned; ``engine.shared_engines``).
 
     Raises:
         ModelSourceError: The model cannot be found or prepared.
@@ -94,7 +141,15 @@ def load_engine(chat: Any, name: str) -> Any:
     from langchain_ascend.engine.shared_engines import get_engine
 
     return get_engine(model_folder(chat, name), device=chat.device, dtype=chat.dtype,
-                      **engine_kwargs(chat))
+                      holder=holder, **engine_kwargs(chat))
+
+
+def pin(engine: Any) -> None:
+    """Keep ``engine`` until its ``shutdown()``, whatever holds it
+    (``engine.shared_engines.pin_engine``)."""
+    from langchain_ascend.engine.shared_engines import pin_engine
+
+    pin_engine(engine)
 
 
 def load_tokenizer(chat: Any, name: str) -> TokenizerOnly:

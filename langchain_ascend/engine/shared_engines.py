@@ -3,6 +3,13 @@
 This module keeps its own map of what :func:`get_engine` built, keyed by those four (the
 settings as ``(name, repr(value))`` pairs); a closed engine is dropped from it on the next
 call. Engines stop at interpreter exit through their driver (``engine.driver``).
+
+Lifetime: an engine asked for with a ``holder`` (a chat model's engine handles) lives while
+some holder does: when the last one is garbage-collected the engine is shut down and its
+weights and KV cache go with it (a notebook that rebuilds a chat model with other settings
+does not keep every earlier engine). An engine asked for without one - a direct
+:func:`get_engine` call, ``AscendChatModel.get_engine()``, a server - is pinned: it lives
+until its ``shutdown()`` or the interpreter's exit.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import inspect
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
 from langchain_ascend.engine.llm_engine import LLMEngine
@@ -20,7 +28,12 @@ from langchain_ascend.platform import resolve_device, resolve_dtype
 logger = logging.getLogger(__name__)
 
 _REGISTRY: dict[tuple[Any, ...], LLMEngine] = {}
-_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_LOCK = threading.RLock()  # a holder collected while an engine loads lets go inside
+_PINNED: set[tuple[Any, ...]] = set()
+_HOLDERS: dict[tuple[Any, ...], int] = {}
+"""Live holders per engine key (module docstring)."""
+_HELD: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+"""The engines (``id``) each live holder holds."""
 
 
 def engine_settings(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +59,7 @@ def engine_settings(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def get_engine(
     model_path: str | os.PathLike[str], *, device: Any = "auto", dtype: Any = "auto",
-    **engine_kwargs: Any,
+    holder: Any = None, **engine_kwargs: Any,
 ) -> LLMEngine:
     """The process-wide engine for ``(realpath(model_path), device, dtype, settings)``,
     created on first use, so every chat model on the same weights with the same engine
@@ -58,6 +71,9 @@ def get_engine(
     never the existing one with its settings silently dropped. Each engine holds its own copy
     of the weights and its own KV pool (logged when a second one is made for a model). A call
     with no ``engine_kwargs`` asks for the defaults and shares the engine that has them.
+
+    ``holder``: an object whose life the engine's follows (the module docstring); None pins
+    the engine.
 
     Raises:
         InvalidRequestError: An ``engine_kwargs`` name that is not an engine setting.
@@ -72,15 +88,54 @@ def get_engine(
         for closed in [k for k, e in _REGISTRY.items() if e.is_closed]:
             del _REGISTRY[closed]
         engine = _REGISTRY.get(key)
-        if engine is not None:
-            return engine
-        running = [k for k in _REGISTRY if k[:3] == place]
-        if running:
-            built = dict(running[0][3])
-            differing = {name: value for name, value in settings.items()
-                         if built.get(name) != repr(value)}
-            logger.info("get_engine(%s): settings %s differ from the running engine's; "
-                        "starting an engine of its own", place[0], differing)
-        engine = LLMEngine(place[0], device=place[1], dtype=place[2], **engine_kwargs)
-        _REGISTRY[key] = engine
+        if engine is None:
+            engine = _start_locked(key, place, settings, engine_kwargs)
+        _hold_locked(key, holder)
         return engine
+
+
+def pin_engine(engine: LLMEngine) -> None:
+    """Keep ``engine`` past its holders (it was handed out: someone may use it directly)."""
+    with _REGISTRY_LOCK:
+        _PINNED.update(k for k, e in _REGISTRY.items() if e is engine)
+
+
+def _start_locked(key: tuple[Any, ...], place: tuple[str, str, str],
+                  settings: dict[str, Any], engine_kwargs: dict[str, Any]) -> LLMEngine:
+    running = [k for k in _REGISTRY if k[:3] == place]
+    if running:
+        built = dict(running[0][3])
+        differing = {name: value for name, value in settings.items()
+                     if built.get(name) != repr(value)}
+        logger.info("get_engine(%s): settings %s differ from the running engine's; "
+                    "starting an engine of its own", place[0], differing)
+    engine = LLMEngine(place[0], device=place[1], dtype=place[2], **engine_kwargs)
+    _REGISTRY[key] = engine
+    _HOLDERS.pop(key, None)
+    _PINNED.discard(key)
+    return engine
+
+
+def _hold_locked(key: tuple[Any, ...], holder: Any) -> None:
+    if holder is None:
+        _PINNED.add(key)
+        return
+    engine = _REGISTRY[key]
+    held = _HELD.setdefault(holder, set())
+    if id(engine) not in held:
+        held.add(id(engine))
+        _HOLDERS[key] = _HOLDERS.get(key, 0) + 1
+        weakref.finalize(holder, _let_go, key, engine)
+
+
+def _let_go(key: tuple[Any, ...], engine: LLMEngine) -> None:
+    """A holder of ``engine`` is gone: shut the engine down if it was the last one."""
+    with _REGISTRY_LOCK:
+        if _REGISTRY.get(key) is not engine:
+            return  # replaced after a shutdown: the count belongs to the new engine
+        _HOLDERS[key] -= 1
+        if _HOLDERS[key] > 0 or key in _PINNED:
+            return
+        del _REGISTRY[key], _HOLDERS[key]
+    # on a thread of its own: the collection may run on the engine's loop, which joins itself
+    threading.Thread(target=engine.shutdown, name="engine-release", daemon=True).start()

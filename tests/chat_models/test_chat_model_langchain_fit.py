@@ -66,7 +66,7 @@ def test_count_before_any_call_loads_no_weights(tiny_qwen2_path, offline):
     fresh = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", max_tokens=2,
                             max_context_length=512)
     count = fresh.get_num_tokens_from_messages(CONVERSATION[:2])
-    assert fresh._engines == {}  # the tokenizer alone
+    assert fresh._engines.engines == {}  # the tokenizer alone
     assert count == fresh.invoke(CONVERSATION[:2]).usage_metadata["input_tokens"]
 
 

@@ -139,3 +139,48 @@ def test_the_tiny_models_default_pool_is_small(tiny_qwen2_path):
         assert engine.driver.runner.kv_cache.num_bytes <= 256 * 2**20 + _bytes_per_block(engine)
     finally:
         engine.shutdown()
+
+
+def _wait_closed(engine, timeout: float = 30.0) -> bool:
+    import gc
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not engine.is_closed and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    return engine.is_closed
+
+
+def test_an_engine_no_chat_model_holds_any_more_is_shut_down(tiny_qwen2_path):
+    """A notebook rebuilding its chat model with other settings does not keep every engine;
+    a copy keeps the engine it shares, and one with other engine settings gets its own."""
+    chat = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", max_tokens=2,
+                           max_context_length=200, num_kv_blocks=64)
+    chat.invoke("hi")
+    engine = chat._engine_for()
+    same = chat.model_copy(update={"max_tokens": 3})
+    other = chat.model_copy(update={"max_context_length": 150})
+    assert same._engine_for() is engine
+    assert other._engine_for() is not engine and other._engine_for().max_context_length == 150
+    other_engine = other._engine_for()
+    del chat
+    assert not _wait_closed(engine, timeout=0.5)  # the copy still holds it
+    assert same.invoke("hi").usage_metadata["output_tokens"] == 3
+    del same, other
+    assert _wait_closed(engine) and _wait_closed(other_engine)
+    assert engine not in shared_engines._REGISTRY.values()
+    again = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", max_tokens=2,
+                            max_context_length=200, num_kv_blocks=64)
+    assert again.invoke("hi").content is not None  # a fresh engine for the same settings
+    assert again._engine_for() is not engine and not again._engine_for().is_closed
+
+
+def test_an_engine_handed_out_stays_after_its_chat_model(tiny_qwen2_path):
+    chat = AscendChatModel(model=str(tiny_qwen2_path), device="cpu", max_tokens=2,
+                           max_context_length=180, num_kv_blocks=64)
+    engine = chat.get_engine()
+    del chat
+    assert not _wait_closed(engine, timeout=0.5)
+    assert engine.generate([5, 6, 7]).token_ids is not None
+    engine.shutdown()
