@@ -212,6 +212,17 @@ def prefill_beside_decodes(device: Any) -> int | None:
     return CPU_PREFILL_BESIDE_DECODES if getattr(device, "type", None) == "cpu" else None
 
 
+CPU_ATTENTION_SLOWDOWN = 3.0
+"""How much slower a multiply-add of attention runs than one of the linear layers on the CPU
+(float32 FMAs against int8 products; ``docs/performance.md``)."""
+
+
+def prefill_attention_slowdown(device: Any) -> float | None:
+    """Where the scheduler charges prefill beside decodes by its attention too (the CPU:
+    :data:`CPU_ATTENTION_SLOWDOWN`), else None (accelerators: the whole budget, by tokens)."""
+    return CPU_ATTENTION_SLOWDOWN if getattr(device, "type", None) == "cpu" else None
+
+
 def _backend_module(device: torch.device) -> Any:
     torch = import_torch()
     kind = device_type(device)

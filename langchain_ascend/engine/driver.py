@@ -41,6 +41,7 @@ from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.retention import RetentionTable
 from langchain_ascend.engine.core.scheduler import Scheduler, StepOutput
 from langchain_ascend.engine.core.speculation import configure_drafting
+from langchain_ascend.engine.hf_config import attention_cost_context
 from langchain_ascend.engine.request_faults import fault_error, fault_of
 from langchain_ascend.engine.streams import Item, ThreadSink, Tracked
 from langchain_ascend.errors import (
@@ -97,12 +98,11 @@ class EngineDriver:
                                  relocate=getattr(runner, "copy_block", None),
                                  retention=RetentionTable(retention_cap))
         self.scheduler = Scheduler(
-            self.kv, max_num_batched_tokens=max_num_batched_tokens,
-            max_batch_size=max_batch_size,
-            max_model_len=min(max_context_length, self.kv.capacity_tokens),
-            policy=scheduling,
+            self.kv, max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
+            max_model_len=min(max_context_length, self.kv.capacity_tokens), policy=scheduling,
             prefill_beside_decodes=platform.prefill_beside_decodes(runner.device),
-        )
+            prefill_cost_context=attention_cost_context(  # charged by attention on the CPU
+                getattr(runner, "config", None), platform.prefill_attention_slowdown(runner.device)))
         self.session_retention = session_retention
         self._background: dict[str, Request] = {}  # session -> its latest background prefill
         configure_drafting(self.scheduler, runner)

@@ -42,6 +42,29 @@ def attention_geometry(config: Any) -> tuple[int, int, int, int]:
     return text.num_hidden_layers, num_heads, num_kv_heads, head_dim
 
 
+def attention_cost_context(config: Any, attention_slowdown: float | None) -> float | None:
+    """The context length at which a token's attention costs what its products cost: the
+    multiply-adds of a layer stack's linear layers per token over those of attention per key
+    (scores and values, every head), over how much slower attention runs per multiply-add
+    (``attention_slowdown``: ``platform.prefill_attention_slowdown``). None where either is
+    None or the config lacks the sizes (the scheduler then counts plain tokens).
+
+    SmolLM2-135M: 106M / 34.6k = 3,070, over 3 on the CPU ~1,000 (measured: 256 tokens after
+    4,096 cached ones took 5.1x the time of the same 256 at the start)."""
+    if config is None or attention_slowdown is None:
+        return None
+    text = text_config(config)
+    hidden = getattr(text, "hidden_size", None)
+    intermediate = getattr(text, "intermediate_size", None)
+    if not hidden or not intermediate:
+        return None
+    num_layers, num_heads, num_kv_heads, head_dim = attention_geometry(config)
+    projections = hidden * head_dim * (2 * num_heads + 2 * num_kv_heads)  # q, o; k, v
+    linear = num_layers * (projections + 3 * hidden * intermediate)  # gated MLP
+    per_key = num_layers * num_heads * head_dim * 2
+    return linear / per_key / attention_slowdown
+
+
 def generation_config(model_path: str) -> Any:
     """The folder's ``generation_config.json`` as a ``GenerationConfig``, or None without one."""
     try:

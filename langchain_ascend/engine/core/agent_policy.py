@@ -11,12 +11,16 @@ ranks by, in turn,
    in arrival order once it has run a while;
 3. within a level, a resuming hop whose session is parked (its prefix retained) before a cold
    one: it costs only its new tokens, and admitting it ends its hold on the pool;
-4. the order it waits in.
+4. the older agent (its first request's arrival) first: agents at one level finish in the
+   order they started instead of advancing in lockstep, where on a saturated engine every job
+   takes as long as the whole run and every context is live at once;
+5. the order it waits in.
 
 Tried and not kept (``docs/performance.md``): holding cold requests back from the blocks of
-older agents' parked sessions, the youngest agent's session given up first, and program age
-instead of the waiting order within a level: on 16 agents of 6 hops over 2 cores the job
-mean and the recomputed tokens stayed within the runs' noise.
+older agents' parked sessions and the youngest agent's session given up first: on 16 agents
+of 6 hops over 2 cores the job mean and the recomputed tokens stayed within the runs' noise.
+The agent's age (4.) moved nothing either while each step carried a long prefill chunk;
+with the chunk beside decodes charged by its cost it halves what is recomputed and more.
 """
 
 from __future__ import annotations
@@ -31,15 +35,17 @@ SERVICE_QUANTUM = 256
 
 
 def next_waiting(waiting: Iterable[Request], *, service: Mapping[str, int],
-                 parked: Mapping[str, Any]) -> Request:
+                 parked: Mapping[str, Any], program_age: Mapping[str, int]) -> Request:
     """The waiting request the policy admits next; ``service``: tokens granted so far per
-    session (or request id without one), ``parked``: the parked sessions by id."""
+    session (or request id without one), ``parked``: the parked sessions by id,
+    ``program_age``: the arrival rank of each session's (or request's) first request."""
 
-    def rank(item: tuple[int, Request]) -> tuple[int, int, int, int]:
+    def rank(item: tuple[int, Request]) -> tuple[int, int, int, int, int]:
         index, request = item
         sid = request.session_id
         level = (service.get(sid or request.request_id, 0) // SERVICE_QUANTUM).bit_length()
         cold = 0 if sid is not None and sid in parked else 1
-        return 0 if request.status is RequestStatus.PREEMPTED else 1, level, cold, index
+        age = program_age.get(sid or request.request_id, 0)
+        return 0 if request.status is RequestStatus.PREEMPTED else 1, level, cold, age, index
 
     return min(enumerate(waiting), key=rank)[1]

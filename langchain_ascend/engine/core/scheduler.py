@@ -6,13 +6,13 @@ tokens within a token budget.
 
 Policy of :meth:`Scheduler.schedule`:
 
-1. Running requests first, decodes before unfinished (chunked) prefills, oldest first. When the
-   pool cannot give one of them its slots, the newest running request not yet scheduled this
-   step is preempted (blocks freed, recomputed later with the tokens it generated) - possibly
-   the request itself. A step with decode rows computes at most ``prefill_beside_decodes``
-   prefill tokens (running and admitted together): a stream's next token waits for at most
-   that much prefill (Sarathi-Serve's stall-free batching; on the CPU a 2,048-token step is
-   over a second).
+1. Running requests first, decodes before unfinished (chunked) prefills, oldest first (with
+   ``"agent"``, the oldest agent's prefills first). When the pool cannot give one of them its
+   slots, the newest running request not yet scheduled this step is preempted (blocks freed,
+   recomputed later with the tokens it generated) - possibly the request itself. A step with
+   decode rows computes at most ``prefill_beside_decodes`` worth of prefill, running and
+   admitted together, charged by its attention too where ``prefill_cost_context`` is given
+   (``engine.core.prefill_share``).
 2. Then waiting requests, while budget, batch size and blocks last, in the order of the
    scheduling policy: ``"fcfs"`` first come first served; ``"agent"`` least attained service
    first by session, resuming hops before cold ones (``engine.core.agent_policy``). A prompt
@@ -49,10 +49,12 @@ from dataclasses import dataclass
 from langchain_ascend.engine.core import agent_policy
 from langchain_ascend.engine.core.batch import ScheduledBatch, ScheduledSegment
 from langchain_ascend.engine.core.kv_cache_manager import KVCacheManager
+from langchain_ascend.engine.core.prefill_share import PrefillShare
 from langchain_ascend.engine.core.request import Request, RequestStatus
 from langchain_ascend.engine.core.sampling_params import forced_tokens, grammar_drafts
 from langchain_ascend.engine.core.speculation import drafted_row_cost
-from langchain_ascend.validation import check_choice, check_count
+from langchain_ascend.engine.core.stop_conditions import stop_status
+from langchain_ascend.validation import check_choice, check_count, check_number
 
 SCHEDULING_POLICIES = ("fcfs", "agent")
 BACKGROUND_CHUNK = 128
@@ -105,6 +107,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         policy: str = "fcfs",
         prefill_beside_decodes: int | None = None,
+        prefill_cost_context: float | None = None,
     ) -> None:
         check_choice("scheduling", policy, SCHEDULING_POLICIES)
         check_count("max_num_batched_tokens", max_num_batched_tokens)
@@ -117,6 +120,8 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         check_count("prefill_beside_decodes", prefill_beside_decodes, allow_none=True)
         self.prefill_beside_decodes = prefill_beside_decodes or max_num_batched_tokens
+        self.prefill_cost_context = check_number("prefill_cost_context", prefill_cost_context,
+                                                 minimum=0, open_min=True, allow_none=True)
         self.max_batch_size = max_batch_size
         self.max_model_len = max_model_len
         self.clock = clock
@@ -130,6 +135,8 @@ class Scheduler:
         readings, until taken (``take_background_spans``)."""
         self.attained_service: dict[str, int] = {}
         """Tokens granted so far per session (or request id without one), for ``"agent"``."""
+        self.program_age: dict[str, int] = {}
+        """The arrival rank of each session's first request (or of a request without one)."""
         self.num_preemptions = 0
         self.num_steps = 0
         self.num_draft_tokens = 0
@@ -141,6 +148,7 @@ class Scheduler:
         """Whether ``speculation="auto"`` requests draft at all (the engine turns it off where
         a multi-row pass does not round like a one-row pass: half-precision weights)."""
         self._finished_ids: list[str] = []
+        self._program_counter = 0
         self._scheduled: dict[str, Request] = {}
         self._scheduled_row_cost = 0.0  # step_row_cost of the scheduled step
 
@@ -158,6 +166,9 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
         (self.background if request.prefill_only else self.waiting).append(request)
+        self._program_counter += 1
+        self.program_age.setdefault(request.session_id or request.request_id,
+                                    self._program_counter)
         if request.session_id is not None and not request.prefill_only:
             self.kv.pool.retention.mark_returned(request.session_id)  # no expiry while queued
             for other in [*self.background, *self.running]:  # the hop replaces them
@@ -195,6 +206,7 @@ class Scheduler:
         self.kv.free(request)
         if request.session_id is None:
             self.attained_service.pop(request.request_id, None)
+            self.program_age.pop(request.request_id, None)
         request.status = status
         if stop_reason is not None:
             request.stop_reason = stop_reason
@@ -217,13 +229,19 @@ class Scheduler:
         if idle := not (self.waiting or decodes or prefills):  # background only in such steps
             prefills += [r for r in self.running if r.prefill_only]
         row_cost = self.step_row_cost(len(decodes))
-        prefill_budget = self.prefill_beside_decodes if decodes else budget
+        share = (PrefillShare(self.prefill_beside_decodes, self.prefill_cost_context)
+                 if decodes else None)  # alone, prefill takes the whole token budget
+        if self.policy == "agent":  # the oldest agent's chunk first (agent_policy, 4.)
+            prefills.sort(key=lambda r: self.program_age.get(r.session_id or r.request_id, 0))
         for request in decodes + prefills:
             pending = request.num_tokens - request.num_computed_tokens
-            cap = budget if pending == 1 else min(budget, prefill_budget)
-            if request.status is not RequestStatus.RUNNING or cap == 0:
-                continue  # preempted earlier in this loop, or no budget left for it
-            count = min(pending, cap, BACKGROUND_CHUNK if request.prefill_only else cap)
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            count = min(pending, budget, BACKGROUND_CHUNK if request.prefill_only else budget)
+            if pending != 1 and share is not None:
+                count = min(count, share.tokens(request.num_computed_tokens))
+            if count <= 0:
+                continue  # no budget left for it
             drafts = (self._drafts_for(request, budget - count, row_cost)
                       if count == pending else [])
             if not drafts or self.kv.allocate_slots(request, count + len(drafts)) is None:
@@ -240,10 +258,11 @@ class Scheduler:
                     drafts_of[request.request_id] = drafts
                 order.append(request)
                 budget -= count + len(drafts)
-                prefill_budget -= 0 if pending == 1 else count
+                if pending != 1 and share is not None:
+                    share.take(count, request.num_computed_tokens)
 
         if not preempted:
-            self._admit_waiting(min(budget, prefill_budget), num_new, order, idle)
+            self._admit_waiting(budget, share, num_new, order, idle)
         self._charge_service(order, num_new, drafts_of)
         self._scheduled = {r.request_id: r for r in order}
         self._scheduled_row_cost = row_cost
@@ -254,11 +273,13 @@ class Scheduler:
             finished_ids=self.take_finished_ids(),
         )
 
-    def _admit_waiting(self, budget: int, num_new: dict[str, int], order: list[Request],
-                       idle: bool) -> None:
+    def _admit_waiting(self, budget: int, share: PrefillShare | None, num_new: dict[str, int],
+                       order: list[Request], idle: bool) -> None:
         """Admit waiting requests, then - in an ``idle`` step, one - a background prefill
-        (module docstring, 2-3) within ``budget`` tokens into ``num_new`` / ``order``."""
+        (module docstring, 2-3) within ``budget`` tokens and, in a step with decodes, the
+        prefill ``share`` left into ``num_new`` / ``order``."""
         while ((self.waiting or (idle and self.background and not order)) and budget > 0
+               and (share is None or share.left > 0)
                and len(self.running) < self.max_batch_size):
             queue = self.waiting if self.waiting else self.background
             request = self._next_waiting() if self.waiting else self.background[0]
@@ -270,6 +291,8 @@ class Scheduler:
                 continue  # all cached already: nothing to prefill
             count = min(request.num_tokens - num_hit_tokens,
                         min(budget, BACKGROUND_CHUNK) if request.prefill_only else budget)
+            if share is not None:
+                count = min(count, max(1, share.tokens(num_hit_tokens)))
             while self.kv.allocate_slots(request, count, hits) is None:
                 victim = None if request.prefill_only else next((r for r in reversed(
                     self.running) if r.prefill_only and r.request_id not in num_new), None)
@@ -289,6 +312,8 @@ class Scheduler:
             num_new[request.request_id] = count
             order.append(request)
             budget -= count
+            if share is not None:
+                share.take(count, num_hit_tokens)
 
     def _charge_service(self, order: list[Request], num_new: dict[str, int],
                         drafts_of: dict[str, list[int]]) -> None:
@@ -345,7 +370,8 @@ class Scheduler:
             for i, token_id in enumerate(tokens):
                 request.append_output_token(token_id)
                 appended.append(token_id)
-                status = self._stop_status(request, token_id, grammar=i == len(tokens) - 1)
+                status = stop_status(request, token_id, self.max_model_len,
+                                     grammar=i == len(tokens) - 1)
                 if status is not None:
                     break
             # K/V is valid for the known tokens and the accepted drafts before the last token.
@@ -408,7 +434,7 @@ class Scheduler:
             request.append_output_token(token_id)
             request.num_forced_tokens += 1
             self.num_forced_tokens += 1
-            status = self._stop_status(request, token_id)
+            status = stop_status(request, token_id, self.max_model_len)
             if status is not None:
                 break
         return status
@@ -428,32 +454,6 @@ class Scheduler:
             return []
         drafts = spec.propose(request.all_token_ids, limit, row_cost=row_cost)
         return grammar_drafts(request.sampling.constraint, drafts)
-
-    def _stop_status(self, request: Request, token_id: int, *, grammar: bool = True,
-                     ) -> RequestStatus | None:
-        """The finished status the newly appended ``token_id`` causes, if any; the grammar's
-        end only with ``grammar`` (the step's last token). A reply its constraint
-        ``shortened`` (``XGrammarConstraint``) finishes as cut by the length."""
-        status = self._end_status(request, token_id, grammar=grammar)
-        shortened = getattr(request.sampling.constraint, "shortened", False)
-        return RequestStatus.FINISHED_LENGTH if status and shortened else status
-
-    def _end_status(self, request: Request, token_id: int, *, grammar: bool,
-                    ) -> RequestStatus | None:
-        params = request.sampling
-        if not params.ignore_eos and token_id in request.eos_token_ids:
-            request.last_token_hidden = True
-            return RequestStatus.FINISHED_STOPPED
-        if token_id in request.stop_token_ids:
-            request.last_token_hidden = True
-            request.stop_reason = token_id
-            return RequestStatus.FINISHED_STOPPED
-        if grammar and params.constraint is not None and params.constraint.is_terminated():
-            return RequestStatus.FINISHED_STOPPED
-        if (request.num_output_tokens >= params.max_tokens
-                or request.num_tokens >= self.max_model_len):
-            return RequestStatus.FINISHED_LENGTH
-        return None
 
     def _segment(self, request: Request, count: int, drafts: list[int]) -> ScheduledSegment:
         start = request.num_computed_tokens
@@ -483,7 +483,8 @@ class Scheduler:
         if self.policy == "fcfs":
             return self.waiting[0]
         return agent_policy.next_waiting(self.waiting, service=self.attained_service,
-                                         parked=self.kv.pool.retention.sessions)
+                                         parked=self.kv.pool.retention.sessions,
+                                         program_age=self.program_age)
 
     def _preempt(self, request: Request) -> None:
         if request.prefill_only:  # dropped: what it computed stays cached

@@ -26,16 +26,19 @@ class FakeClock:
 
 
 def make_scheduler(num_blocks=16, budget=64, batch=8, max_model_len=None, caching=True,
-                   clock=None, prefill_beside_decodes=None):
+                   clock=None, prefill_beside_decodes=None, prefill_cost_context=None,
+                   policy="fcfs"):
     kv = KVCacheManager(num_blocks, BS, enable_prefix_caching=caching)
     return Scheduler(kv, max_num_batched_tokens=budget, max_batch_size=batch,
                      max_model_len=max_model_len or num_blocks * BS,
-                     clock=clock or FakeClock(), prefill_beside_decodes=prefill_beside_decodes)
+                     clock=clock or FakeClock(), prefill_beside_decodes=prefill_beside_decodes,
+                     prefill_cost_context=prefill_cost_context, policy=policy)
 
 
-def add(sched: Scheduler, rid: str, prompt, **params) -> Request:
+def add(sched: Scheduler, rid: str, prompt, session_id=None, **params) -> Request:
     params.setdefault("max_tokens", 100)
-    req = Request(rid, prompt, SamplingParams(**params), eos_token_ids=[EOS])
+    req = Request(rid, prompt, SamplingParams(**params), eos_token_ids=[EOS],
+                  session_id=session_id)
     sched.add_request(req)
     return req
 
@@ -108,6 +111,63 @@ def test_a_step_with_decodes_takes_at_most_its_prefill_share():
     assert alone.num_output_tokens == 4
     with pytest.raises(ValueError, match="prefill_beside_decodes"):
         make_scheduler(prefill_beside_decodes=0)
+
+
+@pytest.mark.parametrize("cost_context,chunks", [
+    (None, [8, 8, 8, 8]),
+    # a token from position p weighs 1 + p / 8: the share of 8 buys fewer tokens further in
+    (8, [8, 4, 3, 2]),
+])
+def test_prefill_beside_decodes_is_charged_by_its_attention(cost_context, chunks):
+    sched = make_scheduler(num_blocks=32, budget=64, prefill_beside_decodes=8,
+                           prefill_cost_context=cost_context)
+    add(sched, "a", [1, 3, 4])
+    step(sched)  # a decodes from now on
+    add(sched, "b", list(range(20, 60)))
+    taken = [[s.num_tokens for s in step(sched).segments if s.request_id == "b"]
+             for _ in range(4)]
+    assert taken == [[n] for n in chunks]
+    alone = make_scheduler(num_blocks=32, budget=64, prefill_cost_context=8)
+    add(alone, "b", list(range(20, 60)))  # nobody decodes: the whole budget, by tokens
+    assert [s.num_tokens for s in step(alone).segments] == [40]
+    with pytest.raises(ValueError, match="prefill_cost_context"):
+        make_scheduler(prefill_cost_context=0)
+    with pytest.raises(ValueError, match="prefill_cost_context"):
+        make_scheduler(prefill_cost_context=float("nan"))
+
+
+def test_agent_policy_admits_the_older_agents_hop_first():
+    """Agents at one service level run in the order they started, not in lockstep: the older
+    agent's next hop is admitted before a younger agent's that waits ahead of it."""
+    for policy, first in (("agent", "old-1"), ("fcfs", "young-1")):
+        sched = make_scheduler(num_blocks=64, budget=4, policy=policy)
+        add(sched, "old-0", [1, 2], max_tokens=1, session_id="old")
+        step(sched)  # old's first hop: done, old is the older agent
+        add(sched, "young-1", [7, 8, 9, 10], session_id="young")
+        add(sched, "old-1", [1, 2, 5, 6], session_id="old")
+        assert sched.attained_service["old"] < 256  # one service level (agent_policy)
+        assert [s.request_id for s in step(sched).segments] == [first], policy
+
+
+def test_agent_policy_gives_the_prefill_share_to_the_older_agent_first():
+    """A younger agent's hop that started its prefill first does not keep the share beside
+    decodes from an older agent's hop admitted after it."""
+    chunks = {}
+    for policy in ("agent", "fcfs"):
+        sched = make_scheduler(num_blocks=64, budget=64, prefill_beside_decodes=4,
+                               prefill_cost_context=1000, policy=policy)
+        add(sched, "old-0", [1, 2], max_tokens=1, session_id="old")
+        step(sched)  # old is the older agent
+        add(sched, "d", [1, 3, 4])
+        step(sched)  # d decodes from now on
+        add(sched, "young-1", list(range(20, 40)), session_id="young")
+        step(sched)  # young-1's first chunk
+        add(sched, "old-1", list(range(60, 80)), session_id="old")
+        step(sched)  # young-1's second chunk; old-1 admitted with what is left (1 token)
+        assert {r.request_id for r in sched.running} == {"d", "young-1", "old-1"}
+        chunks[policy] = [(s.request_id, s.num_tokens) for s in step(sched).segments
+                          if s.request_id != "d"]
+    assert chunks["agent"][0] == ("old-1", 3) and chunks["fcfs"][0][0] == "young-1"
 
 
 def test_max_batch_size_limits_admission():
