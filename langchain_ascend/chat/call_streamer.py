@@ -31,19 +31,21 @@ _ARGS_START = re.compile(r'\s*,\s*"(?:arguments|parameters)"\s*:\s*(\S)')
 _CLOSERS = {"{": "}", "[": "]"}
 
 
-def argument_text(call_text: str) -> str | None:
-    """The argument text a :class:`CallStreamer` streams for the call written as
-    ``call_text`` (its opening marker, if any, before the first ``{``), to its argument
-    object's closing brace or the text's end; None where that call is not streamed (another
-    shape, or no name yet)."""
+def cut_argument_text(call_text: str) -> str | None:
+    """What the stream of a call cut short, written as ``call_text`` (one call: its opening
+    marker, if any, then its JSON), sends as arguments: the argument text the model wrote,
+    then :meth:`CallStreamer.terminator`, so they never parse. None where such a call is
+    not streamed (another shape, several calls, no name yet, arguments not an object)."""
     start = call_text.find("{")
-    if start < 0:
+    if start < 0 or "[" in call_text[:start]:  # a list of calls (Mistral's [TOOL_CALLS] [...])
         return None
     streamer = CallStreamer(0, lambda: "")
     body = call_text[start:]
     streamer.update(body)  # the opening
     streamer.update(body)  # the arguments
-    return streamer.args if streamer.started and streamer.args else None
+    if not (streamer.started and streamer.args):
+        return None
+    return streamer.args + (streamer.terminator()["args"] or "")
 
 
 class CallStreamer:

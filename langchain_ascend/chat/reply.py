@@ -58,7 +58,6 @@ class ReplyPiece:
     reasoning: str = ""
     calls: list[ExtractedCall] = field(default_factory=list)
     chunks: list[ToolCallChunk] = field(default_factory=list)
-    closers: dict[int, str] = field(default_factory=dict)  # ParserDelta.closers
 
     def __bool__(self) -> bool:
         return bool(self.content or self.reasoning or self.calls or self.chunks)
@@ -114,7 +113,6 @@ class ReplyAssembler:
             piece.content += tail.content
             piece.calls += tail.calls
             piece.chunks += tail.chunks
-            piece.closers.update(tail.closers)
             self.content += tail.content
             self.calls += tail.calls
         return piece
@@ -124,7 +122,6 @@ class ReplyAssembler:
         if self._tools is not None and content:
             parsed = self._tools.feed(content)
             piece.content, piece.calls, piece.chunks = parsed.content, parsed.calls, parsed.chunks
-            piece.closers = parsed.closers
         else:
             piece.content = content
         self.reasoning += piece.reasoning
@@ -217,19 +214,9 @@ def coalesced(chunks: list[ToolCallChunk]) -> list[ToolCallChunk]:
     return out
 
 
-CALL_CLOSERS = "tool_call_closers"
-"""The ``response_metadata`` key of a chunk whose streamed calls end with text of ours: per
-call index, the suffix of its arguments we added so that LangChain's merged chunks hold a
-call that ended invalid (or was cut: ``chat.results``) as invalid. A server streaming the
-model's own argument text takes it off."""
-
-
 def piece_chunk(piece: ReplyPiece, **extra: Any) -> AIMessageChunk:
     """One streamed piece as an ``AIMessageChunk`` (``extra``: further chunk fields)."""
     additional = {"reasoning_content": piece.reasoning} if piece.reasoning else {}
-    if piece.closers:
-        extra["response_metadata"] = {**extra.get("response_metadata", {}),
-                                      CALL_CLOSERS: dict(piece.closers)}
     return AIMessageChunk(
         content=piece.content,
         additional_kwargs=additional,
@@ -255,7 +242,6 @@ def delta_chunk(
             reasoning=piece.reasoning + tail.reasoning,
             calls=piece.calls + tail.calls,
             chunks=piece.chunks + tail.chunks,
-            closers={**piece.closers, **tail.closers},
         )
         usage, metadata = usage_and_metadata(
             delta.output, assembler, model_name=model_name, count_tokens=count_tokens

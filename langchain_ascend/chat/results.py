@@ -24,13 +24,8 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call_chunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
 from langchain_ascend.chat.prepare import PreparedRequest
-from langchain_ascend.chat.reply import CALL_CLOSERS, ReplyAssembler, delta_chunk, reply_message
+from langchain_ascend.chat.reply import ReplyAssembler, delta_chunk, reply_message
 from langchain_ascend.errors import ForcedOutputError
-
-CUT_CALL_CLOSER = "]"
-"""What ends the streamed arguments of a forced call that parsed but was cut: no JSON object
-ends so, so LangChain's merged chunks hold the call as invalid, as :func:`mark_cut` does
-(listed under ``reply.CALL_CLOSERS``)."""
 
 
 def cut_message(prepared: PreparedRequest) -> str:
@@ -141,13 +136,10 @@ def generation_chunk(prepared: PreparedRequest, assembler: Any, delta: Any
         if prepared.forced_tool:
             # a call that parsed from the cut reply is no call (mark_cut): a bracket closing
             # nothing ends its streamed arguments, so the merged chunks keep it invalid too
-            spoiled = [c.index for c in assembler.calls if c.valid]
-            if spoiled:
-                closers = {**chunk.response_metadata.get(CALL_CLOSERS, {}),
-                           **dict.fromkeys(spoiled, CUT_CALL_CLOSER)}
-                chunk = chunk + AIMessageChunk(content="", tool_call_chunks=[
-                    tool_call_chunk(args=CUT_CALL_CLOSER, index=i) for i in spoiled])
-                chunk.response_metadata[CALL_CLOSERS] = closers
+            spoilers = [tool_call_chunk(args="]", index=c.index) for c in assembler.calls
+                        if c.valid]
+            if spoilers:
+                chunk = chunk + AIMessageChunk(content="", tool_call_chunks=spoilers)
     if not prepared.stream_usage:
         chunk.usage_metadata = None
     return ChatGenerationChunk(message=chunk)

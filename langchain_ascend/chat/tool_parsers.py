@@ -141,9 +141,6 @@ class ParserDelta:
     content: str = ""
     calls: list[ExtractedCall] = field(default_factory=list)
     chunks: list[ToolCallChunk] = field(default_factory=list)
-    closers: dict[int, str] = field(default_factory=dict)
-    """Per streamed call that ended invalid, the terminator its last fragment ends with (text
-    of ours, not the model's: ``CallStreamer.terminator``)."""
 
 
 class ToolCallStreamParser:
@@ -372,9 +369,7 @@ def _settle(delta: ParserDelta, streamer: CallStreamer, raw: RawCall,
     if error is None and raw.args is not None and streamer.matches(raw.name, raw.args):
         delta.chunks += streamer.rest(raw.args)
         return ExtractedCall(streamer.index, streamer.id, raw.name, raw.args, raw.raw)
-    terminator = streamer.terminator()
-    delta.chunks.append(terminator)
-    delta.closers[streamer.index] = terminator["args"] or ""
+    delta.chunks.append(streamer.terminator())
     return ExtractedCall(
         streamer.index, streamer.id, raw.name or streamer.name, None, raw.raw,
         error or "the finished tool call differs from its streamed name or arguments",

@@ -18,8 +18,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from langchain_ascend.chat.call_streamer import argument_text
-from langchain_ascend.chat.reply import CALL_CLOSERS
+from langchain_ascend.chat.call_streamer import cut_argument_text
 
 
 def completion_id() -> str:
@@ -63,20 +62,20 @@ def cut_by_length(message: BaseMessage) -> bool:
 
 
 def completion_object(message: AIMessage, *, model: str) -> dict[str, Any]:
-    """The non-streamed ``chat.completion`` of a reply. A call cut at ``max_tokens`` is a
-    tool call with the arguments the model wrote (not JSON), beside ``finish_reason="length"``,
-    as OpenAI answers it and as the stream showed it (a cut call's ``args`` are the text of the
-    whole call, markers included: ``chat.messages``); another invalid call (one the model
-    wrote but that does not parse) stays in the content as the model wrote it."""
+    """The non-streamed ``chat.completion`` of a reply. A call cut at ``max_tokens`` (the last
+    invalid call of a reply that ended so) is a tool call whose arguments read as its stream
+    sent them: the model's text then a closer, so they never parse and no client runs a call
+    the budget cut short, with ``finish_reason="length"``. Another invalid call (one the
+    model wrote but that does not parse) stays in the content as the model wrote it."""
     content = message.content if isinstance(message.content, str) else ""
-    cut = [c for c in message.invalid_tool_calls
-           if cut_by_length(message) and c.get("name") and c.get("id")]
-    content += "".join(str(call.get("args") or "") for call in message.invalid_tool_calls
-                       if call not in cut)
-    calls = [openai_tool_call(call) for call in message.tool_calls] + [
-        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": (
-            argument_text(str(c.get("args") or "")) or str(c.get("args") or ""))}}
-        for c in cut]
+    calls = [openai_tool_call(call) for call in message.tool_calls]
+    invalid = list(message.invalid_tool_calls)
+    last = invalid[-1] if invalid and cut_by_length(message) else None
+    cut = cut_call(last) if last is not None else None
+    if cut is not None:
+        calls.append(cut)
+        invalid.pop()
+    content += "".join(str(call.get("args") or "") for call in invalid)
     reply: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else ""),
                              "refusal": None}
     if calls:
@@ -91,6 +90,16 @@ def completion_object(message: AIMessage, *, model: str) -> dict[str, Any]:
                      "finish_reason": finish_reason_of(message, bool(calls))}],
         "usage": openai_usage(message.usage_metadata),
     }
+
+
+def cut_call(call: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tool call of an invalid ``call`` cut at ``max_tokens`` (its ``args``: the call's
+    text, ``chat.messages``), as its stream reads; None where it is no single named call."""
+    arguments = cut_argument_text(str(call.get("args") or ""))
+    if arguments is None or not call.get("name") or not call.get("id"):
+        return None
+    return {"id": call["id"], "type": "function",
+            "function": {"name": call["name"], "arguments": arguments}}
 
 
 def valid_call_chunk(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -137,12 +146,9 @@ class ChunkWriter:
         out = [] if self.role_sent else [self.role()]
         content = message.content if isinstance(message.content, str) else ""
         calls: list[dict[str, Any]] = []
-        closers = message.response_metadata.get(CALL_CLOSERS) or {}
-        for call in getattr(message, "tool_call_chunks", []):
-            if call.get("index") in closers:  # the chat layer's closer, not the model's text
-                call = {**call, "args": str(call.get("args") or "").removesuffix(
-                    closers[call["index"]])}
-            delta = self.call_delta(call, cut=cut_by_length(message))
+        chunks = getattr(message, "tool_call_chunks", [])
+        for i, call in enumerate(chunks):  # a reply cut at max_tokens ends with its cut call
+            delta = self.call_delta(call, cut=cut_by_length(message) and i == len(chunks) - 1)
             if delta is None:  # what the model wrote, unparsed: text, as invalid calls are
                 content += str(call.get("args") or "")
             else:
@@ -159,8 +165,8 @@ class ChunkWriter:
                    ) -> list[dict[str, Any]] | None:
         """The ``tool_calls`` delta entries of one tool-call chunk: a streamed call's opening
         (name, ``args=""``) or argument fragment, or a whole valid call (opening, then its
-        arguments) - or, in a reply ``cut`` at ``max_tokens``, a whole named call as the model
-        wrote it; ``None`` for another whole invalid call."""
+        arguments) - or, in a reply ``cut`` at ``max_tokens``, a whole call cut short
+        (:func:`cut_call`); ``None`` for another whole invalid call."""
         index = call.get("index")
         if call.get("name") and call.get("args") == "" and isinstance(index, int):
             self.streamed[index] = self.num_calls
@@ -170,12 +176,10 @@ class ChunkWriter:
             return [{"index": self.streamed[index], "function": {"arguments": fragment}}
                     ] if fragment else []
         args = valid_call_chunk(call)
-        if args is not None:
-            text = json.dumps(args, ensure_ascii=False)
-        elif cut and call.get("name") and call.get("id"):  # raw text: its arguments' part
-            text = argument_text(str(call.get("args") or "")) or str(call.get("args") or "")
-        else:
+        whole = cut_call(call) if args is None and cut else None
+        if args is None and whole is None:
             return None
+        text = whole["function"]["arguments"] if whole else json.dumps(args, ensure_ascii=False)
         opening = self.opening(call)
         return [opening, {"index": opening["index"], "function": {"arguments": text}}]
 

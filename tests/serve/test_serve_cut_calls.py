@@ -1,13 +1,15 @@
-"""A forced call cut at ``max_tokens`` reads the same streamed and not: OpenAI's shape (a tool
-call with the arguments the model wrote, ``finish_reason="length"``), nothing the chat layer
-added for LangChain's merged chunks (the closer that keeps a cut call invalid there)."""
+"""A forced call cut at ``max_tokens`` reads the same streamed and not: a tool call with
+``finish_reason="length"`` whose arguments are the model's text and a closer, so that they
+never parse - no client runs a call the budget cut short, whether its arguments were cut or
+closed early by the budget guard (which makes them valid JSON the model did not finish)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from serve_helpers import TOOLS
 
-from langchain_ascend.chat.results import CUT_CALL_CLOSER
 from langchain_ascend.chat_models import AscendChatModel
 from langchain_ascend.serve.responses import ChunkWriter, completion_object
 
@@ -52,6 +54,7 @@ def test_a_cut_call_streams_as_it_is_answered_whole(cutting_chat, max_tokens):
     assert finishes == ["length"]
     assert streamed == {"id": whole["id"], "name": "get_weather",
                         "arguments": whole["function"]["arguments"], "content": ""}
-    if max_tokens == 48:  # closed early: valid JSON, and no closer of ours after it
-        assert not streamed["arguments"].endswith("}" + CUT_CALL_CLOSER)
-        assert streamed["arguments"].endswith("}")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(whole["function"]["arguments"])
+    if max_tokens == 48:  # closed early: the model's text is JSON, the closer after it is not
+        assert whole["function"]["arguments"].endswith("}]")

@@ -116,3 +116,32 @@ def test_admission_bounds_the_queue():
     assert info.value.status == 429 and info.value.headers == {"Retry-After": "1"}
     gate.leave()
     gate.enter()
+
+
+def test_completion_object_answers_only_the_last_cut_call_as_a_call():
+    """Of a reply cut at max_tokens, the cut call (the last invalid one) is a tool call whose
+    arguments never parse; an earlier malformed call, a list of calls (Mistral) or string
+    arguments stay text, as the model wrote them."""
+    def invalid(raw, name="f", id_="c1"):
+        return {"name": name, "args": raw, "id": id_, "error": "cut", "type": "invalid_tool_call"}
+
+    cut = invalid('<tool_call>\n{"name": "g", "arguments": {"b": "Ban', name="g", id_="c2")
+    broken = invalid('<tool_call>\n{"name": "f", "arguments": {"a": 1}, }\n</tool_call>')
+    message = AIMessage(content="", invalid_tool_calls=[broken, cut],
+                        response_metadata={"finish_reason": "length"})
+    choice = completion_object(message, model="m")["choices"][0]
+    (call,) = choice["message"]["tool_calls"]
+    assert (call["id"], call["function"]["name"]) == ("c2", "g")
+    assert call["function"]["arguments"].startswith('{"b": "Ban')
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(call["function"]["arguments"])
+    assert choice["message"]["content"] == broken["args"] and choice["finish_reason"] == "length"
+    for raw in ('[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arg',
+                '<tool_call>\n{"name": "f", "arguments": "{\\"a\\": 1'):
+        listed = AIMessage(content="", invalid_tool_calls=[invalid(raw)],
+                           response_metadata={"finish_reason": "length"})
+        body = completion_object(listed, model="m")["choices"][0]["message"]
+        assert "tool_calls" not in body and body["content"] == raw
+    stopped = AIMessage(content="", invalid_tool_calls=[cut],
+                        response_metadata={"finish_reason": "stop"})
+    assert "tool_calls" not in completion_object(stopped, model="m")["choices"][0]["message"]
