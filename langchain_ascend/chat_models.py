@@ -262,6 +262,12 @@ class AscendChatModel(BaseChatModel, EngineFields, SamplingFields, SessionFields
 
     # ------------------------------------------------------------------ engine
 
+    def __copy__(self) -> AscendChatModel:
+        """A copy (``model_copy``) holds its engines itself: the original's go when it does."""
+        copied = super().__copy__()
+        copied._engines = EngineHandles()
+        return copied
+
     def _engine_for(self, model: str | None = None) -> Any:
         """The shared engine of ``model`` (default ``self.model``) with this chat model's
         device, dtype and engine settings; it lives while a chat model holds it."""

@@ -28,13 +28,11 @@ class TokenizerOnly:
 
 
 class EngineHandles:
-    """The engines a chat model loaded, by model name and engine settings.
-
-    A chat model's copies share its handles (``model_copy`` copies private state shallowly),
-    so a copy with the same settings runs on the same engine and one whose engine settings
-    differ (``model_copy(update={"max_context_length": 4096})``) gets an engine of its own.
-    The handles are what holds the engines in the process-wide registry
-    (``engine.shared_engines``): once no chat model's handles hold an engine it is shut down.
+    """The engines a chat model loaded, by model name and engine settings (so a chat model
+    whose engine settings change gets an engine of its own); each copy of a chat model has
+    its own (``AscendChatModel.__copy__``). The handles are what holds the engines in the
+    process-wide registry (``engine.shared_engines``): an engine no chat model's handles
+    hold is freed when another engine starts.
     """
 
     def __init__(self) -> None:
@@ -42,7 +40,7 @@ class EngineHandles:
         self.engines: dict[tuple[Any, ...], Any] = {}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> EngineHandles:
-        return EngineHandles()  # a deep copy holds its own: the engines it asks for are shared
+        return EngineHandles()  # a deep copy holds its own (the engines it asks for are shared)
 
     def engine(self, chat: Any, name: str) -> Any:
         """The live engine of model ``name`` with ``chat``'s settings, loaded on first use."""

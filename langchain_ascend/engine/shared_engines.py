@@ -4,12 +4,14 @@ This module keeps its own map of what :func:`get_engine` built, keyed by those f
 settings as ``(name, repr(value))`` pairs); a closed engine is dropped from it on the next
 call. Engines stop at interpreter exit through their driver (``engine.driver``).
 
-Lifetime: an engine asked for with a ``holder`` (a chat model's engine handles) lives while
-some holder does: when the last one is garbage-collected the engine is shut down and its
-weights and KV cache go with it (a notebook that rebuilds a chat model with other settings
-does not keep every earlier engine). An engine asked for without one - a direct
-:func:`get_engine` call, ``AscendChatModel.get_engine()``, a server - is pinned: it lives
-until its ``shutdown()`` or the interpreter's exit.
+Lifetime: an engine asked for with a ``holder`` (a chat model's engine handles) is held
+while some holder lives. One no holder holds any more stays, for the next chat model with
+its settings (LangChain builds a model per call for ``configurable_fields``), until another
+engine starts: then it is shut down first and its weights and KV cache are freed before the
+new one loads (a notebook that rebuilds a chat model with other settings does not keep every
+earlier engine). An engine asked for without a holder - a direct :func:`get_engine` call,
+``AscendChatModel.get_engine()``, a server - is pinned: it lives until its ``shutdown()`` or
+the interpreter's exit.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from langchain_ascend.platform import resolve_device, resolve_dtype
 logger = logging.getLogger(__name__)
 
 _REGISTRY: dict[tuple[Any, ...], LLMEngine] = {}
-_REGISTRY_LOCK = threading.RLock()  # a holder collected while an engine loads lets go inside
+_REGISTRY_LOCK = threading.RLock()  # a holder may be collected, and let go, inside it
 _PINNED: set[tuple[Any, ...]] = set()
 _HOLDERS: dict[tuple[Any, ...], int] = {}
 """Live holders per engine key (module docstring)."""
@@ -72,8 +74,8 @@ def get_engine(
     of the weights and its own KV pool (logged when a second one is made for a model). A call
     with no ``engine_kwargs`` asks for the defaults and shares the engine that has them.
 
-    ``holder``: an object whose life the engine's follows (the module docstring); None pins
-    the engine.
+    ``holder``: an object that holds the engine while it lives (the module docstring); None
+    pins the engine.
 
     Raises:
         InvalidRequestError: An ``engine_kwargs`` name that is not an engine setting.
@@ -87,7 +89,16 @@ def get_engine(
     with _REGISTRY_LOCK:
         for closed in [k for k, e in _REGISTRY.items() if e.is_closed]:
             del _REGISTRY[closed]
-        engine = _REGISTRY.get(key)
+            _HOLDERS.pop(closed, None)
+        stale = [] if key in _REGISTRY else [
+            k for k in _REGISTRY if _HOLDERS.get(k) == 0 and k not in _PINNED]
+        unheld = [_REGISTRY.pop(k) for k in stale]
+        for k in stale:
+            del _HOLDERS[k]
+    for engine in unheld:  # outside the lock: their loops may be letting go of a holder
+        engine.shutdown()  # freed before the new engine sizes its KV cache by the free memory
+    with _REGISTRY_LOCK:
+        engine = _REGISTRY.get(key)  # another thread may have started it meanwhile
         if engine is None:
             engine = _start_locked(key, place, settings, engine_kwargs)
         _hold_locked(key, holder)
@@ -125,17 +136,12 @@ def _hold_locked(key: tuple[Any, ...], holder: Any) -> None:
     if id(engine) not in held:
         held.add(id(engine))
         _HOLDERS[key] = _HOLDERS.get(key, 0) + 1
-        weakref.finalize(holder, _let_go, key, engine)
+        weakref.finalize(holder, _let_go, key, engine).atexit = False
 
 
 def _let_go(key: tuple[Any, ...], engine: LLMEngine) -> None:
-    """A holder of ``engine`` is gone: shut the engine down if it was the last one."""
+    """A holder of ``engine`` is gone (its count drops; the engine is shut down, if nothing
+    holds it then, when another engine starts: :func:`_start_locked`)."""
     with _REGISTRY_LOCK:
-        if _REGISTRY.get(key) is not engine:
-            return  # replaced after a shutdown: the count belongs to the new engine
-        _HOLDERS[key] -= 1
-        if _HOLDERS[key] > 0 or key in _PINNED:
-            return
-        del _REGISTRY[key], _HOLDERS[key]
-    # on a thread of its own: the collection may run on the engine's loop, which joins itself
-    threading.Thread(target=engine.shutdown, name="engine-release", daemon=True).start()
+        if _REGISTRY.get(key) is engine:  # else replaced after a shutdown: not its count
+            _HOLDERS[key] -= 1
