@@ -13,7 +13,10 @@ ranks by, in turn,
    one: it costs only its new tokens, and admitting it ends its hold on the pool;
 4. the older agent (its first request's arrival) first: agents at one level finish in the
    order they started instead of advancing in lockstep, where on a saturated engine every job
-   takes as long as the whole run and every context is live at once;
+   takes as long as the whole run and every context is live at once. The running prefills
+   take the share beside decodes oldest agent first, whatever their level
+   (``Scheduler.schedule``): ordered by level first, agents caught up at each level and
+   advanced in lockstep again (``docs/performance.md``);
 5. the order it waits in.
 
 Tried and not kept (``docs/performance.md``): holding cold requests back from the blocks of

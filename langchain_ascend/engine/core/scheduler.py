@@ -7,27 +7,25 @@ tokens within a token budget.
 Policy of :meth:`Scheduler.schedule`:
 
 1. Running requests first, decodes before unfinished (chunked) prefills, oldest first (with
-   ``"agent"``, the oldest agent's prefills first). When the pool cannot give one of them its
-   slots, the newest running request not yet scheduled this step is preempted (blocks freed,
-   recomputed later with the tokens it generated) - possibly the request itself. A step with
-   decode rows computes at most ``prefill_beside_decodes`` worth of prefill, running and
-   admitted together, charged by its attention too where ``prefill_cost_context`` is given
-   (``engine.core.prefill_share``).
+   ``"agent"``, the oldest agent's). When the pool cannot give one of them its slots, the
+   newest running request not yet scheduled this step is preempted (blocks freed, recomputed
+   later with the tokens it generated) - possibly the request itself. A step with decode rows
+   computes at most ``prefill_beside_decodes`` worth of prefill, running and admitted
+   together, charged by attention too with ``prefill_cost_context`` (``core.prefill_share``).
 2. Then waiting requests, while budget, batch size and blocks last, in the order of the
    scheduling policy: ``"fcfs"`` first come first served; ``"agent"`` least attained service
-   first by session, resuming hops before cold ones (``engine.core.agent_policy``). A prompt
-   longer than the remaining budget is prefilled in chunks over several steps. When the
-   chosen request does not fit, nothing else is admitted; nothing is admitted in a step that
-   had to preempt.
+   first by session, resuming hops before cold ones, older agents first (``core.agent_policy``).
+   A prompt longer than the remaining budget is prefilled in chunks over several steps. When
+   the chosen request does not fit, nothing else is admitted; nothing is admitted in a step
+   that had to preempt.
 3. Background prefills (``Request.prefill_only``: tool results as they land) only in a step
    that would run nothing else, :data:`BACKGROUND_CHUNK` tokens a step (beside other work, or
    in long steps, they delayed hops: ``docs/performance.md``). One is dropped (its computed
    full blocks stay cached) when its session's next hop arrives, to make room for a waiting
    request, or first when the pool must preempt.
 
-Before each step, parked sessions past their TTL are released (``engine.core.retention``).
-
-A request never grows past ``max_model_len`` (which the engine keeps within the pool), so a
+Before each step, parked sessions past their TTL are released (``engine.core.retention``). A
+request never grows past ``max_model_len`` (which the engine keeps within the pool), so a
 request alone in the pool always fits: the scheduler cannot run out of blocks for good.
 
 Speculative decoding (``engine.core.speculation``): a running request that may draft gets its
@@ -41,6 +39,7 @@ step of many decode rows a drafted row costs about what a whole row's token is w
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -134,9 +133,9 @@ class Scheduler:
         """Per session, its finished background prefills: ``(start, end, tokens)`` clock
         readings, until taken (``take_background_spans``)."""
         self.attained_service: dict[str, int] = {}
-        """Tokens granted so far per session (or request id without one), for ``"agent"``."""
         self.program_age: dict[str, int] = {}
-        """The arrival rank of each session's first request (or of a request without one)."""
+        """For ``"agent"``, per session (or request id without one): the tokens granted so far,
+        the arrival rank of its first request."""
         self.num_preemptions = 0
         self.num_steps = 0
         self.num_draft_tokens = 0
@@ -148,7 +147,7 @@ class Scheduler:
         """Whether ``speculation="auto"`` requests draft at all (the engine turns it off where
         a multi-row pass does not round like a one-row pass: half-precision weights)."""
         self._finished_ids: list[str] = []
-        self._program_counter = 0
+        self._arrivals = itertools.count(1)
         self._scheduled: dict[str, Request] = {}
         self._scheduled_row_cost = 0.0  # step_row_cost of the scheduled step
 
@@ -166,9 +165,9 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
         (self.background if request.prefill_only else self.waiting).append(request)
-        self._program_counter += 1
-        self.program_age.setdefault(request.session_id or request.request_id,
-                                    self._program_counter)
+        if self.policy == "agent":
+            self.program_age.setdefault(request.session_id or request.request_id,
+                                        next(self._arrivals))
         if request.session_id is not None and not request.prefill_only:
             self.kv.pool.retention.mark_returned(request.session_id)  # no expiry while queued
             for other in [*self.background, *self.running]:  # the hop replaces them
