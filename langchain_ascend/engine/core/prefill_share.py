@@ -2,8 +2,12 @@
 Pure Python, no torch.
 
 Policy, stated up front (Sarathi-Serve's stall-free batching): a step with decode rows carries
-at most ``limit`` worth of prefill, running chunks and admitted prompts together, so a stream's
-next token waits for at most that much prefill. On the CPU a 2,048-token step is over a second.
+about ``limit`` worth of prefill, running chunks and admitted prompts together, so a stream's
+next token waits for about that much prefill. On the CPU a 2,048-token step is over a second.
+"About": a chunk is sized by the cost at its first token and charged at its mean position (it
+may pass the share by ~count^2 / 2C: 12% for SmolLM2's first 256-token chunk), and a request is
+admitted with at least one token while any share is left - so several hops run a chunk at
+once, and the order of the running prefills decides who advances (``Scheduler.schedule``).
 
 With a ``cost_context`` the share is charged by cost, not tokens: a token at position p weighs
 ``1 + p / cost_context``, since its attention over the p keys before it costs what its

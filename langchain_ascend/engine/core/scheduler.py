@@ -10,7 +10,7 @@ Policy of :meth:`Scheduler.schedule`:
    ``"agent"``, the oldest agent's). When the pool cannot give one of them its slots, the
    newest running request not yet scheduled this step is preempted (blocks freed, recomputed
    later with the tokens it generated) - possibly the request itself. A step with decode rows
-   computes at most ``prefill_beside_decodes`` worth of prefill, running and admitted
+   computes about ``prefill_beside_decodes`` worth of prefill, running and admitted
    together, charged by attention too with ``prefill_cost_context`` (``core.prefill_share``).
 2. Then waiting requests, while budget, batch size and blocks last, in the order of the
    scheduling policy: ``"fcfs"`` first come first served; ``"agent"`` least attained service
