@@ -28,13 +28,32 @@ with the chunk beside decodes charged by its cost it halves what is recomputed a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from langchain_ascend.engine.core.request import Request, RequestStatus
 
 SERVICE_QUANTUM = 256
 """Tokens of service per level (levels double: 256, 512, 1k...)."""
+MAX_TRACKED_AGENTS = 65536
+"""Agents whose age and service are kept; past it, those with no live request are forgotten,
+the oldest first, down to half (a server keyed by ``prompt_cache_key`` sees new sessions for
+ever; a forgotten agent that comes back starts over as a new one)."""
+
+
+def note_arrival(request: Request, arrival: int, program_age: MutableMapping[str, int],
+                 service: MutableMapping[str, int], live: Callable[[], Iterable[Request]],
+                 ) -> None:
+    """Record ``request``'s agent's age (``arrival`` where it is new), forgetting the oldest
+    agents without a live request (``live()``) past :data:`MAX_TRACKED_AGENTS`."""
+    program_age.setdefault(request.session_id or request.request_id, arrival)
+    if len(program_age) <= MAX_TRACKED_AGENTS:
+        return
+    keep = {r.session_id or r.request_id for r in live()}
+    idle = [key for key in program_age if key not in keep]  # in arrival order
+    for key in idle[:len(program_age) - MAX_TRACKED_AGENTS // 2]:
+        del program_age[key]
+        service.pop(key, None)
 
 
 def next_waiting(waiting: Iterable[Request], *, service: Mapping[str, int],

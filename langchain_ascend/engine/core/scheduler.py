@@ -166,8 +166,8 @@ class Scheduler:
         self.requests[request.request_id] = request
         (self.background if request.prefill_only else self.waiting).append(request)
         if self.policy == "agent":
-            self.program_age.setdefault(request.session_id or request.request_id,
-                                        next(self._arrivals))
+            agent_policy.note_arrival(request, next(self._arrivals), self.program_age,
+                                      self.attained_service, self.requests.values)
         if request.session_id is not None and not request.prefill_only:
             self.kv.pool.retention.mark_returned(request.session_id)  # no expiry while queued
             for other in [*self.background, *self.running]:  # the hop replaces them

@@ -482,3 +482,20 @@ def test_random_traffic_with_aborts_keeps_accounting_exact():
     assert not sched.has_unfinished_requests()
     assert sched.kv.pool.num_free_blocks == 10
     assert sched.kv.num_hit_tokens > 0
+
+
+def test_agent_policy_forgets_idle_agents_past_its_limit(monkeypatch):
+    """A server that sees new sessions for ever keeps a bounded table of agents: past the
+    limit the oldest idle ones go, down to half; agents with a live request stay."""
+    from langchain_ascend.engine.core import agent_policy
+
+    monkeypatch.setattr(agent_policy, "MAX_TRACKED_AGENTS", 8)
+    sched = make_scheduler(num_blocks=64, budget=64, policy="agent")
+    live = add(sched, "live-0", [1, 2], session_id="s-live")
+    for i in range(12):
+        add(sched, f"r{i}", [3, 4], max_tokens=1, session_id=f"s{i}")
+        step(sched)
+    assert len(sched.program_age) <= 8 and "s-live" in sched.program_age
+    assert "s0" not in sched.program_age and "s11" in sched.program_age
+    assert set(sched.attained_service) <= set(sched.program_age)
+    assert not live.is_finished
