@@ -1,4 +1,4 @@
-"""Soak: 1,000 streamed requests, one in ten dropped by its client mid-stream, slow.
+"""Soak: 1,600 streamed requests, one in ten dropped by its client mid-stream, slow.
 
 ``langchain-ascend serve`` runs the tiny test model in a subprocess (so its RSS is its own);
 16 clients at a time send short streamed chat completions (a shared system prompt, a distinct
@@ -8,10 +8,12 @@ connection after the first events, which must abort the request in the engine.
 Afterwards, read from the server itself: no KV block is held (``/metrics``'s
 ``langchain_ascend_kv_blocks_used`` back to its idle value), nothing is running, waiting or in
 flight, ``/health`` answers 200, and the process's RSS is flat: one of the two halves of the
-run grows by less than :data:`STEADY_RSS_BOUND_MB` (a leak of 18 kB per request grows both),
+run grows by less than :data:`STEADY_RSS_BOUND_MB` (a leak of 14 kB per request grows both),
 and from after the first :data:`WARMUP` requests to the end by less than :data:`RSS_BOUND_MB`.
-One-time growth of the allocator lands in one half, either one (clean-clone CI runs: 573 ->
-593 -> 593 MB; 586 -> 588 -> 597 MB). Why
+One-time growth of the allocator lands in one half, either one, and the other half moves by up
+to ~8 MB too (clean-clone CI runs of 1,000 requests: 573 -> 593 -> 593 MB; 586 -> 588 -> 597;
+575 -> 588 -> 596, which failed an 8 MB bound over 450-request halves; 4,100 requests here:
+566 -> 564 -> 574, so no growth per request), hence halves of 750 requests and 10 MB. Why
 those bounds:
 
 - the KV pool is ``torch.zeros``, whose pages the OS maps on first write; the prefix cache
@@ -54,7 +56,7 @@ from langchain_ascend.testing.server_process import (  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 SERVED = "tiny"
-REQUESTS = 1000
+REQUESTS = 1600
 WARMUP = 100
 CONCURRENCY = 16
 DISCONNECT_EVERY = 10
@@ -62,8 +64,8 @@ MAX_TOKENS = 8
 DROPPED_MAX_TOKENS = 64
 RSS_BOUND_MB = 32.0
 """5 MB of KV pool pages mapped on first use + allocator slack (module docstring)."""
-STEADY_RSS_BOUND_MB = 8.0
-"""Growth allowed over one half's 450 requests: under 18 kB a request."""
+STEADY_RSS_BOUND_MB = 10.0
+"""Growth allowed over one half's 750 requests: under 14 kB a request."""
 SYSTEM = ("You are the soak-test assistant. Answer in one short sentence, then stop. "
           "Never call tools. ") * 4
 
