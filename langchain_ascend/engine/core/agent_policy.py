@@ -46,10 +46,10 @@ def note_arrival(request: Request, arrival: int, program_age: MutableMapping[str
                  ) -> None:
     """Record ``request``'s agent's age (``arrival`` where it is new), forgetting the oldest
     agents without a live request (``live()``) past :data:`MAX_TRACKED_AGENTS`."""
-    program_age.setdefault(request.session_id or request.request_id, arrival)
+    program_age.setdefault(request.agent, arrival)
     if len(program_age) <= MAX_TRACKED_AGENTS:
         return
-    keep = {r.session_id or r.request_id for r in live()}
+    keep = {r.agent for r in live()}
     idle = [key for key in program_age if key not in keep]  # in arrival order
     for key in idle[:len(program_age) - MAX_TRACKED_AGENTS // 2]:
         del program_age[key]
@@ -65,9 +65,9 @@ def next_waiting(waiting: Iterable[Request], *, service: Mapping[str, int],
     def rank(item: tuple[int, Request]) -> tuple[int, int, int, int, int]:
         index, request = item
         sid = request.session_id
-        level = (service.get(sid or request.request_id, 0) // SERVICE_QUANTUM).bit_length()
+        level = (service.get(request.agent, 0) // SERVICE_QUANTUM).bit_length()
         cold = 0 if sid is not None and sid in parked else 1
-        age = program_age.get(sid or request.request_id, 0)
+        age = program_age.get(request.agent, 0)
         return 0 if request.status is RequestStatus.PREEMPTED else 1, level, cold, age, index
 
     return min(enumerate(waiting), key=rank)[1]

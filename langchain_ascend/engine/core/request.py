@@ -121,6 +121,11 @@ class Request:
                 f"tokens={self.num_tokens}, computed={self.num_computed_tokens})")
 
     @property
+    def agent(self) -> str:
+        """Whom the ``"agent"`` policy accounts this request to: its session, else itself."""
+        return self.session_id or self.request_id
+
+    @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
 

@@ -231,7 +231,7 @@ class Scheduler:
         share = (PrefillShare(self.prefill_beside_decodes, self.prefill_cost_context)
                  if decodes else None)  # alone, prefill takes the whole token budget
         if self.policy == "agent":  # the oldest agent's chunk first (agent_policy, 4.)
-            prefills.sort(key=lambda r: self.program_age.get(r.session_id or r.request_id, 0))
+            prefills.sort(key=lambda r: self.program_age.get(r.agent, 0))
         for request in decodes + prefills:
             pending = request.num_tokens - request.num_computed_tokens
             if request.status is not RequestStatus.RUNNING:
@@ -318,7 +318,7 @@ class Scheduler:
                         drafts_of: dict[str, list[int]]) -> None:
         """Add this step's tokens to each session's service (and the background counter)."""
         for request in order:
-            key = request.session_id or request.request_id
+            key = request.agent
             granted = num_new[request.request_id] + len(drafts_of.get(request.request_id, ()))
             self.attained_service[key] = self.attained_service.get(key, 0) + granted
             if request.prefill_only:
